@@ -1,0 +1,1 @@
+"""Deployment templates (supervisord), shipped as package data."""

@@ -1,0 +1,1 @@
+"""Agent-host integration: the prompt-submit hook client and host configuration files."""

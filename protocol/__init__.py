@@ -1,0 +1,31 @@
+"""keymem's wire protocol: envelope, codec, typed errors, clients and the worker runtime."""
+
+from protocol.client import Client
+from protocol.envelope import PROTOCOL_VERSION
+from protocol.errors import (
+    BadRequest,
+    Conflict,
+    DeadlineExceeded,
+    ErrorCode,
+    InternalError,
+    KeymemError,
+    NotFound,
+    TooLarge,
+    Unavailable,
+    UnsupportedVersion,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "DeadlineExceeded",
+    "ErrorCode",
+    "InternalError",
+    "KeymemError",
+    "NotFound",
+    "TooLarge",
+    "Unavailable",
+    "UnsupportedVersion",
+]

@@ -1,0 +1,103 @@
+"""The blocking client for the router's frontend (or a worker's direct endpoint).
+
+A DEALER socket whose replies are matched by request id, so a reply that arrives after its
+caller gave up is simply discarded (the Lazy Pirate problem of REQ sockets does not arise).
+It imports only pyzmq and msgpack (not asyncio): the hook uses it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import Any
+
+import zmq
+
+from protocol import envelope
+from protocol.codec import pack, unpack
+from protocol.errors import DeadlineExceeded, KeymemError, error_from_wire
+
+DEFAULT_TIMEOUT_MS = 5_000
+# How long past its deadline a client waits for the router's own typed ``timeout`` reply.
+REPLY_GRACE_MS = 250
+
+
+class RequestIds:
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8)
+        self._counter = itertools.count(1)
+
+    def next(self) -> bytes:
+        return self._prefix + next(self._counter).to_bytes(8, "big")
+
+
+def build_request(
+    ids: RequestIds, service: str, method: str, body: Any, timeout_ms: int
+) -> envelope.Request:
+    return envelope.Request(
+        request_id=ids.next(),
+        service=service,
+        method=method,
+        deadline_ms=envelope.now_ms() + timeout_ms,
+        body=pack(body),
+    )
+
+
+def result_of(reply: envelope.Reply) -> Any:
+    """The decoded result, or the typed error the peer sent, raised."""
+    if reply.ok:
+        return unpack(reply.body)
+    try:
+        body = unpack(reply.body)
+    except KeymemError:
+        body = None
+    raise error_from_wire(reply.status.decode("ascii", "replace"), body)
+
+
+class Client:
+    """Blocking client; one socket, safe for one thread."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        context: zmq.Context[Any] | None = None,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout_ms = timeout_ms
+        self._ids = RequestIds()
+        self._socket: zmq.Socket[bytes] = (context or zmq.Context.instance()).socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.connect(endpoint)
+
+    def call(
+        self, service: str, method: str, body: Any = None, *, timeout_ms: int | None = None
+    ) -> Any:
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        request = build_request(self._ids, service, method, body, timeout)
+        try:
+            self._socket.send_multipart(request.frames(), zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # not connected yet: the message waits in the socket's queue, or we time out
+        give_up = time.monotonic() + (timeout + REPLY_GRACE_MS) / 1000
+        while (remaining := give_up - time.monotonic()) > 0:
+            if not self._socket.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+                break
+            reply = envelope.parse_reply(self._socket.recv_multipart())
+            if reply.request_id == request.request_id:
+                return result_of(reply)
+            # a stale reply to an earlier call that timed out: discard it
+        raise DeadlineExceeded(
+            f"no reply from {self.endpoint} for {service}.{method} within {timeout} ms"
+        )
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

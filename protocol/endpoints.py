@@ -1,0 +1,112 @@
+"""Where the router listens, for each placement: ipc (default), tcp on loopback, or inproc.
+
+Kept free of heavy imports: the hook resolves the router's address from here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_TCP_PORT = 47810
+# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+MAX_IPC_PATH_BYTES = 107
+
+
+class EndpointError(ValueError):
+    """An endpoint configuration that cannot work (too long a path, a non-loopback host)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    frontend: str  # clients: MCP front end, hook, CLI
+    backend: str  # workers register here
+    transport: str  # "ipc" | "tcp" | "inproc"
+    run_dir: Path | None = None
+
+    def direct(self, service: str, pid: int, index: int = 0) -> str:
+        """Where one worker listens for direct (router-bypassing) requests."""
+        if self.transport == "ipc":
+            assert self.run_dir is not None
+            return _ipc(self.run_dir / f"{service}-{pid}-{index}.sock")
+        if self.transport == "tcp":
+            host = self.frontend.removeprefix("tcp://").rsplit(":", 1)[0]
+            return f"tcp://{host}:*"
+        return f"{self.frontend}-{service}-{index}"
+
+
+def keymem_home() -> Path:
+    return Path(os.environ.get("KEYMEM_HOME") or Path.home() / ".keymem").expanduser()
+
+
+def run_dir(home: Path) -> Path:
+    return home / "run"
+
+
+def _ipc(path: Path) -> str:
+    if len(os.fsencode(path)) > MAX_IPC_PATH_BYTES:
+        raise EndpointError(
+            f"ipc socket path {path} is longer than {MAX_IPC_PATH_BYTES} bytes; "
+            "set KEYMEM_HOME to a shorter directory or KEYMEM_TRANSPORT=tcp"
+        )
+    return f"ipc://{path}"
+
+
+def ipc_endpoints(home: Path) -> Endpoints:
+    rd = run_dir(home)
+    return Endpoints(
+        frontend=_ipc(rd / "router.sock"),
+        backend=_ipc(rd / "workers.sock"),
+        transport="ipc",
+        run_dir=rd,
+    )
+
+
+def tcp_endpoints(host: str, port: int) -> Endpoints:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        # Invariant 7: nothing leaves the machine unauthenticated; CURVE is not wired yet.
+        raise EndpointError(f"refusing to bind tcp on non-loopback host {host!r}")
+    return Endpoints(
+        frontend=f"tcp://{host}:{port}", backend=f"tcp://{host}:{port + 1}", transport="tcp"
+    )
+
+
+def inproc_endpoints(name: str | None = None) -> Endpoints:
+    tag = name or uuid.uuid4().hex[:12]
+    return Endpoints(
+        frontend=f"inproc://keymem-{tag}-frontend",
+        backend=f"inproc://keymem-{tag}-backend",
+        transport="inproc",
+    )
+
+
+def endpoints_from_env(home: Path | None = None) -> Endpoints:
+    """The endpoints a deployment under ``KEYMEM_HOME`` uses (``KEYMEM_TRANSPORT``)."""
+    home = home or keymem_home()
+    transport = os.environ.get("KEYMEM_TRANSPORT", "ipc").strip().lower()
+    if transport == "ipc":
+        return ipc_endpoints(home)
+    if transport == "tcp":
+        host = os.environ.get("KEYMEM_TCP_HOST", "127.0.0.1")
+        port = int(os.environ.get("KEYMEM_TCP_PORT", DEFAULT_TCP_PORT))
+        return tcp_endpoints(host, port)
+    raise EndpointError(f"KEYMEM_TRANSPORT must be ipc or tcp, got {transport!r}")
+
+
+def prepare_run_dir(endpoints: Endpoints) -> None:
+    """Create the run directory private to this user (0700), fixing looser permissions."""
+    if endpoints.run_dir is None:
+        return
+    endpoints.run_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(endpoints.run_dir, 0o700)
+
+
+def ipc_path(endpoint: str) -> Path | None:
+    return Path(endpoint.removeprefix("ipc://")) if endpoint.startswith("ipc://") else None

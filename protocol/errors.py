@@ -1,0 +1,103 @@
+"""Typed errors that travel on the wire.
+
+Every failure a peer can observe has a stable code (the string on the wire) and a human
+message. Clients raise the matching exception class, so callers can catch ``Unavailable``
+without parsing text.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    BAD_REQUEST = "bad_request"
+    NOT_FOUND = "not_found"
+    UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
+    INTERNAL = "internal"
+    CONFLICT = "conflict"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_VERSION = "unsupported_version"
+
+
+class KeymemError(Exception):
+    """Base of every error a keymem peer reports."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or {}
+
+    def __str__(self) -> str:
+        return f"{self.code.value}: {self.message}"
+
+    def to_wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"message": self.message}
+        if self.detail:
+            body["detail"] = self.detail
+        return body
+
+
+class BadRequest(KeymemError):
+    code = ErrorCode.BAD_REQUEST
+
+
+class NotFound(KeymemError):
+    code = ErrorCode.NOT_FOUND
+
+
+class Unavailable(KeymemError):
+    code = ErrorCode.UNAVAILABLE
+
+
+class DeadlineExceeded(KeymemError):
+    code = ErrorCode.TIMEOUT
+
+
+class InternalError(KeymemError):
+    code = ErrorCode.INTERNAL
+
+
+class Conflict(KeymemError):
+    code = ErrorCode.CONFLICT
+
+
+class TooLarge(KeymemError):
+    code = ErrorCode.TOO_LARGE
+
+
+class UnsupportedVersion(KeymemError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+_BY_CODE: dict[str, type[KeymemError]] = {
+    cls.code.value: cls
+    for cls in (
+        BadRequest,
+        NotFound,
+        Unavailable,
+        DeadlineExceeded,
+        InternalError,
+        Conflict,
+        TooLarge,
+        UnsupportedVersion,
+    )
+}
+
+
+def error_from_wire(code: str, body: Any) -> KeymemError:
+    """Rebuild the typed exception a peer sent; unknown codes become ``InternalError``."""
+    message = "no message"
+    detail: dict[str, Any] | None = None
+    if isinstance(body, dict):
+        message = str(body.get("message", message))
+        raw_detail = body.get("detail")
+        detail = raw_detail if isinstance(raw_detail, dict) else None
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return InternalError(f"peer sent unknown error code {code!r}: {message}", detail)
+    return cls(message, detail)

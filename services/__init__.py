@@ -1,0 +1,1 @@
+"""keymem's services, each runnable as a supervised process or as a thread (services.stack)."""

@@ -1,0 +1,5 @@
+import sys
+
+from services.serve import main
+
+sys.exit(main())

@@ -1,0 +1,111 @@
+"""``keymem status``: per-service state from supervisord joined with the router's counters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import KeymemError
+from services.config import ALL_PROGRAMS, Settings
+from services.supervision import Supervision
+
+STATS_TIMEOUT_MS = 1_000
+COLUMNS = (
+    ("service", 9),
+    ("state", 9),
+    ("pid", 8),
+    ("uptime", 9),
+    ("workers", 7),
+    ("requests", 9),
+    ("errors", 6),
+    ("p50 ms", 8),
+    ("p99 ms", 8),
+    ("rss MB", 7),
+    ("log", 0),
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("status", help="show each service's state and load")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(run=run)
+
+
+def collect(settings: Settings) -> dict[str, Any]:
+    supervision = Supervision(settings)
+    supervisord = supervision.supervisord_pid()
+    report: dict[str, Any] = {
+        "home": str(settings.home),
+        "running": supervisord is not None,
+        "supervisord_pid": supervisord,
+        "services": {},
+    }
+    processes = {p.name: p for p in supervision.processes()} if supervisord else {}
+    router: dict[str, Any] = {}
+    if supervisord:
+        try:
+            with Client(settings.endpoints.frontend, timeout_ms=STATS_TIMEOUT_MS) as client:
+                router = client.call("router", "stats")
+        except KeymemError as exc:
+            report["router_error"] = str(exc)
+    routed = router.get("services", {})
+    for name in ALL_PROGRAMS:
+        process = processes.get(name)
+        counters = router.get("router", {}) if name == "router" else routed.get(name, {})
+        workers = counters.get("workers", [])
+        report["services"][name] = {
+            "state": process.state if process else "STOPPED",
+            "pid": process.pid if process else None,
+            "uptime_s": process.uptime_s if process else 0.0,
+            "workers": 1 if name == "router" and counters else len(workers),
+            "requests": counters.get("requests", 0),
+            "errors": counters.get("errors", 0),
+            "p50_ms": counters.get("p50_us", 0.0) / 1000,
+            "p99_ms": counters.get("p99_us", 0.0) / 1000,
+            "rss_bytes": counters.get("rss_bytes")
+            if name == "router"
+            else sum(w.get("rss_bytes", 0) for w in workers),
+            "log": str(supervision.log_path(name)),
+        }
+    return report
+
+
+def _uptime(seconds: float) -> str:
+    if seconds <= 0:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"keymem home {report['home']}: " + ("running" if report["running"] else "stopped")]
+    lines.append("  ".join(title.ljust(width) for title, width in COLUMNS).rstrip())
+    for name, s in report["services"].items():
+        rss = s["rss_bytes"]
+        cells = (
+            name,
+            s["state"],
+            str(s["pid"] or "-"),
+            _uptime(s["uptime_s"]),
+            str(s["workers"]),
+            str(s["requests"]),
+            str(s["errors"]),
+            f"{s['p50_ms']:.3f}",
+            f"{s['p99_ms']:.3f}",
+            f"{rss / 2**20:.0f}" if rss else "-",
+            s["log"],
+        )
+        padded = (cell.ljust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True))
+        lines.append("  ".join(padded).rstrip())
+    if "router_error" in report:
+        lines.append(f"router did not answer: {report['router_error']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = collect(Settings.from_env())
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return 0 if report["running"] else 3

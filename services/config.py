@@ -1,0 +1,51 @@
+"""Settings every keymem process reads from its environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.endpoints import Endpoints, endpoints_from_env, keymem_home
+from protocol.worker import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_HEARTBEAT_LIVENESS,
+    HeartbeatPolicy,
+)
+
+WORKER_SERVICES = ("embedder", "reranker", "lexicon", "graph")
+ALL_PROGRAMS = ("router", *WORKER_SERVICES)
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    endpoints: Endpoints
+    heartbeat: HeartbeatPolicy = field(default_factory=HeartbeatPolicy)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        home = keymem_home()
+        heartbeat = HeartbeatPolicy(
+            interval_ms=_int_env("KEYMEM_HEARTBEAT_MS", DEFAULT_HEARTBEAT_INTERVAL_MS),
+            liveness=_int_env("KEYMEM_HEARTBEAT_LIVENESS", DEFAULT_HEARTBEAT_LIVENESS),
+        )
+        return cls(home=home, endpoints=endpoints_from_env(home), heartbeat=heartbeat)

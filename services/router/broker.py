@@ -1,0 +1,472 @@
+"""The router's broker: clients on the frontend, workers registered by service on the backend.
+
+Majordomo-style, with credit: each worker declares a capacity and the broker keeps at most that
+many requests outstanding on it, always choosing the least-loaded live worker. Requests that
+find every worker busy wait in a per-service queue; requests for a service with no live worker
+fail fast with ``unavailable``. The broker answers every request exactly once: the reply, or a
+typed error when the deadline passes or the worker dies (idempotent methods are retried once on
+another worker instead).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from protocol import envelope
+from protocol.codec import pack, unpack
+from protocol.errors import (
+    BadRequest,
+    DeadlineExceeded,
+    KeymemError,
+    TooLarge,
+    Unavailable,
+)
+from protocol.stats import RequestStats
+from protocol.worker import DEFAULT_HEARTBEAT, STOP_CHECK_MS, HeartbeatPolicy
+
+log = logging.getLogger("keymem.router")
+
+ROUTER_SERVICE = "router"
+MAX_BODY_BYTES = 16 * 1024 * 1024
+# libzmq drops the connection of a peer sending more than this; bodies above MAX_BODY_BYTES
+# but below it still get a typed ``too_large`` reply.
+MAX_MESSAGE_BYTES = 4 * MAX_BODY_BYTES
+MAX_QUEUED_PER_SERVICE = 10_000
+MAX_ATTEMPTS = 2
+_TOKEN = struct.Struct(">Q")
+
+
+@dataclass
+class Pending:
+    client: bytes
+    request: envelope.Request
+    received_at: float  # perf_counter seconds
+    attempts: int = 0
+    worker: bytes | None = None
+    answered: bool = False
+
+
+@dataclass
+class WorkerRecord:
+    identity: bytes
+    service: str
+    capacity: int
+    methods: dict[str, dict[str, bool]]
+    pid: int
+    direct: str | None
+    expires_at_ms: int
+    in_flight: set[bytes] = field(default_factory=set)
+    reported: dict[str, Any] = field(default_factory=dict)
+    registered_at: float = field(default_factory=time.time)
+
+
+@dataclass
+class ServiceRecord:
+    name: str
+    workers: dict[bytes, WorkerRecord] = field(default_factory=dict)
+    queue: deque[bytes] = field(default_factory=deque)
+    stats: RequestStats = field(default_factory=RequestStats)
+
+    def methods(self) -> dict[str, dict[str, bool]]:
+        merged: dict[str, dict[str, bool]] = {}
+        for worker in self.workers.values():
+            merged.update(worker.methods)
+        return merged
+
+
+class Broker:
+    def __init__(
+        self,
+        frontend: str,
+        backend: str,
+        *,
+        context: zmq.Context[Any] | None = None,
+        known_services: Iterable[str] = (),
+        heartbeat: HeartbeatPolicy = DEFAULT_HEARTBEAT,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.frontend_endpoint = frontend
+        self.backend_endpoint = backend
+        self.context = context or zmq.Context.instance()
+        self.heartbeat = heartbeat
+        self.stop_event = stop or threading.Event()
+        self.services: dict[str, ServiceRecord] = {n: ServiceRecord(n) for n in known_services}
+        self.workers: dict[bytes, WorkerRecord] = {}
+        self.pending: dict[bytes, Pending] = {}
+        self.stats = RequestStats()
+        self.malformed = 0
+        self.started_at = time.time()
+        self.ready = threading.Event()
+        self._deadlines: list[tuple[int, bytes]] = []
+        self._tokens = itertools.count(1)
+        self._next_beat_ms = 0
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    # -- loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        self.frontend = self._bind(self.frontend_endpoint)
+        self.backend = self._bind(self.backend_endpoint)
+        poller = zmq.Poller()
+        poller.register(self.frontend, zmq.POLLIN)
+        poller.register(self.backend, zmq.POLLIN)
+        monitor: zmq.Socket[bytes] | None = None
+        if not self.backend_endpoint.startswith("inproc://"):
+            monitor = self.backend.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            poller.register(monitor, zmq.POLLIN)
+        self.ready.set()
+        try:
+            while not self.stop_event.is_set():
+                events = dict(poller.poll(self._poll_timeout_ms()))
+                if self.backend in events:
+                    self._drain(self.backend, self._on_backend)
+                if self.frontend in events:
+                    self._drain(self.frontend, self._on_frontend)
+                if monitor is not None and monitor in events:
+                    self._on_disconnect(monitor)
+                self._tick()
+        finally:
+            if monitor is not None:
+                self.backend.disable_monitor()
+                monitor.close(linger=0)
+            self.frontend.close(linger=0)
+            self.backend.close(linger=0)
+
+    def _bind(self, endpoint: str) -> zmq.Socket[bytes]:
+        sock = self.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        sock.bind(endpoint)
+        return sock  # type: ignore[no-any-return]
+
+    def _poll_timeout_ms(self) -> int:
+        now = envelope.now_ms()
+        wake = min(self._next_beat_ms, now + STOP_CHECK_MS)
+        if self._deadlines:
+            wake = min(wake, self._deadlines[0][0])
+        return max(0, wake - now)
+
+    @staticmethod
+    def _drain(sock: zmq.Socket[bytes], handle: Any) -> None:
+        for _ in range(1000):  # bounded so one busy socket cannot starve the other
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            handle(frames[0], frames[1:])
+
+    def _tick(self) -> None:
+        now = envelope.now_ms()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, token = heapq.heappop(self._deadlines)
+            pending = self.pending.get(token)
+            if pending is not None and not pending.answered:
+                self._answer_error(
+                    token, DeadlineExceeded(f"no reply from {pending.request.service} in time")
+                )
+        if now >= self._next_beat_ms:
+            for worker in list(self.workers.values()):
+                if now > worker.expires_at_ms:
+                    log.warning(
+                        "%s worker pid %s missed heartbeats; dropping it",
+                        worker.service,
+                        worker.pid,
+                    )
+                    self._drop_worker(worker.identity, "stopped answering heartbeats")
+                else:
+                    self._send_worker(worker.identity, envelope.control(envelope.HEARTBEAT))
+            self._next_beat_ms = now + self.heartbeat.interval_ms
+
+    # -- clients -------------------------------------------------------------------------
+    def _on_frontend(self, client: bytes, frames: list[bytes]) -> None:
+        received_at = time.perf_counter()
+        try:
+            request = envelope.parse_request(frames)
+        except KeymemError as exc:
+            self.malformed += 1
+            request_id = envelope.request_id_of(frames)
+            if request_id is not None:
+                self._reply(client, envelope.Reply.error(request_id, exc))
+            return
+        token = _TOKEN.pack(next(self._tokens))
+        self.pending[token] = Pending(client, request, received_at)
+        try:
+            self._admit(token, request)
+        except KeymemError as exc:
+            self._answer_error(token, exc)
+
+    def _admit(self, token: bytes, request: envelope.Request) -> None:
+        if len(request.body) > MAX_BODY_BYTES:
+            raise TooLarge(f"body of {len(request.body)} bytes exceeds {MAX_BODY_BYTES}")
+        if request.expired():
+            raise DeadlineExceeded("deadline passed before the router received the request")
+        if request.service == ROUTER_SERVICE:
+            self._answer(token, envelope.STATUS_OK, pack(self._serve_self(request)))
+            return
+        record = self.services.get(request.service)
+        if record is None:
+            known = ", ".join(sorted([ROUTER_SERVICE, *self.services]))
+            raise BadRequest(f"unknown service {request.service!r} (known: {known})")
+        if not record.workers:
+            raise Unavailable(f"no live {request.service} worker")
+        if request.method not in record.methods():
+            known = ", ".join(sorted(record.methods()))
+            raise BadRequest(f"{request.service} has no method {request.method!r} (known: {known})")
+        heapq.heappush(self._deadlines, (request.deadline_ms, token))
+        self._dispatch(token, record)
+
+    def _dispatch(self, token: bytes, record: ServiceRecord) -> None:
+        while True:
+            worker = min(
+                (w for w in record.workers.values() if len(w.in_flight) < w.capacity),
+                key=lambda w: len(w.in_flight),
+                default=None,
+            )
+            if worker is None:
+                if not record.workers:
+                    raise Unavailable(f"no live {record.name} worker")
+                if len(record.queue) >= MAX_QUEUED_PER_SERVICE:
+                    raise Unavailable(f"{record.name} is overloaded ({len(record.queue)} queued)")
+                record.queue.append(token)
+                return
+            pending = self.pending[token]
+            request = pending.request
+            frames = envelope.Request(
+                token, request.service, request.method, request.deadline_ms, request.body
+            ).frames()
+            if self._send_worker(worker.identity, frames):
+                pending.worker = worker.identity
+                pending.attempts += 1
+                worker.in_flight.add(token)
+                return
+            # The worker's pipe is gone: drop it (and its in-flight work) and try another.
+
+    def _drain_queue(self, record: ServiceRecord) -> None:
+        while record.queue and any(len(w.in_flight) < w.capacity for w in record.workers.values()):
+            token = record.queue.popleft()
+            pending = self.pending.get(token)
+            if pending is None or pending.answered:
+                continue
+            try:
+                self._dispatch(token, record)
+            except KeymemError as exc:
+                self._answer_error(token, exc)
+        if not record.workers:
+            while record.queue:
+                token = record.queue.popleft()
+                if token in self.pending:
+                    self._answer_error(token, Unavailable(f"no live {record.name} worker"))
+
+    # -- workers -------------------------------------------------------------------------
+    def _on_backend(self, identity: bytes, frames: list[bytes]) -> None:
+        if len(frames) < 2 or frames[0] != envelope.SIGNATURE:
+            self.malformed += 1
+            return
+        kind = frames[1]
+        worker = self.workers.get(identity)
+        if worker is not None:
+            worker.expires_at_ms = envelope.now_ms() + self.heartbeat.expiry_ms
+        if kind == envelope.REPLY:
+            self._on_reply(worker, frames)
+        elif kind == envelope.HEARTBEAT:
+            if worker is None:
+                self._send_worker(identity, envelope.control(envelope.GOODBYE))
+            elif len(frames) == 3:
+                try:
+                    report = unpack(frames[2])
+                except BadRequest:
+                    report = None
+                if isinstance(report, dict):
+                    worker.reported = report
+        elif kind == envelope.READY and len(frames) == 3:
+            self._register(identity, frames[2])
+        elif kind == envelope.GOODBYE:
+            if worker is not None:
+                self._drop_worker(identity, "said goodbye")
+        else:
+            self.malformed += 1
+
+    def _register(self, identity: bytes, body: bytes) -> None:
+        try:
+            ready = unpack(body)
+            service = str(ready["service"])
+            methods = {str(k): dict(v) for k, v in dict(ready["methods"]).items()}
+            capacity = max(1, int(ready.get("capacity", 1)))
+            pid = int(ready.get("pid", 0))
+            direct = ready.get("direct")
+        except (KeymemError, KeyError, TypeError, ValueError, AttributeError):
+            self.malformed += 1
+            return
+        if not service or len(service) > envelope.MAX_NAME_BYTES or service == ROUTER_SERVICE:
+            self.malformed += 1
+            return
+        if identity in self.workers:
+            self._drop_worker(identity, "registered again")
+        record = self.services.setdefault(service, ServiceRecord(service))
+        worker = WorkerRecord(
+            identity=identity,
+            service=service,
+            capacity=capacity,
+            methods=methods,
+            pid=pid,
+            direct=str(direct) if direct else None,
+            expires_at_ms=envelope.now_ms() + self.heartbeat.expiry_ms,
+        )
+        self.workers[identity] = worker
+        record.workers[identity] = worker
+        log.info("%s worker pid %s registered (capacity %d)", service, pid, capacity)
+        self._drain_queue(record)
+
+    def _on_reply(self, worker: WorkerRecord | None, frames: list[bytes]) -> None:
+        try:
+            reply = envelope.parse_reply(frames)
+        except KeymemError:
+            self.malformed += 1
+            return
+        token = reply.request_id
+        if worker is not None:
+            worker.in_flight.discard(token)
+        pending = self.pending.get(token)
+        if pending is not None and not pending.answered:
+            self._answer(token, reply.status, reply.body)
+        elif pending is not None:
+            del self.pending[token]  # already answered (timed out); the late reply is dropped
+        if worker is not None:
+            self._drain_queue(self.services[worker.service])
+
+    def _drop_worker(self, identity: bytes, why: str) -> None:
+        worker = self.workers.pop(identity, None)
+        if worker is None:
+            return
+        record = self.services[worker.service]
+        record.workers.pop(identity, None)
+        for token in list(worker.in_flight):
+            pending = self.pending.get(token)
+            if pending is None:
+                continue
+            if pending.answered:
+                del self.pending[token]
+                continue
+            request = pending.request
+            idempotent = record.methods().get(request.method, {}).get("idempotent", False)
+            if idempotent and pending.attempts < MAX_ATTEMPTS and not request.expired():
+                try:
+                    self._dispatch(token, record)
+                    continue
+                except KeymemError as exc:
+                    self._answer_error(token, exc)
+                    continue
+            self._answer_error(
+                token,
+                Unavailable(
+                    f"the {worker.service} worker (pid {worker.pid}) {why} "
+                    "while handling this request"
+                ),
+            )
+        self._drain_queue(record)
+
+    def _on_disconnect(self, monitor: zmq.Socket[bytes]) -> None:
+        """A worker connection closed (e.g. kill -9): find which workers are now unroutable."""
+        while True:
+            try:
+                recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        for identity in list(self.workers):
+            self._send_worker(identity, envelope.control(envelope.HEARTBEAT))
+
+    def _send_worker(self, identity: bytes, frames: list[bytes]) -> bool:
+        try:
+            self.backend.send_multipart([identity, *frames], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                self._drop_worker(identity, "disconnected")
+            else:
+                log.warning("could not reach worker: %s", exc)
+            return False
+
+    # -- replies -------------------------------------------------------------------------
+    def _answer(self, token: bytes, status: bytes, body: bytes) -> None:
+        pending = self.pending[token]
+        pending.answered = True
+        if (
+            pending.worker is None
+            or pending.worker not in self.workers
+            or (token not in self.workers[pending.worker].in_flight)
+        ):
+            del self.pending[token]
+        micros = (time.perf_counter() - pending.received_at) * 1e6
+        error_code = None if status == envelope.STATUS_OK else status.decode("ascii", "replace")
+        self.stats.record(micros, error_code)
+        record = self.services.get(pending.request.service)
+        if record is not None:
+            record.stats.record(micros, error_code)
+        self._reply(pending.client, envelope.Reply(pending.request.request_id, status, body))
+
+    def _answer_error(self, token: bytes, error: KeymemError) -> None:
+        reply = envelope.Reply.error(token, error)
+        self._answer(token, reply.status, reply.body)
+
+    def _reply(self, client: bytes, reply: envelope.Reply) -> None:
+        try:
+            self.frontend.send_multipart([client, *reply.frames()], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the client went away; nobody is waiting for this reply
+
+    # -- the router's own methods ----------------------------------------------------------
+    def _serve_self(self, request: envelope.Request) -> dict[str, Any]:
+        if request.method == "ping":
+            return {"pong": True, "service": ROUTER_SERVICE, "pid": os.getpid()}
+        if request.method == "stats":
+            return self.describe()
+        raise BadRequest(f"router has no method {request.method!r} (known: ping, stats)")
+
+    def describe(self) -> dict[str, Any]:
+        import psutil
+
+        services: dict[str, Any] = {}
+        for name, record in sorted(self.services.items()):
+            workers = [
+                {
+                    "pid": w.pid,
+                    "direct": w.direct,
+                    "capacity": w.capacity,
+                    "in_flight": len(w.in_flight),
+                    **{k: v for k, v in w.reported.items() if k not in ("service", "direct")},
+                }
+                for w in record.workers.values()
+            ]
+            services[name] = {
+                "workers": workers,
+                "queued": len(record.queue),
+                "methods": sorted(record.methods()),
+                **record.stats.to_wire(),
+            }
+        return {
+            "router": {
+                "pid": os.getpid(),
+                "started_at": self.started_at,
+                "uptime_s": round(time.time() - self.started_at, 1),
+                "rss_bytes": psutil.Process().memory_info().rss,
+                "malformed": self.malformed,
+                "pending": len(self.pending),
+                **self.stats.to_wire(),
+            },
+            "services": services,
+        }

@@ -1,0 +1,56 @@
+"""Run one service as a process (what supervisord starts): ``python -m services <name>``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from protocol.endpoints import prepare_run_dir
+from protocol.worker import Worker
+from services.catalog import BUILDERS
+from services.config import ALL_PROGRAMS, Settings
+from services.router import Broker
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in ALL_PROGRAMS:
+        print(f"usage: python -m services {{{','.join(ALL_PROGRAMS)}}}", file=sys.stderr)
+        return 2
+    name = args[0]
+    logging.basicConfig(
+        level=os.environ.get("KEYMEM_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    settings = Settings.from_env()
+    prepare_run_dir(settings.endpoints)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        logging.getLogger("keymem").info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if name == "router":
+        Broker(
+            settings.endpoints.frontend,
+            settings.endpoints.backend,
+            heartbeat=settings.heartbeat,
+            known_services=BUILDERS,
+            stop=stop,
+        ).run()
+    else:
+        Worker(
+            BUILDERS[name](settings),
+            settings.endpoints.backend,
+            direct_endpoint=settings.endpoints.direct(name, os.getpid()),
+            heartbeat=settings.heartbeat,
+            stop=stop,
+        ).run()
+    return 0

@@ -1,0 +1,94 @@
+"""keymem in one process: the router and workers as threads over inproc sockets.
+
+The same ``Broker`` and ``Worker`` code the supervised processes run (invariant 8); only the
+endpoints differ. Tests use it, and it is the quick embedded mode.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from protocol.client import Client
+from protocol.endpoints import Endpoints, inproc_endpoints
+from protocol.worker import HeartbeatPolicy, Service, Worker
+from services.router import Broker
+
+START_TIMEOUT_S = 10.0
+
+
+@dataclass
+class RunningWorker:
+    worker: Worker
+    thread: threading.Thread
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self.worker.stop()
+        self.thread.join(timeout_s)
+
+
+@dataclass
+class InprocStack:
+    heartbeat: HeartbeatPolicy = field(default_factory=HeartbeatPolicy)
+    known_services: Iterable[str] = ()
+    endpoints: Endpoints = field(default_factory=inproc_endpoints)
+    context: zmq.Context[Any] = field(default_factory=zmq.Context)
+
+    def __post_init__(self) -> None:
+        self.broker = Broker(
+            self.endpoints.frontend,
+            self.endpoints.backend,
+            context=self.context,
+            known_services=self.known_services,
+            heartbeat=self.heartbeat,
+        )
+        self.workers: list[RunningWorker] = []
+        self._clients: list[Client] = []
+        self._broker_thread = threading.Thread(target=self.broker.run, name="router", daemon=True)
+
+    def start(self) -> InprocStack:
+        self._broker_thread.start()
+        if not self.broker.ready.wait(START_TIMEOUT_S):
+            raise RuntimeError("router thread did not start")
+        return self
+
+    def add_worker(self, service: Service, *, direct: bool = False) -> RunningWorker:
+        index = sum(1 for w in self.workers if w.worker.service.name == service.name)
+        worker = Worker(
+            service,
+            self.endpoints.backend,
+            context=self.context,
+            direct_endpoint=self.endpoints.direct(service.name, 0, index) if direct else None,
+            heartbeat=self.heartbeat,
+        )
+        thread = threading.Thread(target=worker.run, name=f"{service.name}-{index}", daemon=True)
+        thread.start()
+        if not worker.ready.wait(START_TIMEOUT_S):
+            raise RuntimeError(f"{service.name} worker thread did not start")
+        running = RunningWorker(worker, thread)
+        self.workers.append(running)
+        return running
+
+    def client(self, timeout_ms: int = 5_000) -> Client:
+        client = Client(self.endpoints.frontend, context=self.context, timeout_ms=timeout_ms)
+        self._clients.append(client)
+        return client
+
+    def stop(self) -> None:
+        for client in self._clients:
+            client.close()
+        for running in self.workers:
+            running.stop()
+        self.broker.stop()
+        self._broker_thread.join(5.0)
+        self.context.term()
+
+    def __enter__(self) -> InprocStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,255 @@
+"""Drive supervisord: render its config, start it once, read process state, shut it down.
+
+supervisord owns the five programs as one group; we talk to it over XML-RPC on a unix socket
+inside the 0700 run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import string
+import subprocess
+import sys
+import time
+import xmlrpc.client
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from protocol.client import Client
+from protocol.endpoints import prepare_run_dir
+from protocol.errors import KeymemError
+from services.config import ALL_PROGRAMS, Settings
+
+GROUP = "keymem"
+SUPERVISOR_START_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = float(os.environ.get("KEYMEM_UP_TIMEOUT_S", "60"))
+PING_TIMEOUT_MS = 500
+SHUTDOWN_TIMEOUT_S = 30.0
+LOG_TAIL_LINES = 8
+
+
+class SupervisionError(RuntimeError):
+    """keymem's services could not be started, reached or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    name: str
+    state: str
+    pid: int
+    uptime_s: float
+    log: str
+    description: str
+
+
+class Supervision:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.config_path = settings.home / "supervisord.conf"
+        self.socket_path = settings.run_dir / "supervisor.sock"
+        self.pidfile = settings.run_dir / "supervisord.pid"
+
+    # -- configuration ---------------------------------------------------------------------
+    def render_config(self) -> Path:
+        templates = resources.files("deploy")
+        program = string.Template(templates.joinpath("program.conf.template").read_text())
+        main = string.Template(templates.joinpath("supervisord.conf.template").read_text())
+        common = {
+            "home": str(self.settings.home),
+            "run_dir": str(self.settings.run_dir),
+            "log_dir": str(self.settings.log_dir),
+            "python": sys.executable,
+        }
+        sections = [
+            program.substitute(common, name=name, priority=10 * (i + 1))
+            for i, name in enumerate(ALL_PROGRAMS)
+        ]
+        text = main.substitute(
+            common, programs=",".join(ALL_PROGRAMS), program_sections="\n".join(sections)
+        )
+        self.config_path.write_text(text)
+        return self.config_path
+
+    # -- state -----------------------------------------------------------------------------
+    def rpc(self) -> Any:
+        from supervisor.xmlrpc import SupervisorTransport
+
+        transport = SupervisorTransport(None, None, serverurl=f"unix://{self.socket_path}")
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
+
+    def supervisord_pid(self) -> int | None:
+        """The pid of a live supervisord for this home, or None."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        try:
+            state = self.rpc().supervisor.getState()
+        except (OSError, xmlrpc.client.Error):
+            return None
+        return pid if state.get("statename") in ("RUNNING", "RESTARTING") else None
+
+    def processes(self) -> list[ProcessInfo]:
+        infos = self.rpc().supervisor.getAllProcessInfo()
+        result = []
+        for info in infos:
+            running = info["statename"] == "RUNNING"
+            result.append(
+                ProcessInfo(
+                    name=info["name"],
+                    state=info["statename"],
+                    pid=int(info["pid"]),
+                    uptime_s=float(info["now"] - info["start"]) if running else 0.0,
+                    log=info["stdout_logfile"],
+                    description=info["description"],
+                )
+            )
+        order = {name: i for i, name in enumerate(ALL_PROGRAMS)}
+        return sorted(result, key=lambda p: order.get(p.name, len(order)))
+
+    def log_path(self, program: str) -> Path:
+        return self.settings.log_dir / f"{program}.log"
+
+    # -- start / stop ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Serialise up/down across processes so two agents never start two supervisords."""
+        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.settings.run_dir / "control.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def start(self) -> bool:
+        """Start supervisord unless it already runs for this home; True if it was started."""
+        self.settings.home.mkdir(parents=True, exist_ok=True)
+        prepare_run_dir(self.settings.endpoints)
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.supervisord_pid() is not None:
+            return False
+        self._remove_stale_sockets()
+        config = self.render_config()
+        env = {**os.environ, "KEYMEM_HOME": str(self.settings.home)}
+        completed = subprocess.run(
+            [sys.executable, "-m", "supervisor.supervisord", "-c", str(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SUPERVISOR_START_TIMEOUT_S,
+        )
+        if completed.returncode != 0:
+            raise SupervisionError(
+                f"supervisord failed to start (exit {completed.returncode}): "
+                f"{completed.stderr.strip() or completed.stdout.strip()}\n"
+                f"config: {config}; log: {self.settings.log_dir / 'supervisord.log'}"
+            )
+        give_up = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
+        while self.supervisord_pid() is None:
+            if time.monotonic() > give_up:
+                raise SupervisionError(
+                    f"supervisord did not come up; see {self.settings.log_dir / 'supervisord.log'}"
+                )
+            time.sleep(0.05)
+        return True
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
+        """Block until the router and every worker service answer ``ping`` through the router.
+
+        Returns the seconds waited; raises ``SupervisionError`` naming each missing service
+        with its state and the tail of its log.
+        """
+        started = time.monotonic()
+        missing = list(ALL_PROGRAMS)
+        with Client(self.settings.endpoints.frontend, timeout_ms=PING_TIMEOUT_MS) as client:
+            while missing and time.monotonic() - started < timeout_s:
+                for name in list(missing):
+                    try:
+                        client.call(name, "ping")
+                        missing.remove(name)
+                    except KeymemError:
+                        pass
+                if missing and self._gave_up(missing):
+                    break
+                if missing:
+                    time.sleep(0.05)
+        if missing:
+            raise SupervisionError(self._not_ready_report(missing, timeout_s))
+        return time.monotonic() - started
+
+    def _gave_up(self, programs: list[str]) -> bool:
+        """True once supervisord stopped retrying one of ``programs`` (no point waiting on)."""
+        return any(p.state == "FATAL" for p in self.processes() if p.name in programs)
+
+    def _not_ready_report(self, missing: list[str], timeout_s: float) -> str:
+        states = {p.name: p for p in self.processes()}
+        lines = [f"keymem did not become ready (waited up to {timeout_s:.0f} s):"]
+        for name in missing:
+            info = states.get(name)
+            state = f"{info.state} {info.description}".strip() if info else "unknown"
+            log = self.log_path(name)
+            lines.append(f"- {name} does not answer (supervisor: {state}); its log: {log}")
+            lines.extend(f"    | {line}" for line in _tail(log, LOG_TAIL_LINES))
+        return "\n".join(lines)
+
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
+        """Stop every program and supervisord itself; False if nothing was running."""
+        pid = self.supervisord_pid()
+        if pid is None:
+            self._remove_stale_sockets()
+            return False
+        rpc = self.rpc()
+        children = [p.pid for p in self.processes() if p.pid]
+        try:
+            rpc.supervisor.stopProcessGroup(GROUP, True)
+        except xmlrpc.client.Fault:
+            pass  # already stopped
+        with contextlib.suppress(OSError, xmlrpc.client.Error):
+            rpc.supervisor.shutdown()
+        give_up = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < give_up:
+            time.sleep(0.05)
+        for leftover in [pid, *children]:
+            if _alive(leftover):
+                os.kill(leftover, signal.SIGKILL)
+        self._remove_stale_sockets()
+        return True
+
+    def _remove_stale_sockets(self) -> None:
+        run_dir = self.settings.run_dir
+        if not run_dir.is_dir():
+            return
+        for path in [*run_dir.glob("*.sock"), self.pidfile]:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie child of ours counts as gone
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 16_384))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ["(no log yet)"]
+    return text.splitlines()[-lines:]
