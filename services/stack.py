@@ -1,7 +1,9 @@
 """keymem in one process: the router and workers as threads over inproc sockets.
 
 The same ``Broker`` and ``Worker`` code the supervised processes run (invariant 8); only the
-endpoints differ. Tests use it, and it is the quick embedded mode.
+endpoints differ. Tests use it, and it is the quick embedded mode. Everything shares pyzmq's
+global context, so any ``Client`` made in this process (inside a service, too) reaches the
+stack's inproc endpoints without being handed a context.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -16,6 +19,7 @@ import zmq
 from protocol.client import Client
 from protocol.endpoints import Endpoints, inproc_endpoints
 from protocol.worker import HeartbeatPolicy, Service, Worker
+from services.config import Settings
 from services.router import Broker
 
 START_TIMEOUT_S = 10.0
@@ -36,7 +40,7 @@ class InprocStack:
     heartbeat: HeartbeatPolicy = field(default_factory=HeartbeatPolicy)
     known_services: Iterable[str] = ()
     endpoints: Endpoints = field(default_factory=inproc_endpoints)
-    context: zmq.Context[Any] = field(default_factory=zmq.Context)
+    context: zmq.Context[Any] = field(default_factory=zmq.Context.instance)
 
     def __post_init__(self) -> None:
         self.broker = Broker(
@@ -73,6 +77,10 @@ class InprocStack:
         self.workers.append(running)
         return running
 
+    def settings(self, home: Path) -> Settings:
+        """Settings for building a service that lives in this stack (and may call the router)."""
+        return Settings(home=home, endpoints=self.endpoints, heartbeat=self.heartbeat)
+
     def client(self, timeout_ms: int = 5_000) -> Client:
         client = Client(self.endpoints.frontend, context=self.context, timeout_ms=timeout_ms)
         self._clients.append(client)
@@ -85,7 +93,6 @@ class InprocStack:
             running.stop()
         self.broker.stop()
         self._broker_thread.join(5.0)
-        self.context.term()
 
     def __enter__(self) -> InprocStack:
         return self.start()
