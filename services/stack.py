@@ -9,6 +9,7 @@ stack's inproc endpoints without being handed a context.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ class InprocStack:
 
     def add_worker(self, service: Service, *, direct: bool = False) -> RunningWorker:
         index = sum(1 for w in self.workers if w.worker.service.name == service.name)
+        registered_before = self._registered(service.name)
         worker = Worker(
             service,
             self.endpoints.backend,
@@ -73,9 +75,18 @@ class InprocStack:
         thread.start()
         if not worker.ready.wait(START_TIMEOUT_S):
             raise RuntimeError(f"{service.name} worker thread did not start")
+        give_up = time.monotonic() + START_TIMEOUT_S
+        while self._registered(service.name) <= registered_before:
+            if time.monotonic() > give_up:
+                raise RuntimeError(f"{service.name} worker did not register with the router")
+            time.sleep(0.002)
         running = RunningWorker(worker, thread)
         self.workers.append(running)
         return running
+
+    def _registered(self, service: str) -> int:
+        record = self.broker.services.get(service)
+        return len(record.workers) if record is not None else 0
 
     def settings(self, home: Path) -> Settings:
         """Settings for building a service that lives in this stack (and may call the router)."""
