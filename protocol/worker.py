@@ -4,12 +4,21 @@ One thread owns the sockets and runs handlers one at a time. That is deliberate:
 are sent from the same loop that serves requests, so a worker stuck in a GIL-holding handler
 stops heartbeating and the router routes around it (libzmq's own heartbeats would keep
 answering from its I/O thread and hide the hang).
+
+Batch methods (``Service.method(name, batch=True)``) exist for model services, where one call
+on 32 inputs costs little more than one call on a single input. Each wake-up drains what is
+already queued on a socket (bounded), groups the requests of each batch method and calls the
+handler once with the list of bodies; every request still gets its own reply, its own deadline
+check and its own error. There is no artificial wait: under load, requests pile up while the
+previous batch runs, so batches grow exactly when they help. A service that batches should
+declare ``capacity`` > 1 so the router keeps that many requests outstanding on the worker.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +35,15 @@ from protocol.stats import RequestStats
 log = logging.getLogger("keymem.worker")
 
 Handler = Callable[[Any], Any]
+# A batch handler takes the bodies of several requests and returns one result per body, in
+# order; an item that is a ``KeymemError`` instance becomes that request's error reply.
+BatchHandler = Callable[[list[Any]], list[Any]]
+# At most this many messages are taken off one socket per wake-up, so one busy socket cannot
+# starve the other or the heartbeat.
+MAX_DRAIN = 256
+DEFAULT_MAX_BATCH = 64
+# Bodies in one batch call, in bytes: a proxy for model work that keeps one call short.
+DEFAULT_MAX_BATCH_BYTES = 256 * 1024
 # How often the loop wakes to notice a stop request when nothing arrives.
 STOP_CHECK_MS = 50
 RECONNECT_DELAY_MS = 100
@@ -53,6 +71,18 @@ class Method:
     handler: Handler
     # Safe to run twice: the router may retry it on another worker if this one dies.
     idempotent: bool = False
+    # ``handler`` is a ``BatchHandler``: it takes a list of bodies and returns a list of results.
+    batch: bool = False
+    max_batch: int = DEFAULT_MAX_BATCH
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+
+    def call_one(self, body: Any) -> Any:
+        if not self.batch:
+            return self.handler(body)
+        (result,) = self.handler([body])
+        if isinstance(result, KeymemError):
+            raise result
+        return result
 
 
 @dataclass
@@ -74,18 +104,44 @@ class Service:
         self.on_stop: list[Callable[[], None]] = []
 
     def method(
-        self, name: str | None = None, *, idempotent: bool = False
+        self,
+        name: str | None = None,
+        *,
+        idempotent: bool = False,
+        batch: bool = False,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     ) -> Callable[[Handler], Handler]:
+        """Register a handler; with ``batch=True`` it is a ``BatchHandler`` (list in, list out)."""
+
         def register(fn: Handler) -> Handler:
-            self.add(name or fn.__name__, fn, idempotent=idempotent)
+            self.add(
+                name or fn.__name__,
+                fn,
+                idempotent=idempotent,
+                batch=batch,
+                max_batch=max_batch,
+                max_batch_bytes=max_batch_bytes,
+            )
             return fn
 
         return register
 
-    def add(self, name: str, handler: Handler, *, idempotent: bool = False) -> None:
+    def add(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        idempotent: bool = False,
+        batch: bool = False,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    ) -> None:
         if name in self.methods or name in BUILTIN_METHODS:
             raise ValueError(f"{self.name}.{name} is already defined")
-        self.methods[name] = Method(handler, idempotent)
+        if max_batch < 1 or max_batch_bytes < 1:
+            raise ValueError(f"{self.name}.{name}: max_batch and max_batch_bytes must be >= 1")
+        self.methods[name] = Method(handler, idempotent, batch, max_batch, max_batch_bytes)
 
     def every(self, interval_s: float, action: Callable[[], None]) -> None:
         """Run ``action`` from the serving loop about every ``interval_s`` (first run at start)."""
@@ -243,50 +299,133 @@ class Worker:
 
     def _drain_backend(self) -> None:
         assert self._backend is not None
-        while True:
+        incoming: list[_Incoming] = []
+        for _ in range(MAX_DRAIN):
             try:
                 frames = self._backend.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             self._router_seen_ms = envelope.now_ms()
             kind = frames[1] if len(frames) >= 2 and frames[0] == envelope.SIGNATURE else None
             if kind == envelope.REQUEST:
-                reply = self._serve(frames)
-                if reply is not None:
-                    self._send_backend(reply.frames())
+                incoming.append(_Incoming(frames, self._send_backend))
             elif kind == envelope.GOODBYE:
-                # The router does not know us (it restarted): register again.
+                # The router does not know us (it restarted): register again. What was already
+                # taken off the old socket is dropped; the router answered it with an error.
                 self._connect()
                 return
             elif kind != envelope.HEARTBEAT:
                 log.warning("%s: ignored malformed message from router", self.service.name)
+        self._serve_all(incoming)
 
     def _drain_direct(self) -> None:
         assert self._direct is not None
-        while True:
+        direct = self._direct
+        incoming: list[_Incoming] = []
+        for _ in range(MAX_DRAIN):
             try:
-                peer, *frames = self._direct.recv_multipart(zmq.NOBLOCK)
+                peer, *frames = direct.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             except ValueError:
                 continue
-            reply = self._serve(frames)
-            if reply is not None:
-                try:
-                    self._direct.send_multipart([peer, *reply.frames()], zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    pass
+            incoming.append(_Incoming(frames, _direct_sender(direct, peer)))
+        self._serve_all(incoming)
 
-    def _serve(self, frames: list[bytes]) -> envelope.Reply | None:
-        """Run one request; ``None`` when nothing can or should be answered."""
+    def _serve_all(self, incoming: list[_Incoming]) -> None:
+        """Serve what one drain took: plain requests in order, then each batch method's group."""
+        groups: dict[str, list[tuple[envelope.Request, _Incoming]]] = {}
+        for item in incoming:
+            started = time.perf_counter()
+            try:
+                request = envelope.parse_request(item.frames)
+            except KeymemError as exc:
+                request_id = envelope.request_id_of(item.frames)
+                if request_id is not None:
+                    item.send(envelope.Reply.error(request_id, exc).frames())
+                continue
+            found = self.service.methods.get(request.method)
+            if found is not None and found.batch:
+                groups.setdefault(request.method, []).append((request, item))
+                continue
+            reply = self._serve(request, started)
+            if reply is not None:
+                item.send(reply.frames())
+        for method_name, members in groups.items():
+            method = self.service.methods[method_name]
+            for chunk in _chunks(members, method.max_batch, method.max_batch_bytes):
+                self._serve_batch(method_name, method, chunk)
+                self._beat_if_due()
+
+    def _beat_if_due(self) -> None:
+        """Between batch calls of one long drain: keep the router convinced we are alive."""
+        now = envelope.now_ms()
+        if self._backend is not None and now >= self._next_beat_ms:
+            self._send_backend(envelope.control(envelope.HEARTBEAT, pack(self.describe_stats())))
+            self._next_beat_ms = now + self.heartbeat.interval_ms
+
+    def _serve_batch(
+        self, name: str, method: Method, members: list[tuple[envelope.Request, _Incoming]]
+    ) -> None:
+        """One handler call for many requests; a failing call is retried one body at a time."""
         started = time.perf_counter()
+        live: list[tuple[envelope.Request, _Incoming, Any]] = []
+        for request, item in members:
+            if request.expired():
+                self.stats.expired += 1
+                continue
+            try:
+                live.append((request, item, unpack(request.body)))
+            except KeymemError as exc:
+                self._reply_batch_item(request, item, exc, started)
+        if not live:
+            return
         try:
-            request = envelope.parse_request(frames)
-        except KeymemError as exc:
-            request_id = envelope.request_id_of(frames)
-            if request_id is None:
-                return None
-            return envelope.Reply.error(request_id, exc)
+            results = method.handler([body for _, _, body in live])
+            if not isinstance(results, list) or len(results) != len(live):
+                raise InternalError(
+                    f"{self.service.name}.{name} returned {type(results).__name__} "
+                    f"for {len(live)} bodies; expected a list of {len(live)}"
+                )
+        except Exception:
+            if len(live) == 1:
+                results = [self._failure(name, sys.exc_info()[1])]
+            else:
+                # Isolate the culprit: every body gets its own call and its own outcome.
+                for request, item, body in live:
+                    try:
+                        outcome: Any = method.call_one(body)
+                    except Exception as exc:
+                        outcome = self._failure(name, exc)
+                    self._reply_batch_item(request, item, outcome, time.perf_counter())
+                return
+        for (request, item, _), result in zip(live, results, strict=True):
+            self._reply_batch_item(request, item, result, started)
+
+    def _failure(self, name: str, exc: BaseException | None) -> KeymemError:
+        if isinstance(exc, KeymemError):
+            return exc
+        log.exception("%s.%s failed", self.service.name, name, exc_info=exc)
+        return InternalError(f"{type(exc).__name__}: {exc}")
+
+    def _reply_batch_item(
+        self, request: envelope.Request, item: _Incoming, result: Any, started: float
+    ) -> None:
+        error_code: str | None = None
+        if isinstance(result, KeymemError):
+            error_code = result.code.value
+            reply = envelope.Reply.error(request.request_id, result)
+        else:
+            try:
+                reply = envelope.Reply(request.request_id, envelope.STATUS_OK, pack(result))
+            except KeymemError as exc:
+                error_code = exc.code.value
+                reply = envelope.Reply.error(request.request_id, exc)
+        self.stats.record((time.perf_counter() - started) * 1e6, error_code)
+        item.send(reply.frames())
+
+    def _serve(self, request: envelope.Request, started: float) -> envelope.Reply | None:
+        """Run one request; ``None`` when its deadline has passed (nobody waits for it)."""
         if request.expired():
             self.stats.expired += 1
             return None
@@ -315,4 +454,41 @@ class Worker:
         if found is None:
             known = ", ".join(sorted(self.service.describe()))
             raise BadRequest(f"{self.service.name} has no method {method!r} (known: {known})")
-        return found.handler(body)
+        return found.call_one(body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Incoming:
+    """A request's frames and how to send its reply (router socket, or a direct peer)."""
+
+    frames: list[bytes]
+    send: Callable[[list[bytes]], None]
+
+
+def _direct_sender(sock: zmq.Socket[bytes], peer: bytes) -> Callable[[list[bytes]], None]:
+    def send(frames: list[bytes]) -> None:
+        try:
+            sock.send_multipart([peer, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    return send
+
+
+def _chunks(
+    members: list[tuple[envelope.Request, _Incoming]], max_count: int, max_bytes: int
+) -> list[list[tuple[envelope.Request, _Incoming]]]:
+    """Split one method's requests into calls of at most ``max_count`` bodies and ``max_bytes``."""
+    chunks: list[list[tuple[envelope.Request, _Incoming]]] = []
+    current: list[tuple[envelope.Request, _Incoming]] = []
+    size = 0
+    for member in members:
+        body_bytes = len(member[0].body)
+        if current and (len(current) >= max_count or size + body_bytes > max_bytes):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(member)
+        size += body_bytes
+    if current:
+        chunks.append(current)
+    return chunks

@@ -1,0 +1,166 @@
+"""Batch methods in the worker runtime: queued requests coalesce into one handler call.
+
+Each test holds the worker busy in a plain method so that concurrent requests pile up on its
+socket, then checks what the batch handler saw and what every caller got back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import zmq
+
+from protocol import envelope
+from protocol.client import Client
+from protocol.errors import BadRequest, DeadlineExceeded, KeymemError
+from protocol.worker import Service
+from services.stack import InprocStack
+
+HOLD_S = 0.3  # long enough for every test thread to have its request queued
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[list[Any]] = []
+        self.lock = threading.Lock()
+
+    def sizes(self) -> list[int]:
+        return [len(call) for call in self.calls]
+
+
+def _service(recorder: Recorder, *, max_batch: int = 64) -> Service:
+    service = Service("batcher", capacity=32)
+
+    @service.method("hold")
+    def hold(body: Any) -> str:
+        time.sleep(HOLD_S)
+        return "held"
+
+    @service.method("double", batch=True, max_batch=max_batch)
+    def double(bodies: list[Any]) -> list[Any]:
+        recorder.calls.append(list(bodies))
+        if any(body == "explode" for body in bodies):
+            raise RuntimeError("one body in this batch is poison")
+        return [BadRequest("negative") if body < 0 else body * 2 for body in bodies]
+
+    return service
+
+
+def _concurrently(stack: InprocStack, bodies: list[Any], timeout_ms: int = 5_000) -> list[Any]:
+    """Hold the worker, then call ``double`` once per body from its own thread and client."""
+    results: list[Any] = [None] * len(bodies)
+    clients = [stack.client(timeout_ms=timeout_ms) for _ in bodies]
+    holder = stack.client()
+    for client in clients:
+        client.call("batcher", "ping")  # connected before the worker is held
+
+    def call(index: int) -> None:
+        try:
+            results[index] = clients[index].call("batcher", "double", bodies[index])
+        except KeymemError as exc:
+            results[index] = exc
+
+    hold_thread = threading.Thread(target=holder.call, args=("batcher", "hold"))
+    hold_thread.start()
+    time.sleep(0.05)  # the hold is running in the worker
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    hold_thread.join()
+    return results
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+def _start(stack: InprocStack, recorder: Recorder, **kwargs: Any) -> None:
+    stack.add_worker(_service(recorder, **kwargs), direct=True)
+
+
+def test_queued_requests_share_one_handler_call(stack: InprocStack, recorder: Recorder) -> None:
+    _start(stack, recorder)
+    results = _concurrently(stack, list(range(12)))
+    assert results == [i * 2 for i in range(12)]
+    assert max(recorder.sizes()) > 1, recorder.sizes()
+    assert sum(recorder.sizes()) == 12
+
+
+def test_single_request_still_works_through_router_and_direct(
+    stack: InprocStack, recorder: Recorder
+) -> None:
+    _start(stack, recorder)
+    assert stack.client().call("batcher", "double", 21) == 42
+    direct = stack.workers[0].worker.direct_endpoint
+    assert direct is not None
+    with Client(direct, context=stack.context) as client:
+        assert client.call("batcher", "double", 5) == 10
+    assert recorder.sizes() == [1, 1]
+
+
+def test_error_item_reaches_only_its_caller(stack: InprocStack, recorder: Recorder) -> None:
+    _start(stack, recorder)
+    results = _concurrently(stack, [1, -1, 3])
+    assert results[0] == 2 and results[2] == 6
+    assert isinstance(results[1], BadRequest)
+
+
+def test_a_raising_batch_is_retried_body_by_body(stack: InprocStack, recorder: Recorder) -> None:
+    _start(stack, recorder)
+    results = _concurrently(stack, [1, "explode", 3, 4])
+    assert [results[0], results[2], results[3]] == [2, 6, 8]
+    assert isinstance(results[1], KeymemError) and results[1].code.value == "internal"
+    # the service is still up and serving
+    assert stack.client().call("batcher", "double", 7) == 14
+
+
+def test_max_batch_bounds_each_call(stack: InprocStack, recorder: Recorder) -> None:
+    _start(stack, recorder, max_batch=4)
+    results = _concurrently(stack, list(range(10)))
+    assert results == [i * 2 for i in range(10)]
+    assert max(recorder.sizes()) <= 4
+    assert sum(recorder.sizes()) == 10
+
+
+def test_expired_requests_never_reach_the_handler(stack: InprocStack, recorder: Recorder) -> None:
+    _start(stack, recorder)
+    results = _concurrently(stack, [1, 2, 3], timeout_ms=100)  # they expire while queued
+    assert all(isinstance(r, DeadlineExceeded) for r in results), results
+    assert recorder.calls == []
+    direct = stack.workers[0].worker.direct_endpoint
+    assert direct is not None
+    with Client(direct, context=stack.context) as client:
+        assert client.call("batcher", "stats")["expired"] == 3
+
+
+def test_undecodable_body_is_a_typed_error_for_that_request(
+    stack: InprocStack, recorder: Recorder
+) -> None:
+    _start(stack, recorder)
+    request = envelope.Request(b"r1", "batcher", "double", envelope.now_ms() + 2000, b"\xc1")
+    direct = stack.workers[0].worker.direct_endpoint
+    assert direct is not None
+    sock = stack.context.socket(zmq.DEALER)
+    try:
+        sock.connect(direct)
+        sock.send_multipart(request.frames())
+        assert sock.poll(2000)
+        reply = envelope.parse_reply(sock.recv_multipart())
+    finally:
+        sock.close(linger=0)
+    assert reply.status == b"bad_request"
+    assert recorder.calls == []
+
+
+def test_invalid_batch_limits_are_refused() -> None:
+    service = Service("x")
+    handler: Callable[[list[Any]], list[Any]] = list
+    with pytest.raises(ValueError):
+        service.add("m", handler, batch=True, max_batch=0)
