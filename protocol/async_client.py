@@ -26,7 +26,9 @@ class AsyncClient:
         self.endpoint = endpoint
         self.timeout_ms = timeout_ms
         self._ids = RequestIds()
-        self._socket = (context or zmq.asyncio.Context.instance()).socket(zmq.DEALER)
+        # Shadow the global context so inproc endpoints of an in-process stack are reachable.
+        context = context or zmq.asyncio.Context(zmq.Context.instance())
+        self._socket = context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.connect(endpoint)
         self._waiting: dict[bytes, asyncio.Future[envelope.Reply]] = {}

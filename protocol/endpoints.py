@@ -95,7 +95,10 @@ def endpoints_from_env(home: Path | None = None) -> Endpoints:
         return ipc_endpoints(home)
     if transport == "tcp":
         host = os.environ.get("KEYMEM_TCP_HOST", "127.0.0.1")
-        port = int(os.environ.get("KEYMEM_TCP_PORT", DEFAULT_TCP_PORT))
+        raw_port = os.environ.get("KEYMEM_TCP_PORT", str(DEFAULT_TCP_PORT))
+        if not raw_port.isdigit() or not 0 < int(raw_port) < 65535:
+            raise EndpointError(f"KEYMEM_TCP_PORT must be a port number, got {raw_port!r}")
+        port = int(raw_port)
         return tcp_endpoints(host, port)
     raise EndpointError(f"KEYMEM_TRANSPORT must be ipc or tcp, got {transport!r}")
 

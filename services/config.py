@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol.endpoints import Endpoints, endpoints_from_env, keymem_home
+from protocol.endpoints import EndpointError, Endpoints, endpoints_from_env, keymem_home
 from protocol.worker import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_HEARTBEAT_LIVENESS,
@@ -17,6 +17,10 @@ WORKER_SERVICES = ("embedder", "reranker", "lexicon", "graph")
 ALL_PROGRAMS = ("router", *WORKER_SERVICES)
 
 
+class ConfigError(ValueError):
+    """A setting in the environment that keymem cannot use; the message names it."""
+
+
 def _int_env(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
@@ -24,7 +28,7 @@ def _int_env(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError as exc:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,14 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
+        """Read the environment; raises ``ConfigError`` naming a bad variable."""
         home = keymem_home()
         heartbeat = HeartbeatPolicy(
             interval_ms=_int_env("KEYMEM_HEARTBEAT_MS", DEFAULT_HEARTBEAT_INTERVAL_MS),
             liveness=_int_env("KEYMEM_HEARTBEAT_LIVENESS", DEFAULT_HEARTBEAT_LIVENESS),
         )
-        return cls(home=home, endpoints=endpoints_from_env(home), heartbeat=heartbeat)
+        try:
+            endpoints = endpoints_from_env(home)
+        except EndpointError as exc:
+            raise ConfigError(str(exc)) from exc
+        return cls(home=home, endpoints=endpoints, heartbeat=heartbeat)

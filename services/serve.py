@@ -15,6 +15,8 @@ from services.catalog import BUILDERS
 from services.config import ALL_PROGRAMS, Settings
 from services.router import Broker
 
+EXIT_CONFIG_ERROR = 78  # sysexits.h EX_CONFIG
+
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
@@ -22,12 +24,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m services {{{','.join(ALL_PROGRAMS)}}}", file=sys.stderr)
         return 2
     name = args[0]
-    logging.basicConfig(
-        level=os.environ.get("KEYMEM_LOG_LEVEL", "INFO"),
-        format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    settings = Settings.from_env()
+    try:
+        logging.basicConfig(
+            level=os.environ.get("KEYMEM_LOG_LEVEL", "INFO").upper(),
+            format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s",
+            stream=sys.stderr,
+        )
+        settings = Settings.from_env()
+    except ValueError as exc:  # ConfigError, or logging's own for an unknown level
+        print(f"keymem {name}: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     prepare_run_dir(settings.endpoints)
     stop = threading.Event()
 

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from services.cli import bench, down, status, up
+from services.config import ConfigError
 
 COMMANDS = (up, down, status, bench)
 
@@ -25,6 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
+    except ConfigError as exc:
+        print(f"keymem: configuration error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return code

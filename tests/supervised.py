@@ -1,0 +1,72 @@
+"""Driving a real deployment from tests: the `keymem` CLI as a subprocess, in its own home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+CLI_TIMEOUT_S = 120
+
+
+@dataclass
+class Deployment:
+    home: Path
+    env: dict[str, str]
+
+    def keymem(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        completed = subprocess.run(
+            [sys.executable, "-m", "services.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+        )
+        if check and completed.returncode != 0:
+            raise AssertionError(
+                f"keymem {' '.join(args)} exited {completed.returncode}\n"
+                f"stdout: {completed.stdout}\nstderr: {completed.stderr}"
+            )
+        return completed
+
+    def status(self) -> dict[str, Any]:
+        report: dict[str, Any] = json.loads(self.keymem("status", "--json", check=False).stdout)
+        return report
+
+    def wait_all_running(self, timeout_s: float = 30) -> dict[str, Any]:
+        give_up = time.monotonic() + timeout_s
+        while True:
+            report = self.status()
+            states = {n: s["state"] for n, s in report["services"].items()}
+            if set(states.values()) == {"RUNNING"}:
+                return report
+            assert time.monotonic() < give_up, f"services not all RUNNING: {states}"
+            time.sleep(0.2)
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process started for this home (supervisord and its programs)."""
+        found = []
+        for proc in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                cmdline = " ".join(proc.info["cmdline"] or [])
+                environ = proc.info["environ"] or {}
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if str(self.home) in cmdline or environ.get("KEYMEM_HOME") == str(self.home):
+                found.append(proc)
+        return found
+
+
+def deployment_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    env.update(KEYMEM_HOME=str(home), KEYMEM_HEARTBEAT_MS="200", **extra)
+    return env

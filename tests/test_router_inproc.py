@@ -1,0 +1,212 @@
+"""The router and worker runtime in one process (inproc sockets, the same code as deployed)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from protocol import envelope
+from protocol.async_client import AsyncClient
+from protocol.client import Client
+from protocol.codec import pack
+from protocol.errors import (
+    BadRequest,
+    DeadlineExceeded,
+    InternalError,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
+from protocol.worker import Service
+from services.router.broker import MAX_BODY_BYTES
+from services.stack import InprocStack
+
+
+def tagged_service(tag: str, *, hang_s: float = 0.0) -> Service:
+    """A test service whose replies say which worker served them."""
+    service = Service("svc")
+
+    @service.method(idempotent=True)
+    def whoami(body: Any) -> str:
+        return tag
+
+    @service.method(idempotent=True)
+    def echo(body: Any) -> Any:
+        return body
+
+    @service.method()
+    def sleep(body: Any) -> str:
+        time.sleep(float(body))
+        return tag
+
+    @service.method()
+    def fail(body: Any) -> None:
+        if body == "missing":
+            raise NotFound("memory m-404 does not exist", {"id": "m-404"})
+        raise ValueError("boom")
+
+    def spin(body: Any) -> str:
+        # A pure-Python busy loop: this worker's serving loop is stuck, so it stops heartbeating.
+        if hang_s:
+            end = time.perf_counter() + hang_s
+            while time.perf_counter() < end:
+                pass
+        return tag
+
+    service.add("spin", spin)
+    service.add("spin_idempotent", spin, idempotent=True)
+    return service
+
+
+def test_request_reply_builtins_and_stats(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    client = stack.client()
+    assert client.call("svc", "echo", {"k": [1, "ü"]}) == {"k": [1, "ü"]}
+    assert client.call("svc", "ping")["pong"] is True
+    assert client.call("router", "ping")["service"] == "router"
+    stats = client.call("router", "stats")
+    assert stats["services"]["svc"]["requests"] == 2
+    assert len(stats["services"]["svc"]["workers"]) == 1
+    assert client.call("svc", "stats")["requests"] >= 2
+
+
+def test_handler_errors_arrive_typed_and_the_worker_keeps_serving(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    client = stack.client()
+    with pytest.raises(NotFound) as missing:
+        client.call("svc", "fail", "missing")
+    assert missing.value.detail == {"id": "m-404"}
+    with pytest.raises(InternalError, match="ValueError: boom"):
+        client.call("svc", "fail", "crash")
+    assert client.call("svc", "whoami") == "a"
+    errors = client.call("router", "stats")["services"]["svc"]["errors_by_code"]
+    assert errors == {"not_found": 1, "internal": 1}
+
+
+def test_unknown_services_and_methods_are_bad_requests(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    client = stack.client()
+    with pytest.raises(BadRequest, match="unknown service 'nope'"):
+        client.call("nope", "ping")
+    with pytest.raises(BadRequest, match="no method 'nope'"):
+        client.call("svc", "nope")
+    with pytest.raises(BadRequest, match="router has no method"):
+        client.call("router", "nope")
+
+
+def test_a_known_service_with_no_live_worker_fails_fast() -> None:
+    with InprocStack(known_services=["graph"]) as stack:
+        client = stack.client(timeout_ms=5_000)
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match="no live graph worker"):
+            client.call("graph", "ping")
+        assert time.monotonic() - started < 2.5  # answered, not left to hit the 5 s deadline
+
+
+def test_a_late_reply_becomes_a_typed_timeout_and_is_then_discarded(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    client = stack.client()
+    # 0.25 s: longer than the deadline, shorter than the heartbeat liveness (0.3 s)
+    with pytest.raises(DeadlineExceeded, match="no reply from svc in time"):
+        client.call("svc", "sleep", 0.25, timeout_ms=100)
+    # the worker's late reply must not be mistaken for the answer to the next call
+    assert client.call("svc", "whoami", timeout_ms=2_000) == "a"
+    assert client.call("svc", "echo", 7) == 7
+
+
+def test_a_worker_drops_requests_whose_deadline_already_passed(stack: InprocStack) -> None:
+    running = stack.add_worker(tagged_service("a"), direct=True)
+    assert running.worker.direct_endpoint is not None
+    with Client(running.worker.direct_endpoint) as direct:
+        stale = envelope.Request(b"old", "svc", "whoami", envelope.now_ms() - 1, pack(None))
+        direct._socket.send_multipart(stale.frames())
+        assert direct.call("svc", "whoami") == "a"  # served; the stale one was not
+    assert running.worker.stats.expired == 1
+
+
+def test_several_workers_share_the_load(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    stack.add_worker(tagged_service("b"))
+
+    def one_call(_: int) -> str:
+        with Client(stack.endpoints.frontend) as client:
+            result: str = client.call("svc", "sleep", 0.2)
+            return result
+
+    with ThreadPoolExecutor(4) as pool:
+        served_by = list(pool.map(one_call, range(4)))
+    assert sorted(served_by) == ["a", "a", "b", "b"]
+
+
+def test_a_hung_worker_is_detected_and_routed_around(stack: InprocStack) -> None:
+    hung = stack.add_worker(tagged_service("a", hang_s=1.5))
+    stack.add_worker(tagged_service("b"))
+    outcome: dict[str, Any] = {}
+
+    def call_spin() -> None:
+        with Client(stack.endpoints.frontend, timeout_ms=4_000) as client:
+            try:
+                outcome["spin"] = client.call("svc", "spin")
+            except Exception as exc:
+                outcome["spin"] = exc
+
+    spinner = threading.Thread(target=call_spin)
+    spinner.start()
+    time.sleep(0.05)  # the spin landed on worker a (least loaded, registered first)
+    client = stack.client()
+    answers = {client.call("svc", "whoami", timeout_ms=2_000) for _ in range(20)}
+    assert answers == {"b"}
+    spinner.join(5)
+    # a non-idempotent request on a worker declared dead is answered, not left hanging
+    assert isinstance(outcome["spin"], Unavailable)
+    assert "stopped answering heartbeats" in outcome["spin"].message
+    # once unstuck, the worker is told it is unknown, registers again and serves
+    give_up = time.monotonic() + 5
+    while len(client.call("router", "stats")["services"]["svc"]["workers"]) < 2:
+        assert time.monotonic() < give_up, "the recovered worker never re-registered"
+        time.sleep(0.05)
+    assert hung.worker.registrations >= 2
+
+
+def test_an_idempotent_request_on_a_dying_worker_is_retried_elsewhere(
+    stack: InprocStack,
+) -> None:
+    stack.add_worker(tagged_service("a", hang_s=1.0))
+    stack.add_worker(tagged_service("b"))
+    client = stack.client(timeout_ms=3_000)
+    # lands on a, which hangs; the router gives up on a and replays it on b
+    assert client.call("svc", "spin_idempotent") == "b"
+
+
+def test_a_worker_that_leaves_cleanly_is_forgotten_at_once(stack: InprocStack) -> None:
+    running = stack.add_worker(tagged_service("a"))
+    client = stack.client()
+    assert client.call("svc", "whoami") == "a"
+    running.stop()
+    time.sleep(0.05)
+    with pytest.raises(Unavailable):
+        client.call("svc", "whoami", timeout_ms=2_000)
+
+
+def test_oversized_bodies_get_a_typed_error(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    client = stack.client()
+    with pytest.raises(TooLarge):
+        client.call("svc", "echo", b"x" * (MAX_BODY_BYTES + 1))
+    assert client.call("svc", "echo", b"x" * 1000) == b"x" * 1000
+
+
+def test_the_async_client_multiplexes_concurrent_calls(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    stack.add_worker(tagged_service("b"))
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(stack.endpoints.frontend) as client:
+            return await asyncio.gather(*(client.call("svc", "echo", i) for i in range(200)))
+
+    assert asyncio.run(scenario()) == list(range(200))

@@ -1,0 +1,291 @@
+"""The real deployment: supervisord running the five programs, driven through the CLI."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from protocol import envelope
+from protocol.client import REPLY_GRACE_MS, Client
+from protocol.codec import pack
+from protocol.endpoints import ipc_endpoints
+from protocol.errors import KeymemError
+from services.config import ALL_PROGRAMS, WORKER_SERVICES
+from tests.supervised import Deployment, deployment_env
+
+pytestmark = pytest.mark.supervised
+
+CALL_DEADLINE_MS = 1_000
+RESTART_TIMEOUT_S = 30
+
+
+@pytest.fixture
+def deployment(short_home: Path) -> Iterator[Deployment]:
+    deployed = Deployment(short_home, deployment_env(short_home))
+    yield deployed
+    deployed.keymem("down", check=False)
+
+
+@pytest.fixture
+def running(deployment: Deployment) -> Deployment:
+    deployment.keymem("up")
+    deployment.wait_all_running()
+    return deployment
+
+
+def frontend(deployment: Deployment) -> str:
+    return ipc_endpoints(deployment.home).frontend
+
+
+def test_up_status_down_leaves_nothing_behind(deployment: Deployment) -> None:
+    up = deployment.keymem("up")
+    assert "all services ready" in up.stdout
+    report = deployment.wait_all_running()
+    assert report["running"] and list(report["services"]) == list(ALL_PROGRAMS)
+    for name, service in report["services"].items():
+        assert service["workers"] == 1, name
+        assert Path(service["log"]).is_file(), name
+    text = deployment.keymem("status").stdout
+    for name in ALL_PROGRAMS:
+        assert name in text and "RUNNING" in text
+    started = deployment.processes()
+    assert len(started) >= 1 + len(ALL_PROGRAMS)  # supervisord and the five programs
+
+    down = deployment.keymem("down")
+    assert "stopped" in down.stdout
+    assert deployment.processes() == []
+    assert not any(p.is_running() and p.status() != "zombie" for p in started)
+    assert list((deployment.home / "run").glob("*.sock")) == []
+    stopped = deployment.keymem("status", check=False)
+    assert stopped.returncode == 3 and "stopped" in stopped.stdout
+    assert "not running" in deployment.keymem("down").stdout
+
+
+def test_concurrent_ups_start_exactly_one_supervisord(deployment: Deployment) -> None:
+    launches = [
+        subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "up"],
+            env=deployment.env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [launch.communicate(timeout=120)[0] for launch in launches]
+    assert [launch.returncode for launch in launches] == [0, 0, 0]
+    assert sum("already running" in out for out in outputs) == 2
+    supervisords = [p for p in deployment.processes() if "supervisord" in " ".join(p.cmdline())]
+    assert len(supervisords) == 1
+
+
+def test_up_reports_a_service_that_cannot_start_with_its_log(deployment: Deployment) -> None:
+    # read by the services, not by the CLI: every program exits at start
+    broken = Deployment(deployment.home, {**deployment.env, "KEYMEM_LOG_LEVEL": "LOUD"})
+    result = broken.keymem("up", "--timeout", "60", check=False)
+    assert result.returncode == 1
+    assert "did not become ready" in result.stderr
+    for name in ALL_PROGRAMS:
+        assert str(deployment.home / "logs" / f"{name}.log") in result.stderr
+    assert "configuration error: Unknown level: 'LOUD'" in result.stderr
+
+
+def test_a_bad_setting_is_one_clear_line_not_a_traceback(deployment: Deployment) -> None:
+    broken = Deployment(deployment.home, {**deployment.env, "KEYMEM_TRANSPORT": "carrier-pigeon"})
+    result = broken.keymem("up", check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "keymem: configuration error: KEYMEM_TRANSPORT must be ipc or tcp, got 'carrier-pigeon'"
+    )
+
+
+class Caller(threading.Thread):
+    """Calls one service's ping in a loop, recording each outcome and how long it took."""
+
+    def __init__(self, endpoint: str, service: str) -> None:
+        super().__init__(daemon=True)
+        self.endpoint, self.service = endpoint, service
+        self.outcomes: list[tuple[str, float]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        with Client(self.endpoint, context=zmq.Context()) as client:
+            while not self.halt.is_set():
+                started = time.monotonic()
+                try:
+                    client.call(self.service, "ping", timeout_ms=CALL_DEADLINE_MS)
+                    outcome = "ok"
+                except KeymemError as exc:
+                    outcome = exc.code.value
+                self.outcomes.append((outcome, time.monotonic() - started))
+                time.sleep(0.01)
+
+
+def _router_stats(endpoint: str) -> dict[str, Any]:
+    with Client(endpoint, timeout_ms=CALL_DEADLINE_MS) as client:
+        stats: dict[str, Any] = client.call("router", "stats")
+        return stats
+
+
+def _wait_for(predicate: Any, what: str) -> None:
+    give_up = time.monotonic() + RESTART_TIMEOUT_S
+    while True:
+        try:
+            if predicate():
+                return
+        except KeymemError:
+            pass
+        assert time.monotonic() < give_up, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _every_service_has_one_worker(endpoint: str) -> bool:
+    services = _router_stats(endpoint)["services"]
+    return all(len(services[name]["workers"]) == 1 for name in WORKER_SERVICES)
+
+
+@pytest.mark.parametrize("victim", ALL_PROGRAMS)
+def test_kill_9_is_restarted_routed_again_and_nothing_hangs(
+    running: Deployment, victim: str
+) -> None:
+    endpoint = frontend(running)
+    old_pid = running.status()["services"][victim]["pid"]
+    caller = Caller(endpoint, victim)
+    caller.start()
+    time.sleep(0.2)
+    os.kill(old_pid, signal.SIGKILL)
+
+    def restarted() -> bool:
+        if victim == "router":
+            stats = _router_stats(endpoint)
+            return stats["router"]["pid"] != old_pid and _every_service_has_one_worker(endpoint)
+        workers = _router_stats(endpoint)["services"][victim]["workers"]
+        return [w["pid"] for w in workers] not in ([], [old_pid])
+
+    _wait_for(restarted, f"{victim} to come back")
+    time.sleep(0.3)
+    caller.halt.set()
+    caller.join(5)
+
+    new_pid = running.status()["services"][victim]["pid"]
+    assert new_pid != old_pid
+    outcomes = {outcome for outcome, _ in caller.outcomes}
+    assert outcomes <= {"ok", "unavailable", "timeout"}
+    assert caller.outcomes[-1][0] == "ok"
+    slowest = max(elapsed for _, elapsed in caller.outcomes)
+    assert slowest < (CALL_DEADLINE_MS + REPLY_GRACE_MS) / 1000 + 0.5, "a call hung"
+    if victim != "router":
+        # the router noticed the dead worker: callers were told so, not left to time out
+        assert "unavailable" in outcomes
+        workers = _router_stats(endpoint)["services"][victim]["workers"]
+        assert [w["pid"] for w in workers] == [new_pid]
+
+
+def _garbage(rng: random.Random) -> list[bytes]:
+    """One malformed or hostile multipart message."""
+
+    def blob(limit: int = 64) -> bytes:
+        return rng.randbytes(rng.randint(0, limit))
+
+    deadline = (envelope.now_ms() + 1000).to_bytes(8, "big")
+    shapes = [
+        lambda: [blob() for _ in range(rng.randint(1, 8))],
+        lambda: [envelope.SIGNATURE, rng.choice(b"QRWHDX").to_bytes(1, "big"), blob(), blob()],
+        lambda: [b"KMP\x09", envelope.REQUEST, b"id", b"embedder", b"ping", deadline, b""],
+        lambda: [
+            envelope.SIGNATURE,
+            envelope.REQUEST,
+            b"id",
+            b"embedder",
+            b"ping",
+            deadline,
+            blob(),
+        ],
+        lambda: [envelope.SIGNATURE, envelope.REQUEST, b"id", blob(8), blob(8), deadline, blob()],
+        lambda: [
+            envelope.SIGNATURE,
+            envelope.REQUEST,
+            b"id",
+            b"graph",
+            b"no_such_method",
+            deadline,
+            pack({"x": 1}),
+        ],
+        lambda: [envelope.SIGNATURE, envelope.READY, blob()],
+        lambda: [envelope.SIGNATURE, envelope.HEARTBEAT, blob()],
+        lambda: [envelope.SIGNATURE, envelope.REPLY, blob(8), b"ok", blob()],
+        lambda: [
+            envelope.SIGNATURE,
+            envelope.REQUEST,
+            b"id",
+            b"lexicon",
+            b"ping",
+            deadline[:5],
+            b"",
+        ],
+    ]
+    return rng.choice(shapes)()
+
+
+def test_fuzzing_every_socket_leaves_every_service_up(running: Deployment) -> None:
+    endpoint = frontend(running)
+    pids_before = {n: s["pid"] for n, s in running.status()["services"].items()}
+    stats = _router_stats(endpoint)
+    targets = [endpoint, ipc_endpoints(running.home).backend]
+    targets += [w["direct"] for s in stats["services"].values() for w in s["workers"]]
+    assert len(targets) == 2 + len(WORKER_SERVICES)
+    rng = random.Random(20261129)
+    context = zmq.Context()
+    for target in targets:
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(target)
+        for _ in range(1500):
+            sock.send_multipart(_garbage(rng))
+        huge = [
+            envelope.SIGNATURE,
+            envelope.REQUEST,
+            b"big",
+            b"graph",
+            b"ping",
+            (envelope.now_ms() + 1000).to_bytes(8, "big"),
+            b"\0" * (20 * 2**20),
+        ]
+        sock.send_multipart(huge)
+        time.sleep(0.3)
+        sock.close()
+    context.term()
+
+    with Client(endpoint, timeout_ms=CALL_DEADLINE_MS) as client:
+        for name in WORKER_SERVICES:
+            assert client.call(name, "ping")["pong"] is True
+    after = running.status()["services"]
+    assert {n: s["pid"] for n, s in after.items()} == pids_before  # nothing crashed
+    assert _router_stats(endpoint)["router"]["malformed"] > 0
+
+
+def test_bench_measures_router_and_direct_paths(running: Deployment) -> None:
+    import json
+
+    result = running.keymem(
+        "bench", "embedder", "--clients", "2", "--seconds", "0.5", "--direct", "--json"
+    )
+    report = json.loads(result.stdout)
+    paths = {r["path"]: r for r in report["results"]}
+    assert set(paths) == {"router", "direct"}
+    for measured in paths.values():
+        assert measured["requests"] > 0 and measured["errors"] == 0
+        assert 0 < measured["p50_ms"] <= measured["p99_ms"] <= measured["max_ms"]
+    assert report["router_over_direct_p50"] == pytest.approx(
+        paths["router"]["p50_ms"] / paths["direct"]["p50_ms"], rel=0.01
+    )
