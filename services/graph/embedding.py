@@ -1,0 +1,123 @@
+"""Which vector space the key vectors live in, and the staged migration to another one.
+
+The fingerprint (backend + model id) and dimension are recorded with the first vectors. A
+router whose embedder reports a different fingerprint must not mix spaces: it re-embeds every
+key through ``reembed_begin`` / ``reembed_keys`` / ``reembed_put`` / ``reembed_commit``. Vectors
+are staged in memory (bodies are capped at 16 MB, so they arrive in pages) and swapped in one
+transaction after a backup; a restart in the middle simply discards the staging.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from protocol.errors import BadRequest, Conflict, NotFound
+from services.graph.requests import body_of, id_list, opt_int, opt_str, req_str
+from services.graph.state import GraphState
+
+REEMBED_PAGE_MAX = 5_000
+MAX_FINGERPRINT_CHARS = 200
+
+
+@dataclass
+class Staging:
+    token: str
+    fingerprint: str
+    dim: int
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def recorded(state: GraphState) -> dict[str, Any] | None:
+    if state.dim is None and state.fingerprint is None:
+        return None
+    return {"fingerprint": state.fingerprint, "dim": state.dim}
+
+
+def _target(body: dict[str, Any]) -> tuple[str, int]:
+    fingerprint = req_str(body, "fingerprint", MAX_FINGERPRINT_CHARS)
+    dim = opt_int(body, "dim", 0, 1, 65_536)
+    return fingerprint, dim
+
+
+def check_write_fingerprint(state: GraphState, body: dict[str, Any]) -> str | None:
+    """A write may state the fingerprint its vectors come from; a mismatch is refused."""
+    claimed = opt_str(body, "fingerprint", MAX_FINGERPRINT_CHARS)
+    if claimed is not None and state.fingerprint is not None and claimed != state.fingerprint:
+        raise Conflict(
+            f"vectors are from {claimed!r} but the graph stores {state.fingerprint!r}; "
+            "re-embed the keys first",
+            {"fingerprint_mismatch": True, "recorded": state.fingerprint, "dim": state.dim},
+        )
+    return claimed
+
+
+def set_fingerprint(state: GraphState, raw: Any) -> dict[str, Any]:
+    """Stamp an empty or legacy (unstamped, same-dimension) graph; anything else re-embeds."""
+    fingerprint, dim = _target(body_of(raw))
+    if state.fingerprint == fingerprint and state.dim == dim:
+        return {"fingerprint": fingerprint, "dim": dim, "changed": False}
+    if state.keys and (state.fingerprint is not None or state.dim != dim):
+        raise Conflict(
+            "the graph holds vectors of another space; use reembed_begin",
+            {"recorded": recorded(state)},
+        )
+    state.fingerprint, state.dim = fingerprint, dim
+    state.changes.set_meta("fingerprint", fingerprint)
+    state.changes.set_meta("dim", dim)
+    return {"fingerprint": fingerprint, "dim": dim, "changed": True}
+
+
+def begin(raw: Any) -> Staging:
+    fingerprint, dim = _target(body_of(raw))
+    return Staging(token=secrets.token_hex(8), fingerprint=fingerprint, dim=dim)
+
+
+def keys_page(state: GraphState, raw: Any) -> dict[str, Any]:
+    body = body_of(raw)
+    after = opt_str(body, "after") or ""
+    limit = opt_int(body, "limit", 1_000, 1, REEMBED_PAGE_MAX)
+    ids = sorted(k for k in state.keys if k > after)
+    page = ids[:limit]
+    return {
+        "keys": [{"key_id": k, "concept": state.keys[k].concept} for k in page],
+        "next": page[-1] if len(ids) > limit else None,
+        "total": len(state.keys),
+    }
+
+
+def put(staging: Staging | None, state: GraphState, raw: Any) -> dict[str, Any]:
+    body = body_of(raw)
+    if staging is None or req_str(body, "token") != staging.token:
+        raise NotFound("no re-embedding in progress with that token")
+    key_ids = id_list(body, "key_ids", REEMBED_PAGE_MAX)
+    vectors = body.get("vectors")
+    if (
+        not isinstance(vectors, np.ndarray)
+        or vectors.shape != (len(key_ids), staging.dim)
+        or not np.all(np.isfinite(vectors))
+    ):
+        raise BadRequest(f"vectors must be float32 of shape ({len(key_ids)}, {staging.dim})")
+    norms = np.linalg.norm(vectors, axis=1)
+    if np.any(norms == 0):
+        raise BadRequest("a vector is all zeros")
+    unknown = [k for k in key_ids if k not in state.keys]
+    if unknown:
+        raise NotFound(f"unknown key ids: {', '.join(unknown[:5])}")
+    unit = (vectors / norms[:, None]).astype(np.float32)
+    for i, key_id in enumerate(key_ids):
+        staging.vectors[key_id] = unit[i]
+    return {"staged": len(staging.vectors), "total": len(state.keys)}
+
+
+def ready_to_commit(staging: Staging | None, state: GraphState, raw: Any) -> Staging:
+    body = body_of(raw)
+    if staging is None or req_str(body, "token") != staging.token:
+        raise NotFound("no re-embedding in progress with that token")
+    missing = [k for k in state.keys if k not in staging.vectors]
+    if missing:
+        raise Conflict(f"{len(missing)} keys have no new vector yet", {"missing": missing[:20]})
+    return staging

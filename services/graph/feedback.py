@@ -1,0 +1,225 @@
+"""What an agent's reading and judging teach the graph: Hebbian reads, confirm, dismiss, autokey.
+
+A read reinforces only the edge it traversed (+0.1, capped at 3.0) and never touches depth or
+freshness; only evidence-backed ``confirm_memory`` deepens a memory (+0.05) and restarts its
+freshness. ``dismiss`` weakens one edge (-0.3) down to the floor 0.1, never severing it.
+Autokey: a short query that matched a key only weakly (semantically), followed by a confirmed
+read through that key, earns heat; three earn the query a place as a learned alias.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import BadRequest, NotFound
+from services.graph.requests import (
+    body_of,
+    evidence_of,
+    namespace_filter,
+    opt_str,
+    req_str,
+    source_of,
+)
+from services.graph.state import DEPTH_MAX, LINK_WEIGHT_MIN, GraphState, clamp_depth
+from services.graph.text import is_short_concept
+from services.graph.validity import SECONDS_PER_DAY, validity_view
+from services.graph.views import memory_view
+from services.graph.writes import live_memory
+from store.records import AliasCandidate, KeyAlias
+
+READ_REINFORCE_STEP = 0.1
+DISMISS_STEP = 0.3
+CONFIRM_DEPTH_STEP = 0.05
+AUTOKEY_PROMOTE_COUNT = 3
+AUTOKEY_MAX_LEARNED_ALIASES = 8
+AUTOKEY_PRUNE_AGE_DAYS = 30.0
+AUTOKEY_BUFFER_CAPACITY = 32
+AUTOKEY_BUFFER_TTL_S = 300.0
+MAX_CANDIDATES_PER_KEY = 64
+
+
+@dataclass
+class WeakMatch:
+    query: str
+    scores: dict[str, float]  # key id -> cosine of a weak (semantic, non-literal) match
+    at: float
+
+
+@dataclass
+class RecallBuffer:
+    """Recent queries' weak key matches; runtime only, bounded in size and age."""
+
+    entries: deque[WeakMatch] = field(default_factory=lambda: deque(maxlen=AUTOKEY_BUFFER_CAPACITY))
+
+    def push(self, query: str, scores: dict[str, float]) -> None:
+        if scores:
+            self.entries.append(WeakMatch(query, dict(scores), time.monotonic()))
+
+    def consume(self, key_id: str) -> tuple[str, float] | None:
+        """The newest fresh query that weakly matched ``key_id``; each query counts once."""
+        cutoff = time.monotonic() - AUTOKEY_BUFFER_TTL_S
+        for entry in reversed(self.entries):
+            if entry.at >= cutoff and key_id in entry.scores:
+                return entry.query, entry.scores.pop(key_id)
+        return None
+
+
+def _learn_alias(
+    state: GraphState, buffer: RecallBuffer, key_id: str, floor: float, now: float
+) -> str | None:
+    weak = buffer.consume(key_id)
+    key = state.keys.get(key_id)
+    if weak is None or key is None:
+        return None
+    query, cosine = weak
+    norm = query.strip().lower()
+    if len(norm) < 2 or any(s.strip().lower() == norm for s in key.surfaces()):
+        return None
+    candidate = key.candidates.get(norm)
+    if candidate is None:
+        if len(key.candidates) >= MAX_CANDIDATES_PER_KEY:
+            stalest = min(key.candidates, key=lambda n: key.candidates[n].last_seen)
+            del key.candidates[stalest]
+        candidate = key.candidates[norm] = AliasCandidate(query.strip(), 0, now)
+    candidate.count += 1
+    candidate.last_seen = now
+    state.changes.rewrite_candidates(key)
+    learned = sum(1 for a in key.aliases if a.learned)
+    if (
+        candidate.count >= AUTOKEY_PROMOTE_COUNT
+        and is_short_concept(query)
+        and cosine >= floor
+        and learned < AUTOKEY_MAX_LEARNED_ALIASES
+    ):
+        del key.candidates[norm]
+        if state.add_alias(key, KeyAlias(query.strip(), learned=True, added_at=now)):
+            return query.strip()
+    return None
+
+
+def read_memory(
+    state: GraphState, buffer: RecallBuffer, raw: Any, autokey_floor: float, now: float
+) -> dict[str, Any]:
+    body = body_of(raw)
+    memory = live_memory(state, req_str(body, "memory_id"), namespace_filter(body), now)
+    via = opt_str(body, "via_key_id")
+    link = None
+    if via is not None:
+        link = state.link(via, memory.id)
+        if link is None:
+            raise BadRequest(f"key {via} is not linked to memory {memory.id}")
+    memory.access_count += 1
+    memory.last_accessed = now
+    state.touch_memory(memory)
+    learned = None
+    if link is not None:
+        state.set_weight(link, link.weight + READ_REINFORCE_STEP)
+        if memory.superseded_by is None:
+            learned = _learn_alias(state, buffer, link.key_id, autokey_floor, now)
+    view = memory_view(state, memory, now)
+    for key in view["keys"]:
+        key["traversed_from"] = key["key_id"] == via
+    result: dict[str, Any] = {"evidence": "read", "memory": view, "via_key_id": via}
+    if learned:
+        result["learned_alias"] = learned
+    return result
+
+
+def confirmation_id_of(body: dict[str, Any], source: dict[str, Any] | None) -> str | None:
+    """Idempotence per (agent, session, turn): explicit id, else derived from the source."""
+    explicit = opt_str(body, "confirmation_id", 200)
+    if explicit:
+        return explicit
+    if source and all(
+        source.get(k) is not None for k in ("host_agent", "host_session", "host_turn")
+    ):
+        return f"{source['host_agent']}:{source['host_session']}:{source['host_turn']}"
+    return None
+
+
+def confirm_memory(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    body = body_of(raw)
+    evidence = evidence_of(body)
+    source = source_of(body)
+    memory = live_memory(state, req_str(body, "memory_id"), namespace_filter(body), now)
+    if memory.superseded_by is not None:
+        raise NotFound(
+            f"memory {memory.id} was superseded by {memory.superseded_by}; confirm the current one",
+            {"superseded_by": memory.superseded_by},
+        )
+    confirmation_id = confirmation_id_of(body, source)
+    if confirmation_id is not None and memory.last_confirmation_id == confirmation_id:
+        return {
+            "memory_id": memory.id,
+            "confirmed": False,
+            "duplicate": True,
+            "validity": validity_view(memory, now),
+        }
+    memory.last_confirmed_at = now
+    memory.confirmation_count += 1
+    memory.depth = clamp_depth(min(DEPTH_MAX, memory.depth + CONFIRM_DEPTH_STEP))
+    memory.last_confirmation_evidence = evidence
+    memory.last_confirmation_source = source
+    memory.last_confirmation_id = confirmation_id
+    state.touch_memory(memory)
+    state.changes.confirm(
+        memory.id,
+        now,
+        evidence,
+        None if source is None else str(source),
+        confirmation_id,
+    )
+    return {
+        "memory_id": memory.id,
+        "confirmed": True,
+        "duplicate": False,
+        "depth": round(memory.depth, 3),
+        "validity": validity_view(memory, now),
+    }
+
+
+def dismiss(state: GraphState, buffer: RecallBuffer, raw: Any, now: float) -> dict[str, Any]:
+    body = body_of(raw)
+    memory = live_memory(state, req_str(body, "memory_id"), namespace_filter(body), now)
+    key_id = req_str(body, "key_id")
+    link = state.link(key_id, memory.id)
+    if link is None:
+        raise NotFound(f"key {key_id} is not linked to memory {memory.id}")
+    before = link.weight
+    state.set_weight(link, before - DISMISS_STEP)
+    cleared = None
+    weak = buffer.consume(key_id)
+    key = state.keys[key_id]
+    if weak is not None:
+        norm = weak[0].strip().lower()
+        candidate = key.candidates.get(norm)
+        if candidate is not None:
+            candidate.count -= 1
+            if candidate.count <= 0:
+                del key.candidates[norm]
+            state.changes.rewrite_candidates(key)
+        cleared = weak[0]
+    return {
+        "memory_id": memory.id,
+        "key_id": key_id,
+        "concept": key.concept,
+        "previous_link_weight": round(before, 3),
+        "link_weight": round(link.weight, 3),
+        "floored": link.weight <= LINK_WEIGHT_MIN,
+        "alias_candidate_cleared": cleared,
+    }
+
+
+def prune_learned_aliases(state: GraphState, now: float) -> int:
+    """Learned aliases never hit within 30 days of being added (or last hit) are dropped."""
+    cutoff = now - AUTOKEY_PRUNE_AGE_DAYS * SECONDS_PER_DAY
+    pruned = 0
+    for key in list(state.keys.values()):
+        for alias in [a for a in key.aliases if a.learned]:
+            if max(alias.added_at, alias.last_hit_at) < cutoff:
+                state.remove_alias(key, alias)
+                pruned += 1
+    return pruned

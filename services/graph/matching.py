@@ -1,0 +1,259 @@
+"""Graph primitives the router's recall composes: key match, adjacency, bounded expansion.
+
+``match_keys`` scores one query vector against every key of a namespace with one matrix
+product and adds literal concept/alias hits found by dictionary lookup of the query's word
+n-grams. ``expand`` walks shared keys and related_to links breadth-first with the original's
+hop decay and IDF damping, but bounded: at most ``per_key`` members of any key (the strongest
+links) and the best ``per_hop`` memories carried into the next hop, so hub keys cannot blow up.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from protocol.errors import BadRequest
+from services.graph.feedback import RecallBuffer
+from services.graph.profile import Thresholds, with_overrides
+from services.graph.requests import (
+    MAX_CONTENT_CHARS,
+    body_of,
+    id_list,
+    namespace_of,
+    opt_bool,
+    opt_int,
+    opt_str,
+)
+from services.graph.state import GraphState
+from services.graph.text import is_short_concept, query_phrases, surface_norm
+from services.graph.validity import depth_factor, freshness, freshness_factor
+from services.graph.views import key_idf, key_view
+
+MATCH_MAX_TOP_K = 50
+HOP_DECAY = 0.3
+EXPAND_LATER_HOP_FACTOR = 0.7  # hops >= 2 are multiplied by this on top of the decay
+HOPS_MAX = 5
+EXPAND_PER_HOP_DEFAULT = 20
+EXPAND_PER_KEY_DEFAULT = 50
+SCORE_DIGITS = 4
+
+
+def match_keys(
+    state: GraphState, buffer: RecallBuffer, base: Thresholds, raw: Any, now: float
+) -> dict[str, Any]:
+    body = body_of(raw)
+    namespace = namespace_of(body)
+    thresholds = with_overrides(base, body.get("thresholds"))
+    top_k = opt_int(body, "top_k", 10, 1, MATCH_MAX_TOP_K)
+    text = opt_str(body, "text", MAX_CONTENT_CHARS)
+    learn = opt_bool(body, "learn", True)
+    vector = body.get("vector")
+    if vector is not None and (
+        not isinstance(vector, np.ndarray) or vector.ndim != 1 or vector.shape[0] != state.dim
+    ):
+        raise BadRequest(f"vector must be a float32 array of shape ({state.dim},)")
+    min_cosine = thresholds.key_recall
+    if body.get("min_cosine") is not None:
+        value = body["min_cosine"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not -1 <= value <= 1:
+            raise BadRequest("min_cosine must be a number in [-1, 1]")
+        min_cosine = float(value)
+    index = state.indexes.get(namespace)
+    if index is None or len(index) == 0:
+        return {"namespace": namespace, "keys": []}
+    sims: np.ndarray | None = None
+    if vector is not None:
+        norm = float(np.linalg.norm(vector))
+        if norm == 0 or not np.isfinite(norm):
+            raise BadRequest("vector must be finite and non-zero")
+        sims = index.cosines((vector / norm).astype(np.float32))
+    literal: dict[str, str] = {}  # key id -> "concept" | "alias"
+    if text:
+        for phrase in query_phrases(text):
+            for key_id in index.literal.get(phrase, ()):
+                key = state.keys[key_id]
+                literal[key_id] = "concept" if phrase == surface_norm(key.concept) else "alias"
+    candidates: dict[str, tuple[float, str, float | None]] = {}
+    for key_id, kind in literal.items():
+        key = state.keys[key_id]
+        cosine = None if sims is None else float(sims[index.pos[key_id]])
+        score = 1.0 if key.is_entity else max(cosine or 0.0, min_cosine)
+        candidates[key_id] = (score, kind, cosine)
+        if kind == "alias":
+            _hit_learned_alias(state, key_id, text or "", now)
+    weak: dict[str, float] = {}
+    if sims is not None:
+        n = len(index)
+        eligible = np.where(index.concept_mask[:n], sims, -np.inf)
+        take = min(n, top_k * 4 + len(literal))
+        best = np.argpartition(-eligible, take - 1)[:take] if take < n else np.arange(n)
+        for i in best:
+            cosine = float(eligible[i])
+            key_id = index.ids[i]
+            if key_id in candidates or not np.isfinite(cosine):
+                continue
+            if cosine >= min_cosine:
+                candidates[key_id] = (cosine, "semantic", cosine)
+            if learn and text and is_short_concept(text) and cosine >= thresholds.autokey_floor:
+                weak[key_id] = cosine
+    if learn and text and weak:
+        buffer.push(text, weak)
+    ranked = sorted(
+        (
+            (score, kind != "semantic", key_id, kind, cosine)
+            for key_id, (score, kind, cosine) in candidates.items()
+            if state.active_count.get(key_id, 0) > 0
+        ),
+        reverse=True,
+    )[:top_k]
+    keys = []
+    for score, is_literal, key_id, kind, cosine in ranked:
+        view = key_view(state, state.keys[key_id])
+        view.update(
+            score=round(score, SCORE_DIGITS),
+            cosine=None if cosine is None else round(cosine, SCORE_DIGITS),
+            literal=is_literal,
+            match_type=kind,
+        )
+        keys.append(view)
+    return {"namespace": namespace, "keys": keys}
+
+
+def _hit_learned_alias(state: GraphState, key_id: str, text: str, now: float) -> None:
+    phrases = query_phrases(text)
+    for alias in state.keys[key_id].aliases:
+        if alias.learned and surface_norm(alias.alias) in phrases:
+            alias.hits += 1
+            alias.last_hit_at = now
+            state.changes.rewrite_aliases(state.keys[key_id])
+
+
+def key_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    """key id -> its active memories with link weight, depth and freshness factors."""
+    body = body_of(raw)
+    key_ids = id_list(body, "key_ids", MATCH_MAX_TOP_K)
+    namespace = namespace_of(body)
+    limit = opt_int(body, "limit_per_key", EXPAND_PER_KEY_DEFAULT, 1, 10_000)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key_id in key_ids:
+        key = state.keys.get(key_id)
+        if key is None or key.namespace != namespace:
+            out[key_id] = []
+            continue
+        rows = []
+        for memory_id, link in state.key_links.get(key_id, {}).items():
+            memory = state.memories[memory_id]
+            if not memory.active(now):
+                continue
+            fresh = freshness(memory, now)
+            rows.append(
+                {
+                    "memory_id": memory_id,
+                    "weight": round(link.weight, SCORE_DIGITS),
+                    "auto": link.auto,
+                    "depth": round(memory.depth, SCORE_DIGITS),
+                    "depth_factor": round(depth_factor(memory.depth), SCORE_DIGITS),
+                    "freshness": round(fresh, SCORE_DIGITS),
+                    "freshness_factor": round(freshness_factor(fresh), SCORE_DIGITS),
+                }
+            )
+        out[key_id] = heapq.nlargest(limit, rows, key=lambda r: r["weight"])
+    return {"namespace": namespace, "keys": out}
+
+
+def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    body = body_of(raw)
+    ids = id_list(body, "memory_ids")
+    namespace = namespace_of(body)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for memory_id in ids:
+        memory = state.memories.get(memory_id)
+        if memory is None or memory.namespace != namespace or memory.expired(now):
+            out[memory_id] = []
+            continue
+        rows = []
+        for key_id, link in state.mem_links.get(memory_id, {}).items():
+            view = key_view(state, state.keys[key_id])
+            view["weight"] = round(link.weight, SCORE_DIGITS)
+            view["auto"] = link.auto
+            rows.append(view)
+        out[memory_id] = rows
+    return {"namespace": namespace, "memories": out}
+
+
+def _seeds_of(body: dict[str, Any]) -> dict[str, float]:
+    raw = body.get("seeds")
+    if not isinstance(raw, dict) or not raw or len(raw) > 1_000:
+        raise BadRequest("seeds must be an object of memory_id -> score (1..1000 entries)")
+    seeds: dict[str, float] = {}
+    for memory_id, score in raw.items():
+        if (
+            not isinstance(memory_id, str)
+            or isinstance(score, bool)
+            or not isinstance(score, int | float)
+        ):
+            raise BadRequest("seeds must map memory ids to numbers")
+        seeds[memory_id] = float(score)
+    return seeds
+
+
+def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    """Memories reachable from the seeds in 1..hops hops, each with its best score."""
+    body = body_of(raw)
+    namespace = namespace_of(body)
+    seeds = _seeds_of(body)
+    hops = opt_int(body, "hops", 2, 1, HOPS_MAX)
+    per_hop = opt_int(body, "per_hop", EXPAND_PER_HOP_DEFAULT, 1, 500)
+    per_key = opt_int(body, "per_key", EXPAND_PER_KEY_DEFAULT, 1, 1_000)
+    follow_related = opt_bool(body, "related", True)
+
+    def usable(memory_id: str) -> bool:
+        memory = state.memories.get(memory_id)
+        return memory is not None and memory.namespace == namespace and memory.active(now)
+
+    visited = {m for m in seeds if usable(m)}
+    frontier = {m: s for m, s in seeds.items() if m in visited}
+    found: dict[str, dict[str, Any]] = {}
+    for hop in range(1, hops + 1):
+        factor = HOP_DECAY * (EXPAND_LATER_HOP_FACTOR if hop >= 2 else 1.0)
+        reached: dict[str, tuple[float, str]] = {}
+        for memory_id, base in frontier.items():
+            for key_id in state.mem_links.get(memory_id, {}):
+                key = state.keys[key_id]
+                idf = key_idf(key, state.active_count.get(key_id, 0))
+                members = state.key_links.get(key_id, {})
+                strongest = (
+                    heapq.nlargest(per_key, members.values(), key=lambda ln: ln.weight)
+                    if len(members) > per_key
+                    else members.values()
+                )
+                for link in strongest:
+                    other = link.memory_id
+                    if other in visited or not usable(other):
+                        continue
+                    fresh = freshness_factor(freshness(state.memories[other], now))
+                    score = base * factor * idf * link.weight * fresh
+                    if score > reached.get(other, (0.0, ""))[0]:
+                        reached[other] = (score, key_id)
+            if follow_related:
+                memory = state.memories[memory_id]
+                neighbours = set(memory.related_to) | state.related_by.get(memory_id, set())
+                for other in neighbours:
+                    if other in visited or not usable(other):
+                        continue
+                    fresh = freshness_factor(freshness(state.memories[other], now))
+                    score = base * factor * fresh
+                    if score > reached.get(other, (0.0, ""))[0]:
+                        reached[other] = (score, "related_to")
+        best = heapq.nlargest(per_hop, reached.items(), key=lambda item: item[1][0])
+        frontier = {}
+        for other, (score, via) in best:
+            visited.add(other)
+            frontier[other] = score
+            found[other] = {"memory_id": other, "score": round(score, 6), "hop": hop, "via": via}
+        if not frontier:
+            break
+    ordered = sorted(found.values(), key=lambda row: -row["score"])
+    return {"namespace": namespace, "memories": ordered}

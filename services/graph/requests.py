@@ -1,0 +1,226 @@
+"""Validation of request bodies: every bad input becomes a typed error before anything changes.
+
+Write handlers parse their whole request (every batch item included) with these functions
+first and only then touch the graph, so a rejected request leaves no trace (invariant 6).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from protocol.errors import BadRequest, TooLarge
+from services.graph.text import normalize_namespace, usable_key
+from store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
+
+MAX_CONTENT_CHARS = 20_000
+MAX_KEYS_PER_MEMORY = 32
+MAX_KEY_CHARS = 200
+MAX_BATCH_ITEMS = 200
+MAX_TTL_SECONDS = 100 * 365 * 86_400
+MAX_NAMESPACE_CHARS = 128
+MAX_RELATED = 64
+MAX_SOURCE_JSON_BYTES = 4_096
+MAX_IDS_PER_REQUEST = 1_000
+MAX_ID_CHARS = 64
+
+
+def body_of(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BadRequest("request body must be an object")
+    return raw
+
+
+def opt_str(body: dict[str, Any], name: str, max_chars: int = MAX_ID_CHARS) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    if len(value) > max_chars:
+        raise TooLarge(f"{name} is longer than {max_chars} characters")
+    return value
+
+
+def req_str(body: dict[str, Any], name: str, max_chars: int = MAX_ID_CHARS) -> str:
+    value = opt_str(body, name, max_chars)
+    if value is None or not value.strip():
+        raise BadRequest(f"{name} is required")
+    return value
+
+
+def opt_int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer")
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be in [{low}, {high}]")
+    return value
+
+
+def opt_bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name} must be true or false")
+    return value
+
+
+def namespace_of(body: dict[str, Any]) -> str:
+    return normalize_namespace(opt_str(body, "namespace", MAX_NAMESPACE_CHARS))
+
+
+def namespace_filter(body: dict[str, Any]) -> str | None:
+    """An optional namespace a request is scoped to (``None``: any)."""
+    raw = opt_str(body, "namespace", MAX_NAMESPACE_CHARS)
+    return None if raw is None or not raw.strip() else normalize_namespace(raw)
+
+
+def id_list(body: dict[str, Any], name: str, max_items: int = MAX_IDS_PER_REQUEST) -> list[str]:
+    value = body.get(name)
+    if not isinstance(value, list):
+        raise BadRequest(f"{name} must be a list of ids")
+    if len(value) > max_items:
+        raise TooLarge(f"{name} has more than {max_items} entries")
+    if not all(isinstance(v, str) and 0 < len(v) <= MAX_ID_CHARS for v in value):
+        raise BadRequest(f"{name} must contain only id strings")
+    return list(dict.fromkeys(value))
+
+
+def content_of(body: dict[str, Any]) -> str:
+    value = body.get("content")
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest("content must be a non-empty string")
+    if len(value) > MAX_CONTENT_CHARS:
+        raise TooLarge(
+            f"content has {len(value)} characters; the limit is {MAX_CONTENT_CHARS}",
+            {"limit_chars": MAX_CONTENT_CHARS},
+        )
+    return value
+
+
+def ttl_of(body: dict[str, Any]) -> float | None:
+    value = body.get("ttl_seconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise BadRequest("ttl_seconds must be a number")
+    if value <= 0 or value > MAX_TTL_SECONDS:
+        raise BadRequest(f"ttl_seconds must be in (0, {MAX_TTL_SECONDS}]")
+    return float(value)
+
+
+def decay_profile_of(body: dict[str, Any]) -> str | None:
+    value = body.get("decay_profile")
+    if value is None:
+        return None
+    if value not in DECAY_PROFILES:
+        raise BadRequest(f"decay_profile must be one of {', '.join(DECAY_PROFILES)}")
+    return str(value)
+
+
+def evidence_of(body: dict[str, Any]) -> str:
+    value = body.get("evidence")
+    if value not in EVIDENCE_TYPES:
+        raise BadRequest(f"evidence must be one of {', '.join(EVIDENCE_TYPES)}")
+    return str(value)
+
+
+def source_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    value = body.get("source")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRequest("source must be an object")
+    try:
+        encoded = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"source must be JSON-like: {exc}") from exc
+    if len(encoded.encode()) > MAX_SOURCE_JSON_BYTES:
+        raise TooLarge(f"source is larger than {MAX_SOURCE_JSON_BYTES} bytes as JSON")
+    return value
+
+
+def related_of(body: dict[str, Any]) -> list[str] | None:
+    if body.get("related_to") is None:
+        return None
+    return id_list(body, "related_to", MAX_RELATED)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInput:
+    surface: str
+    vector: np.ndarray
+    key_type: str
+
+
+def _key_types(body: dict[str, Any]) -> dict[str, str]:
+    raw = body.get("key_types")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BadRequest("key_types must be an object of key -> type")
+    out: dict[str, str] = {}
+    for name, kind in raw.items():
+        if not isinstance(name, str) or kind not in KEY_TYPES:
+            raise BadRequest(f"key_types values must be one of {', '.join(KEY_TYPES)}")
+        out[name.strip()] = str(kind)
+    return out
+
+
+def keys_of(
+    body: dict[str, Any], dim: int | None, *, required: bool = True
+) -> list[KeyInput] | None:
+    """Keys with their vectors (row i of ``key_vectors`` belongs to ``keys[i]``), sanitised.
+
+    Non-string keys and vectors that do not fit are errors; strings too short to be keys are
+    dropped (as the original does), and nothing usable left is an error.
+    """
+    raw = body.get("keys")
+    if raw is None and not required:
+        if body.get("key_vectors") is not None:
+            raise BadRequest("key_vectors given without keys")
+        return None
+    if not isinstance(raw, list) or not raw:
+        raise BadRequest("keys must be a non-empty list of strings")
+    if len(raw) > MAX_KEYS_PER_MEMORY:
+        raise BadRequest(f"at most {MAX_KEYS_PER_MEMORY} keys per memory, got {len(raw)}")
+    if not all(isinstance(k, str) for k in raw):
+        raise BadRequest("every key must be a string")
+    if any(len(k) > MAX_KEY_CHARS for k in raw):
+        raise TooLarge(f"a key is longer than {MAX_KEY_CHARS} characters")
+    vectors = body.get("key_vectors")
+    if not isinstance(vectors, np.ndarray) or vectors.ndim != 2 or vectors.shape[0] != len(raw):
+        raise BadRequest("key_vectors must be a float32 array of shape (len(keys), dim)")
+    if dim is not None and vectors.shape[1] != dim:
+        raise BadRequest(
+            f"key vectors have dimension {vectors.shape[1]}, this graph stores {dim}",
+            {"dim": dim},
+        )
+    if vectors.shape[1] == 0 or not np.all(np.isfinite(vectors)):
+        raise BadRequest("key_vectors must be finite and non-empty")
+    norms = np.linalg.norm(vectors, axis=1)
+    if np.any(norms == 0):
+        raise BadRequest("a key vector is all zeros")
+    unit = (vectors / norms[:, None]).astype(np.float32)
+    types = _key_types(body)
+    seen: set[str] = set()
+    keys: list[KeyInput] = []
+    for i, surface in enumerate(raw):
+        clean = surface.strip()
+        if not usable_key(clean) or clean.lower() in seen:
+            continue
+        seen.add(clean.lower())
+        keys.append(KeyInput(clean, unit[i], types.get(clean, "concept")))
+    if not keys:
+        raise BadRequest(
+            "no usable key: keys need 2+ characters (or one CJK character); "
+            "a keyless memory could never be recalled"
+        )
+    return keys

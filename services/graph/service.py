@@ -1,0 +1,337 @@
+"""The graph service: sole owner of the DuckDB file and of the key/memory graph in memory.
+
+Reads are answered from memory. Each write mutates the in-memory graph, records what it
+touched, commits those rows and its feed events in one transaction, and only then replies
+(with ``seq``, the feed head, so the router can ask the lexicon to catch up to it). If the
+commit fails, the in-memory graph is rebuilt from the file, so memory never runs ahead of disk.
+It stays one worker (invariant 1: one writer).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
+from protocol.worker import Service
+from services.config import Settings
+from services.graph import embedding, feed, feedback, matching, views, writes
+from services.graph.feedback import RecallBuffer
+from services.graph.profile import Thresholds, thresholds_from_env, with_overrides
+from services.graph.requests import (
+    MAX_BATCH_ITEMS,
+    body_of,
+    namespace_filter,
+    req_str,
+    source_of,
+)
+from services.graph.state import GraphState
+from store.backup import backup_dir, take_backup
+from store.changes import Changes
+from store.database import GraphStore, graph_path
+
+log = logging.getLogger("keymem.graph")
+
+# Methods that change the file: acknowledged after commit, never retried by the router.
+# match_keys is listed here because a literal hit on a learned alias counts the hit; it is
+# still safe to repeat, so it is registered as idempotent below.
+WRITE_METHODS = (
+    "remember",
+    "remember_batch",
+    "correct",
+    "forget",
+    "read_memory",
+    "confirm_memory",
+    "dismiss",
+    "set_fingerprint",
+    "reembed_begin",
+    "reembed_put",
+    "reembed_commit",
+    "backup",
+)
+READ_METHODS = (
+    "match_keys",
+    "read_key",
+    "browse_keys",
+    "history",
+    "get_memories",
+    "counts",
+    "key_memories",
+    "memory_keys",
+    "expand",
+    "feed_head",
+    "feed_snapshot",
+    "feed_since",
+    "fingerprint",
+    "reembed_keys",
+)
+
+TTL_SWEEP_INTERVAL_S = 10.0
+IDLE_CHECK_INTERVAL_S = 1.0
+IDLE_CHECKPOINT_AFTER_S = 5.0
+MAINTENANCE_INTERVAL_S = 3_600.0
+
+
+class GraphService:
+    def __init__(self, path: Path, thresholds: Thresholds) -> None:
+        self.home = path.parent
+        self.thresholds = thresholds
+        self.store = GraphStore(path)
+        self.buffer = RecallBuffer()
+        self.staging: embedding.Staging | None = None
+        self.last_write = 0.0
+        self.dirty_since_checkpoint = False
+        started = time.perf_counter()
+        self.state = GraphState(self.store.load())
+        self.load_seconds = time.perf_counter() - started
+        log.info(
+            "graph loaded %d keys, %d memories in %.2f s",
+            len(self.state.keys),
+            len(self.state.memories),
+            self.load_seconds,
+        )
+        self.sweep()
+
+    # -- the unit of work ------------------------------------------------------------------
+    def write(self, action: Callable[[float], dict[str, Any]]) -> dict[str, Any]:
+        state = self.state
+        state.changes = Changes()
+        now = time.time()
+        try:
+            result = action(now)
+        except BaseException:
+            if not state.changes.empty():
+                log.warning("a write failed part-way; reloading the graph from the file")
+                self.reload()
+            raise
+        changes, state.changes = state.changes, Changes()
+        if not changes.empty():
+            try:
+                state.head_seq = self.store.commit(changes, state.head_seq)
+            except Exception as exc:
+                log.exception("commit failed; reloading the graph from the file")
+                self.reload()
+                raise InternalError(f"commit failed: {type(exc).__name__}: {exc}") from exc
+            self.last_write = time.monotonic()
+            self.dirty_since_checkpoint = True
+        result["seq"] = state.head_seq
+        return result
+
+    def reload(self) -> None:
+        self.state = GraphState(self.store.load())
+
+    # -- periodic work ---------------------------------------------------------------------
+    def sweep(self) -> None:
+        if self.state.ttl_heap and self.state.ttl_heap[0][0] <= time.time():
+            self.write(lambda now: {"expired": writes.sweep_expired(self.state, now)})
+
+    def idle_checkpoint(self) -> None:
+        if self.state.changes.empty() is False:
+            return
+        idle = time.monotonic() - self.last_write
+        if self.dirty_since_checkpoint and idle >= IDLE_CHECKPOINT_AFTER_S:
+            self.store.checkpoint()
+            self.dirty_since_checkpoint = False
+
+    def maintenance(self) -> None:
+        self.write(lambda now: {"pruned": feedback.prune_learned_aliases(self.state, now)})
+        self.state.first_seq = self.store.prune_events(feed.RETAINED_EVENTS, self.state.head_seq)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- writes ----------------------------------------------------------------------------
+    def _claim_space(self, body: dict[str, Any], dim: int) -> None:
+        claimed = embedding.check_write_fingerprint(self.state, body)
+        if self.state.dim is None:
+            self.state.dim = dim
+            self.state.changes.set_meta("dim", dim)
+        if claimed is not None and self.state.fingerprint is None:
+            self.state.fingerprint = claimed
+            self.state.changes.set_meta("fingerprint", claimed)
+
+    def remember(self, raw: Any) -> dict[str, Any]:
+        body = body_of(raw)
+        embedding.check_write_fingerprint(self.state, body)
+        item = writes.parse_remember(body, self.state.dim)
+        writes.check_related(self.state, item.related_to, item.namespace)
+        thresholds = with_overrides(self.thresholds, body.get("thresholds"))
+
+        def action(now: float) -> dict[str, Any]:
+            self._claim_space(body, len(item.keys[0].vector))
+            return writes.remember(self.state, item, thresholds, now)
+
+        return self.write(action)
+
+    def remember_batch(self, raw: Any) -> dict[str, Any]:
+        body = body_of(raw)
+        embedding.check_write_fingerprint(self.state, body)
+        items_raw = body.get("items")
+        if not isinstance(items_raw, list) or not items_raw:
+            raise BadRequest("items must be a non-empty list")
+        if len(items_raw) > MAX_BATCH_ITEMS:
+            raise TooLarge(f"at most {MAX_BATCH_ITEMS} items per batch")
+        dim = self.state.dim
+        items = []
+        for position, item_raw in enumerate(items_raw):
+            try:
+                item = writes.parse_remember(item_raw, dim)
+            except KeymemError as exc:
+                exc.detail = {**exc.detail, "item": position}
+                exc.message = f"item {position}: {exc.message}"
+                raise
+            dim = dim or len(item.keys[0].vector)
+            writes.check_related(self.state, item.related_to, item.namespace)
+            items.append(item)
+        thresholds = with_overrides(self.thresholds, body.get("thresholds"))
+        batch_id = self.state.new_id()
+        shared_source = source_of(body)
+
+        def action(now: float) -> dict[str, Any]:
+            self._claim_space(body, len(items[0].keys[0].vector))
+            results = []
+            for item in items:
+                source = {**(shared_source or {}), **(item.source or {}), "batch_id": batch_id}
+                stamped = writes.RememberItem(
+                    item.content,
+                    item.keys,
+                    item.raw_keys,
+                    item.namespace,
+                    item.ttl_seconds,
+                    item.decay_profile,
+                    item.related_to,
+                    source,
+                )
+                results.append(writes.remember(self.state, stamped, thresholds, now))
+            return {"results": results, "batch_id": batch_id}
+
+        return self.write(action)
+
+    def correct(self, raw: Any) -> dict[str, Any]:
+        body = body_of(raw)
+        embedding.check_write_fingerprint(self.state, body)
+        thresholds = with_overrides(self.thresholds, body.get("thresholds"))
+        return self.write(lambda now: writes.correct(self.state, body, thresholds, now))
+
+    def forget(self, raw: Any) -> dict[str, Any]:
+        body = body_of(raw)
+        memory_id = req_str(body, "memory_id")
+        namespace = namespace_filter(body)
+        memory = self.state.memories.get(memory_id)
+        if memory is None or (namespace is not None and memory.namespace != namespace):
+            raise NotFound(f"memory {memory_id} not found")
+        return self.write(lambda now: {"deleted": writes.forget(self.state, memory, now)})
+
+    def read_memory(self, raw: Any) -> dict[str, Any]:
+        floor = self.thresholds.autokey_floor
+        return self.write(
+            lambda now: feedback.read_memory(self.state, self.buffer, raw, floor, now)
+        )
+
+    def confirm_memory(self, raw: Any) -> dict[str, Any]:
+        return self.write(lambda now: feedback.confirm_memory(self.state, raw, now))
+
+    def dismiss(self, raw: Any) -> dict[str, Any]:
+        return self.write(lambda now: feedback.dismiss(self.state, self.buffer, raw, now))
+
+    def set_fingerprint(self, raw: Any) -> dict[str, Any]:
+        return self.write(lambda now: embedding.set_fingerprint(self.state, raw))
+
+    def match_keys(self, raw: Any) -> dict[str, Any]:
+        # Learned-alias hits are soft state: they ride along with this call's commit.
+        return self.write(
+            lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
+        )
+
+    # -- embedding migration ---------------------------------------------------------------
+    def reembed_begin(self, raw: Any) -> dict[str, Any]:
+        self.staging = embedding.begin(raw)
+        return {"token": self.staging.token, "total": len(self.state.keys)}
+
+    def reembed_put(self, raw: Any) -> dict[str, Any]:
+        return embedding.put(self.staging, self.state, raw)
+
+    def reembed_commit(self, raw: Any) -> dict[str, Any]:
+        staging = embedding.ready_to_commit(self.staging, self.state, raw)
+        backup = take_backup(self.store, backup_dir(self.home), tag="pre-reembed")
+        self.store.replace_vectors(
+            staging.vectors.items(), {"fingerprint": staging.fingerprint, "dim": str(staging.dim)}
+        )
+        self.staging = None
+        self.reload()
+        return {
+            "replaced": len(staging.vectors),
+            "fingerprint": staging.fingerprint,
+            "dim": staging.dim,
+            "backup": str(backup),
+            "seq": self.state.head_seq,
+        }
+
+    # -- reads (answered from memory) ------------------------------------------------------
+    def read_key(self, raw: Any) -> dict[str, Any]:
+        return views.read_key(self.state, raw, time.time())
+
+    def browse_keys(self, raw: Any) -> dict[str, Any]:
+        return views.browse_keys(self.state, raw)
+
+    def history(self, raw: Any) -> dict[str, Any]:
+        return views.history(self.state, raw, time.time())
+
+    def get_memories(self, raw: Any) -> dict[str, Any]:
+        return views.get_memories(self.state, raw, time.time())
+
+    def counts(self, raw: Any) -> dict[str, Any]:
+        return views.counts(self.state, raw, time.time())
+
+    def key_memories(self, raw: Any) -> dict[str, Any]:
+        return matching.key_memories(self.state, raw, time.time())
+
+    def memory_keys(self, raw: Any) -> dict[str, Any]:
+        return matching.memory_keys(self.state, raw, time.time())
+
+    def expand(self, raw: Any) -> dict[str, Any]:
+        return matching.expand(self.state, raw, time.time())
+
+    def feed_head(self, raw: Any) -> dict[str, Any]:
+        return feed.head(self.state)
+
+    def feed_snapshot(self, raw: Any) -> dict[str, Any]:
+        return feed.snapshot(self.state, raw, time.time())
+
+    def feed_since(self, raw: Any) -> dict[str, Any]:
+        return feed.since(self.state, self.store, raw, time.time())
+
+    def fingerprint(self, raw: Any) -> dict[str, Any] | None:
+        return embedding.recorded(self.state)
+
+    def reembed_keys(self, raw: Any) -> dict[str, Any]:
+        return embedding.keys_page(self.state, raw)
+
+    def backup(self, raw: Any) -> dict[str, Any]:
+        body = body_of(raw)
+        keep = body.get("keep", None)
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise BadRequest("keep must be a positive integer")
+        path = take_backup(self.store, backup_dir(self.home), keep=keep or 5)
+        self.dirty_since_checkpoint = False
+        return {"path": str(path)}
+
+
+def build(settings: Settings) -> Service:
+    return make_service(GraphService(graph_path(settings.home), thresholds_from_env()))
+
+
+def make_service(graph: GraphService) -> Service:
+    service = Service("graph")
+    for name in WRITE_METHODS:
+        service.add(name, getattr(graph, name))
+    for name in READ_METHODS:
+        service.add(name, getattr(graph, name), idempotent=True)
+    service.every(TTL_SWEEP_INTERVAL_S, graph.sweep)
+    service.every(IDLE_CHECK_INTERVAL_S, graph.idle_checkpoint)
+    service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
+    service.on_stop.append(graph.close)
+    return service

@@ -1,0 +1,201 @@
+"""The graph in memory: records, adjacency, per-namespace key indexes, dedup and TTL indexes.
+
+Rebuilt from the store at start and authoritative for reads afterwards. Every mutation goes
+through a method here that also records the touched rows in the current ``Changes``, so the
+service can write exactly what changed in one transaction.
+"""
+
+from __future__ import annotations
+
+import heapq
+import secrets
+from collections import defaultdict
+
+from services.graph.keyindex import KeyIndex
+from services.graph.text import normalize_content
+from store.changes import Changes
+from store.database import LoadedGraph
+from store.records import KeyAlias, KeyRecord, LinkRecord, MemoryRecord
+
+ID_BYTES = 6  # 12 hex characters, as the original
+LINK_WEIGHT_MIN = 0.1
+LINK_WEIGHT_MAX = 3.0
+LINK_WEIGHT_DEFAULT = 1.0
+DEPTH_MIN = 0.0
+DEPTH_MAX = 1.0
+
+
+def clamp_weight(weight: float) -> float:
+    return min(LINK_WEIGHT_MAX, max(LINK_WEIGHT_MIN, weight))
+
+
+def clamp_depth(depth: float) -> float:
+    return min(DEPTH_MAX, max(DEPTH_MIN, depth))
+
+
+class GraphState:
+    def __init__(self, loaded: LoadedGraph) -> None:
+        self.keys: dict[str, KeyRecord] = loaded.keys
+        self.memories: dict[str, MemoryRecord] = loaded.memories
+        self.key_links: dict[str, dict[str, LinkRecord]] = defaultdict(dict)
+        self.mem_links: dict[str, dict[str, LinkRecord]] = defaultdict(dict)
+        self.epoch = loaded.meta["epoch"]
+        self.fingerprint: str | None = loaded.meta.get("fingerprint") or None
+        self.dim: int | None = int(loaded.meta["dim"]) if loaded.meta.get("dim") else None
+        self.head_seq = loaded.head_seq
+        self.first_seq = loaded.first_seq
+        self.indexes: dict[str, KeyIndex] = {}
+        self.dedup: dict[str, dict[str, str]] = defaultdict(dict)
+        self.active_count: dict[str, int] = defaultdict(int)
+        self.ttl_heap: list[tuple[float, str]] = []
+        # memory id -> memories whose related_to names it (kept loosely: readers re-check)
+        self.related_by: dict[str, set[str]] = defaultdict(set)
+        self.changes = Changes()
+        for link in loaded.links:
+            if link.key_id in self.keys and link.memory_id in self.memories:
+                self.key_links[link.key_id][link.memory_id] = link
+                self.mem_links[link.memory_id][link.key_id] = link
+        for key in self.keys.values():
+            self.index_for(key.namespace, len(key.vector)).add(key)
+        for memory in self.memories.values():
+            if memory.expires_at is not None:
+                heapq.heappush(self.ttl_heap, (memory.expires_at, memory.id))
+            for related_id in memory.related_to:
+                self.related_by[related_id].add(memory.id)
+            if memory.superseded_by is None:
+                self.dedup[memory.namespace].setdefault(
+                    normalize_content(memory.content), memory.id
+                )
+                for key_id in self.mem_links.get(memory.id, {}):
+                    self.active_count[key_id] += 1
+
+    # -- ids and lookups -------------------------------------------------------------------
+    def new_id(self) -> str:
+        while True:
+            candidate = secrets.token_hex(ID_BYTES)
+            if candidate not in self.memories and candidate not in self.keys:
+                return candidate
+
+    def index_for(self, namespace: str, dim: int | None = None) -> KeyIndex:
+        index = self.indexes.get(namespace)
+        if index is None:
+            index = KeyIndex(dim or self.dim or 0)
+            self.indexes[namespace] = index
+        return index
+
+    def link(self, key_id: str, memory_id: str) -> LinkRecord | None:
+        return self.key_links.get(key_id, {}).get(memory_id)
+
+    def is_active(self, memory: MemoryRecord, now: float) -> bool:
+        return memory.active(now)
+
+    # -- memories --------------------------------------------------------------------------
+    def add_memory(self, memory: MemoryRecord) -> None:
+        self.memories[memory.id] = memory
+        self.dedup[memory.namespace].setdefault(normalize_content(memory.content), memory.id)
+        if memory.expires_at is not None:
+            heapq.heappush(self.ttl_heap, (memory.expires_at, memory.id))
+        for related_id in memory.related_to:
+            self.related_by[related_id].add(memory.id)
+        self.changes.add_memory(memory)
+        self.changes.upsert_event(memory)
+
+    def touch_memory(self, memory: MemoryRecord) -> None:
+        self.changes.touch_memory(memory)
+
+    def deactivate(self, memory: MemoryRecord) -> None:
+        """Take a memory out of active retrieval (superseded); its rows stay."""
+        table = self.dedup.get(memory.namespace, {})
+        norm = normalize_content(memory.content)
+        if table.get(norm) == memory.id:
+            del table[norm]
+        for key_id in self.mem_links.get(memory.id, {}):
+            self.active_count[key_id] -= 1
+        self.changes.delete_event(memory)
+
+    def delete_memory(self, memory: MemoryRecord, now: float) -> list[str]:
+        """Hard delete with its links; keys left without links go too. Returns deleted key ids."""
+        was_active = memory.superseded_by is None
+        if was_active:
+            table = self.dedup.get(memory.namespace, {})
+            norm = normalize_content(memory.content)
+            if table.get(norm) == memory.id:
+                del table[norm]
+            self.changes.delete_event(memory)
+        orphaned: list[str] = []
+        for key_id in self.mem_links.pop(memory.id, {}):
+            if was_active:
+                self.active_count[key_id] -= 1
+            holders = self.key_links.get(key_id)
+            if holders is not None:
+                holders.pop(memory.id, None)
+                if not holders:
+                    del self.key_links[key_id]
+                    orphaned.append(key_id)
+        del self.memories[memory.id]
+        self.changes.delete_memory(memory.id)
+        for key_id in orphaned:
+            self.delete_key(self.keys[key_id])
+        return orphaned
+
+    # -- keys ------------------------------------------------------------------------------
+    def add_key(self, key: KeyRecord) -> None:
+        self.keys[key.id] = key
+        self.index_for(key.namespace, len(key.vector)).add(key)
+        self.changes.add_key(key)
+
+    def delete_key(self, key: KeyRecord) -> None:
+        self.indexes[key.namespace].remove(key)
+        del self.keys[key.id]
+        self.active_count.pop(key.id, None)
+        self.changes.delete_key(key.id)
+
+    def add_alias(self, key: KeyRecord, alias: KeyAlias) -> bool:
+        """Record an alias unless the key already answers to it; True when added."""
+        clean = alias.alias.strip()
+        if len(clean) < 2:
+            return False
+        lowered = clean.lower()
+        if any(s.strip().lower() == lowered for s in key.surfaces()):
+            return False
+        alias.alias = clean
+        key.aliases.append(alias)
+        self.indexes[key.namespace].add_surface(key.id, clean)
+        self.changes.rewrite_aliases(key)
+        self.docs_changed_for_key(key.id)
+        return True
+
+    def remove_alias(self, key: KeyRecord, alias: KeyAlias) -> None:
+        index = self.indexes[key.namespace]
+        index.remove(key)
+        key.aliases.remove(alias)
+        index.add(key)
+        self.changes.rewrite_aliases(key)
+        self.docs_changed_for_key(key.id)
+
+    def set_key_type(self, key: KeyRecord, key_type: str) -> None:
+        key.key_type = key_type
+        self.indexes[key.namespace].set_entity(key)
+        self.changes.touch_key(key)
+
+    def docs_changed_for_key(self, key_id: str) -> None:
+        """A key's surfaces changed: every active memory it reaches gets an upsert event."""
+        for memory_id in self.key_links.get(key_id, {}):
+            memory = self.memories[memory_id]
+            if memory.superseded_by is None and memory.id not in self.changes.new_memories:
+                self.changes.upsert_event(memory)
+
+    # -- links -----------------------------------------------------------------------------
+    def add_link(self, key_id: str, memory_id: str, weight: float, *, auto: bool = False) -> None:
+        if self.link(key_id, memory_id) is not None:
+            return
+        record = LinkRecord(key_id, memory_id, clamp_weight(weight), auto)
+        self.key_links[key_id][memory_id] = record
+        self.mem_links[memory_id][key_id] = record
+        if self.memories[memory_id].superseded_by is None:
+            self.active_count[key_id] += 1
+        self.changes.add_link(record)
+
+    def set_weight(self, link: LinkRecord, weight: float) -> None:
+        link.weight = clamp_weight(weight)
+        self.changes.touch_link(link)

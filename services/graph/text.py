@@ -1,0 +1,161 @@
+"""Text rules of the graph: namespaces, key sanitising, dedup normalisation, literal matching.
+
+Literal key matching is word-bounded (a key "name" must not fire inside "namespace") and
+tolerates a Korean particle glued to the end of a word ("파이썬을" still names 파이썬), because
+Korean writes particles without a space. Matching works on token n-grams looked up in a dict,
+so its cost depends on the query's length, not on the number of keys.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+
+DEFAULT_NAMESPACE = "default"
+MIN_KEY_CHARS = 2
+MAX_LITERAL_NGRAM_TOKENS = 6
+SHORT_CONCEPT_MAX_TOKENS = 2
+SHORT_CONCEPT_MAX_CHARS = 15
+
+_CJK_SINGLE = re.compile(r"^[\u1100-\u11ff\u3130-\u318f\uac00-\ud7a3\u3040-\u30ff\u3400-\u9fff]$")
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+_TOKEN = re.compile(r"\w+(?:[+#]+)?")
+_SPACE = re.compile(r"\s+")
+# Korean particles (josa) and the copula endings most often glued to a noun, longest first.
+KOREAN_PARTICLES = tuple(
+    sorted(
+        {
+            "은",
+            "는",
+            "이",
+            "가",
+            "을",
+            "를",
+            "에",
+            "의",
+            "와",
+            "과",
+            "도",
+            "만",
+            "로",
+            "으로",
+            "에서",
+            "에게",
+            "께",
+            "께서",
+            "한테",
+            "랑",
+            "이랑",
+            "하고",
+            "까지",
+            "부터",
+            "처럼",
+            "보다",
+            "이나",
+            "나",
+            "이든",
+            "든",
+            "요",
+            "이요",
+            "야",
+            "이야",
+            "이다",
+            "입니다",
+            "에는",
+            "에서는",
+            "으로는",
+            "로는",
+            "와는",
+            "과는",
+            "이라",
+            "라",
+            "이라고",
+            "라고",
+            "조차",
+            "마저",
+            "밖에",
+            "이며",
+            "며",
+            "에도",
+            "에서도",
+            "으로도",
+            "로도",
+            "이고",
+            "고",
+        },
+        key=len,
+        reverse=True,
+    )
+)
+
+
+def normalize_namespace(raw: str | None) -> str:
+    if raw is None:
+        return DEFAULT_NAMESPACE
+    trimmed = raw.strip().lower()
+    return trimmed or DEFAULT_NAMESPACE
+
+
+def usable_key(text: str) -> bool:
+    """Keys of at least two characters, or a single CJK character (집, 돈, 車), are kept."""
+    stripped = text.strip()
+    return len(stripped) >= MIN_KEY_CHARS or bool(_CJK_SINGLE.match(stripped))
+
+
+def normalize_content(content: str) -> str:
+    """What exact dedup compares: NFKC, case-folded, whitespace collapsed."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", content).casefold()).strip()
+
+
+def surface_norm(text: str) -> str:
+    """A key surface as literal matching sees it: lower-cased word tokens joined by spaces."""
+    return " ".join(_TOKEN.findall(unicodedata.normalize("NFKC", text).lower()))
+
+
+def is_short_concept(text: str) -> bool:
+    stripped = text.strip()
+    return (
+        len(stripped.split()) <= SHORT_CONCEPT_MAX_TOKENS
+        or len(stripped) <= SHORT_CONCEPT_MAX_CHARS
+    )
+
+
+def conflicting_qualifier(a: str, b: str) -> bool:
+    """Sibling labels like "Agent A" / "Agent B" never merge, however close their vectors."""
+    left, right = a.lower().split(), b.lower().split()
+    if len(left) < 2 or len(left) != len(right) or left[:-1] != right[:-1]:
+        return False
+    lq, rq = left[-1], right[-1]
+    return lq != rq and len(lq) == 1 and len(rq) == 1 and lq.isalnum() and rq.isalnum()
+
+
+def has_hangul(text: str) -> bool:
+    return bool(_HANGUL.search(text))
+
+
+def _variants(token: str) -> Iterator[str]:
+    yield token
+    if has_hangul(token):
+        for particle in KOREAN_PARTICLES:
+            if len(token) > len(particle) and token.endswith(particle):
+                yield token[: -len(particle)]
+
+
+def query_phrases(text: str) -> set[str]:
+    """Every word n-gram of the query (up to six words), with a trailing particle stripped.
+
+    A key surface matches literally when its ``surface_norm`` is one of these phrases; like the
+    original, a literal match needs at least two characters.
+    """
+    tokens = _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
+    phrases: set[str] = set()
+    for end in range(len(tokens)):
+        last_variants = list(_variants(tokens[end]))
+        for size in range(1, min(MAX_LITERAL_NGRAM_TOKENS, end + 1) + 1):
+            head = tokens[end - size + 1 : end]
+            for last in last_variants:
+                phrase = " ".join([*head, last])
+                if len(phrase) >= MIN_KEY_CHARS:
+                    phrases.add(phrase)
+    return phrases

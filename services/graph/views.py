@@ -1,0 +1,262 @@
+"""Read-only views: key and memory payloads, read_key, browse_keys, history, counts.
+
+Nothing here changes state. Counts are of ACTIVE memories (not superseded, not expired), which
+is what hub status, specificity and IDF describe.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from typing import Any
+
+from protocol.errors import BadRequest, NotFound
+from services.graph.requests import (
+    body_of,
+    id_list,
+    namespace_filter,
+    opt_bool,
+    opt_int,
+    req_str,
+)
+from services.graph.state import GraphState
+from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
+from store.records import KeyRecord, MemoryRecord
+
+SCORE_DIGITS = 3
+READ_KEY_MAX_LIMIT = 50
+BROWSE_MAX_LIMIT = 100
+ENTITY_IDF_FACTOR = 0.5
+
+
+def hub_min_links() -> int:
+    raw = os.environ.get("KEYMEM_KEY_HUB_MIN_LINKS", "3").strip()
+    try:
+        return max(2, int(raw))
+    except ValueError:
+        return 3
+
+
+KEY_HUB_MIN_LINKS = hub_min_links()
+
+
+def key_idf(key: KeyRecord, count: int) -> float:
+    if count <= 1:
+        return 1.0
+    idf = 1.0 / count
+    return idf * ENTITY_IDF_FACTOR if key.is_entity else idf
+
+
+def key_view(state: GraphState, key: KeyRecord) -> dict[str, Any]:
+    count = max(0, state.active_count.get(key.id, 0))
+    return {
+        "key_id": key.id,
+        "concept": key.concept,
+        "aliases": [a.alias for a in key.aliases],
+        "learned_aliases": [a.alias for a in key.aliases if a.learned],
+        "key_type": key.key_type,
+        "namespace": key.namespace,
+        "memory_count": count,
+        "is_hub": count >= KEY_HUB_MIN_LINKS,
+        "specificity": round(1.0 / count, SCORE_DIGITS) if count else 0.0,
+        "idf": round(key_idf(key, count), 6),
+    }
+
+
+def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str, Any]:
+    keys = []
+    for key_id, link in state.mem_links.get(memory.id, {}).items():
+        view = key_view(state, state.keys[key_id])
+        view["link_weight"] = round(link.weight, SCORE_DIGITS)
+        view["auto"] = link.auto
+        keys.append(view)
+    keys.sort(key=lambda k: -k["link_weight"])
+    return {
+        "id": memory.id,
+        "content": memory.content,
+        "namespace": memory.namespace,
+        "depth": round(memory.depth, SCORE_DIGITS),
+        "access_count": memory.access_count,
+        "last_accessed": memory.last_accessed,
+        "created_at": memory.created_at,
+        "source": memory.source,
+        "expires_at": memory.expires_at,
+        "supersedes": memory.supersedes,
+        "superseded_by": memory.superseded_by,
+        "active": memory.active(now),
+        "related_to": list(memory.related_to),
+        "contradicts": list(memory.contradicts),
+        "last_confirmation_evidence": memory.last_confirmation_evidence,
+        "validity": validity_view(memory, now),
+        "keys": keys,
+    }
+
+
+def find_key(state: GraphState, key_id: str, namespace: str | None) -> KeyRecord:
+    key = state.keys.get(key_id)
+    if key is None or (namespace is not None and key.namespace != namespace):
+        raise NotFound(f"key {key_id} not found (key ids are the 12-hex ids recall returns)")
+    return key
+
+
+def _relevance_of(body: dict[str, Any]) -> dict[str, float] | None:
+    raw = body.get("relevance")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+        for k, v in raw.items()
+    ):
+        raise BadRequest("relevance must be an object of memory_id -> number")
+    return {k: float(v) for k, v in raw.items()}
+
+
+def read_key(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    """A key's active memories as ranked handles; ``relevance`` (from the router) ranks a hub."""
+    body = body_of(raw)
+    key = find_key(state, req_str(body, "key_id"), namespace_filter(body))
+    limit = opt_int(body, "limit", 10, 1, READ_KEY_MAX_LIMIT)
+    offset = opt_int(body, "offset", 0, 0, 10_000_000)
+    relevance = _relevance_of(body)
+    scored: list[tuple[float, float, str, float, float]] = []
+    for memory_id, link in state.key_links.get(key.id, {}).items():
+        memory = state.memories[memory_id]
+        if not memory.active(now):
+            continue
+        rel = 1.0 if relevance is None else relevance.get(memory_id, 0.0)
+        fresh = freshness(memory, now)
+        score = rel * link.weight * depth_factor(memory.depth) * freshness_factor(fresh)
+        scored.append((score, memory.created_at, memory_id, rel, link.weight))
+    page = heapq.nlargest(offset + limit, scored)[offset:]
+    handles = []
+    for score, _created, memory_id, rel, weight in page:
+        memory = state.memories[memory_id]
+        handles.append(
+            {
+                "memory_id": memory_id,
+                "evidence": "unread",
+                "depth": round(memory.depth, SCORE_DIGITS),
+                "created_at": memory.created_at,
+                "namespace": memory.namespace,
+                "validity": validity_view(memory, now),
+                "link_weight": round(weight, SCORE_DIGITS),
+                "content_relevance": None if relevance is None else round(rel, SCORE_DIGITS),
+                "score_kind": "link_rank" if relevance is None else "within_key_rank",
+                "score": round(score, SCORE_DIGITS + 3),
+            }
+        )
+    total = len(scored)
+    return {
+        "key": key_view(state, key),
+        "memories": handles,
+        "total": total,
+        "next_offset": offset + limit if offset + limit < total else None,
+    }
+
+
+def browse_keys(state: GraphState, raw: Any) -> dict[str, Any]:
+    body = body_of(raw)
+    namespace = namespace_filter(body) or "default"
+    hubs_only = opt_bool(body, "hubs_only", False)
+    limit = opt_int(body, "limit", 20, 1, BROWSE_MAX_LIMIT)
+    offset = opt_int(body, "offset", 0, 0, 10_000_000)
+    index = state.indexes.get(namespace)
+    rows = []
+    for key_id in index.ids if index else ():
+        count = state.active_count.get(key_id, 0)
+        if count <= 0 or (hubs_only and count < KEY_HUB_MIN_LINKS):
+            continue
+        rows.append((count >= KEY_HUB_MIN_LINKS, count, state.keys[key_id].concept, key_id))
+    rows.sort(key=lambda r: (not r[0], -r[1], r[2]))
+    active = sum(
+        1
+        for memory_id in state.dedup.get(namespace, {}).values()
+        if state.memories[memory_id].superseded_by is None
+    )
+    return {
+        "status": "ok" if rows else "empty_namespace",
+        "namespace": namespace,
+        "memory_count": active,
+        "key_count": len(rows),
+        "keys": [key_view(state, state.keys[r[3]]) for r in rows[offset : offset + limit]],
+        "next_offset": offset + limit if offset + limit < len(rows) else None,
+    }
+
+
+def history(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    """Every version of a memory's chain, oldest first (nothing is pruned)."""
+    body = body_of(raw)
+    memory_id = req_str(body, "memory_id")
+    namespace = namespace_filter(body)
+    memory = state.memories.get(memory_id)
+    if memory is None or (namespace is not None and memory.namespace != namespace):
+        raise NotFound(f"memory {memory_id} not found")
+    oldest = memory
+    while oldest.supersedes is not None and oldest.supersedes in state.memories:
+        oldest = state.memories[oldest.supersedes]
+    versions = []
+    current: MemoryRecord | None = oldest
+    while current is not None:
+        versions.append(
+            {
+                "id": current.id,
+                "content": current.content,
+                "created_at": current.created_at,
+                "supersedes": current.supersedes,
+                "superseded_by": current.superseded_by,
+                "active": current.active(now),
+                "depth": round(current.depth, SCORE_DIGITS),
+                "validity": validity_view(current, now),
+            }
+        )
+        current = state.memories.get(current.superseded_by or "")
+    head = versions[-1]["id"]
+    return {"memory_id": memory_id, "current": head, "versions": versions}
+
+
+def get_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    body = body_of(raw)
+    ids = id_list(body, "ids")
+    namespace = namespace_filter(body)
+    include_inactive = opt_bool(body, "include_inactive", False)
+    found, missing = [], []
+    for memory_id in ids:
+        memory = state.memories.get(memory_id)
+        if (
+            memory is None
+            or memory.expired(now)
+            or (namespace is not None and memory.namespace != namespace)
+            or (not include_inactive and memory.superseded_by is not None)
+        ):
+            missing.append(memory_id)
+        else:
+            found.append(memory_view(state, memory, now))
+    return {"memories": found, "missing": missing}
+
+
+def counts(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    body = body_of(raw)
+    namespace = namespace_filter(body)
+    per_namespace: dict[str, dict[str, int]] = {}
+    for memory in state.memories.values():
+        row = per_namespace.setdefault(
+            memory.namespace, {"memories": 0, "versions": 0, "keys": 0, "links": 0}
+        )
+        row["versions"] += 1
+        if memory.active(now):
+            row["memories"] += 1
+        row["links"] += len(state.mem_links.get(memory.id, {}))
+    for ns, index in state.indexes.items():
+        per_namespace.setdefault(ns, {"memories": 0, "versions": 0, "keys": 0, "links": 0})
+        per_namespace[ns]["keys"] = len(index)
+    if namespace is not None:
+        per_namespace = {
+            namespace: per_namespace.get(
+                namespace, {"memories": 0, "versions": 0, "keys": 0, "links": 0}
+            )
+        }
+    totals = {
+        name: sum(row[name] for row in per_namespace.values())
+        for name in ("memories", "versions", "keys", "links")
+    }
+    return {**totals, "namespaces": per_namespace, "seq": state.head_seq, "epoch": state.epoch}

@@ -1,0 +1,263 @@
+"""Writes that create or end memories: remember, correct, forget, TTL expiry.
+
+Versioning goes further than the original: a correction supersedes its predecessor, and the
+whole chain is kept (nothing is pruned), so ``history`` can show every version. Exact
+duplicates (same normalised text, same namespace, active) are superseded by the new save and
+reported as ``deduplicated``; when the two share a key the save is also flagged ``conflict``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.errors import BadRequest, Conflict, NotFound
+from services.graph.keys import near_key_hints, resolve_key
+from services.graph.profile import Thresholds
+from services.graph.requests import (
+    KeyInput,
+    body_of,
+    content_of,
+    decay_profile_of,
+    keys_of,
+    namespace_of,
+    related_of,
+    req_str,
+    source_of,
+    ttl_of,
+)
+from services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
+from services.graph.text import normalize_content, normalize_namespace
+from store.records import MemoryRecord
+
+INHERITED_LINK_PENALTY = 0.15
+DEEP_DEPTH_MIN = 0.7
+SUPERSEDE_DEEP_FACTOR = 0.8
+SUPERSEDE_SHALLOW_FACTOR = 0.3
+DEFAULT_DECAY_PROFILE = "standard"
+
+
+@dataclass(frozen=True, slots=True)
+class RememberItem:
+    content: str
+    keys: list[KeyInput]
+    raw_keys: list[str]
+    namespace: str
+    ttl_seconds: float | None
+    decay_profile: str | None
+    related_to: list[str] | None
+    source: dict[str, Any] | None
+
+
+def parse_remember(raw: Any, dim: int | None) -> RememberItem:
+    body = body_of(raw)
+    keys = keys_of(body, dim)
+    assert keys is not None
+    return RememberItem(
+        content=content_of(body),
+        keys=keys,
+        raw_keys=[k for k in body["keys"] if isinstance(k, str)],
+        namespace=namespace_of(body),
+        ttl_seconds=ttl_of(body),
+        decay_profile=decay_profile_of(body),
+        related_to=related_of(body),
+        source=source_of(body),
+    )
+
+
+def check_related(state: GraphState, related: list[str] | None, namespace: str) -> None:
+    for memory_id in related or ():
+        memory = state.memories.get(memory_id)
+        if memory is None or memory.namespace != namespace:
+            raise NotFound(f"related_to memory {memory_id} not found in namespace {namespace!r}")
+
+
+def _new_memory(
+    state: GraphState,
+    content: str,
+    namespace: str,
+    now: float,
+    *,
+    source: dict[str, Any] | None,
+    expires_at: float | None,
+    decay_profile: str,
+    related_to: list[str],
+    supersedes: str | None = None,
+) -> MemoryRecord:
+    memory = MemoryRecord(
+        id=state.new_id(),
+        namespace=namespace,
+        content=content,
+        created_at=now,
+        source=source,
+        supersedes=supersedes,
+        last_accessed=now,
+        expires_at=expires_at,
+        last_confirmed_at=now,
+        confirmation_count=1,
+        decay_profile=decay_profile,
+        last_confirmation_evidence="user",
+        last_confirmation_source=source,
+        related_to=[r for r in related_to if r in state.memories],
+    )
+    state.add_memory(memory)
+    return memory
+
+
+def _supersede(state: GraphState, old: MemoryRecord, new: MemoryRecord) -> None:
+    factor = SUPERSEDE_DEEP_FACTOR if old.depth >= DEEP_DEPTH_MIN else SUPERSEDE_SHALLOW_FACTOR
+    old.depth *= factor
+    state.deactivate(old)
+    old.superseded_by = new.id
+    state.touch_memory(old)
+
+
+def remember(
+    state: GraphState, item: RememberItem, thresholds: Thresholds, now: float
+) -> dict[str, Any]:
+    duplicate_id = state.dedup.get(item.namespace, {}).get(normalize_content(item.content))
+    duplicate = state.memories.get(duplicate_id) if duplicate_id else None
+    if duplicate is not None and not duplicate.active(now):
+        duplicate = None
+    memory = _new_memory(
+        state,
+        item.content,
+        item.namespace,
+        now,
+        source=item.source,
+        expires_at=None if item.ttl_seconds is None else now + item.ttl_seconds,
+        decay_profile=item.decay_profile or DEFAULT_DECAY_PROFILE,
+        related_to=item.related_to or [],
+        supersedes=duplicate.id if duplicate else None,
+    )
+    for wanted in item.keys:
+        key_id = resolve_key(state, item.namespace, wanted, thresholds, now)
+        state.add_link(key_id, memory.id, LINK_WEIGHT_DEFAULT)
+    result: dict[str, Any] = {"saved": memory.id}
+    if duplicate is not None:
+        shared = set(state.mem_links.get(duplicate.id, {})) & set(state.mem_links[memory.id])
+        _supersede(state, duplicate, memory)
+        result["superseded"] = duplicate.id
+        result["deduplicated"] = True
+        if shared:
+            result["conflict"] = True
+            memory.contradicts.append(duplicate.id)
+            state.changes.rewrite_contradictions(memory)
+    hints = near_key_hints(state, item.namespace, memory.id, item.keys, thresholds)
+    if hints:
+        result["hints"] = {"near_keys": hints}
+    return result
+
+
+def head_of(state: GraphState, memory: MemoryRecord) -> MemoryRecord:
+    while memory.superseded_by is not None and memory.superseded_by in state.memories:
+        memory = state.memories[memory.superseded_by]
+    return memory
+
+
+def live_memory(
+    state: GraphState, memory_id: str, namespace: str | None, now: float
+) -> MemoryRecord:
+    """A memory that exists, has not expired and is in ``namespace`` (when given)."""
+    memory = state.memories.get(memory_id)
+    if memory is None or memory.expired(now) or (namespace and memory.namespace != namespace):
+        raise NotFound(f"memory {memory_id} not found")
+    return memory
+
+
+def correct(state: GraphState, raw: Any, thresholds: Thresholds, now: float) -> dict[str, Any]:
+    body = body_of(raw)
+    memory_id = req_str(body, "memory_id")
+    content = content_of(body)
+    keys = keys_of(body, state.dim, required=False)
+    ttl = ttl_of(body)
+    profile = decay_profile_of(body)
+    related = related_of(body)
+    source = source_of(body)
+    scope = body.get("namespace")
+    namespace = normalize_namespace(scope) if isinstance(scope, str) and scope.strip() else None
+    old = live_memory(state, memory_id, namespace, now)
+    note = None
+    if old.superseded_by is not None:
+        head = head_of(state, old)
+        if head.expired(now) or head.superseded_by is not None:
+            raise Conflict(f"memory {memory_id} was superseded and has no live head")
+        note = f"{memory_id} was already superseded; corrected its current version {head.id}"
+        old = head
+    check_related(state, related, old.namespace)
+    if old.id in (related or ()):
+        raise BadRequest("a correction cannot be related_to the memory it replaces")
+    new = _new_memory(
+        state,
+        content,
+        old.namespace,
+        now,
+        source=source,
+        expires_at=old.expires_at if ttl is None else now + ttl,
+        decay_profile=profile or old.decay_profile,
+        related_to=list(old.related_to) if related is None else related,
+        supersedes=old.id,
+    )
+    if keys is None:
+        for key_id, link in state.mem_links.get(old.id, {}).items():
+            weight = max(LINK_WEIGHT_MIN, link.weight - INHERITED_LINK_PENALTY)
+            state.add_link(key_id, new.id, weight, auto=link.auto)
+    else:
+        for wanted in keys:
+            key_id = resolve_key(state, old.namespace, wanted, thresholds, now)
+            state.add_link(key_id, new.id, LINK_WEIGHT_DEFAULT)
+    _supersede(state, old, new)
+    result: dict[str, Any] = {"new_id": new.id, "superseded": old.id}
+    if note:
+        result["note"] = note
+    return result
+
+
+def forget(state: GraphState, memory: MemoryRecord, now: float) -> list[str]:
+    """Hard-delete a memory, the older versions it supersedes, and their links.
+
+    A newer version (when forgetting an old one) stays and simply loses its back-pointer.
+    """
+    chain = [memory]
+    while chain[-1].supersedes is not None and chain[-1].supersedes in state.memories:
+        chain.append(state.memories[chain[-1].supersedes])
+    successor = state.memories.get(memory.superseded_by or "")
+    if successor is not None:
+        successor.supersedes = None
+        state.touch_memory(successor)
+    deleted = []
+    for victim in chain:
+        _drop_references(state, victim.id)
+        state.delete_memory(victim, now)
+        deleted.append(victim.id)
+    return deleted
+
+
+def _drop_references(state: GraphState, memory_id: str) -> None:
+    """Remove related_to / contradicts pointers at a memory that is about to disappear."""
+    target = state.memories[memory_id]
+    for other_id in [*target.contradicts]:
+        other = state.memories.get(other_id)
+        if other is not None and memory_id in other.contradicts:
+            other.contradicts.remove(memory_id)
+            state.changes.rewrite_contradictions(other)
+    for other_id in state.related_by.pop(memory_id, set()):
+        other = state.memories.get(other_id)
+        if other is not None and memory_id in other.related_to:
+            other.related_to.remove(memory_id)
+            state.changes.rewrite_related(other)
+
+
+def sweep_expired(state: GraphState, now: float) -> int:
+    """Delete memories whose TTL has passed (the heap holds every expiry ever set)."""
+    swept = 0
+    while state.ttl_heap and state.ttl_heap[0][0] <= now:
+        expires_at, memory_id = heapq.heappop(state.ttl_heap)
+        memory = state.memories.get(memory_id)
+        if memory is None or memory.expires_at != expires_at:
+            continue
+        _drop_references(state, memory_id)
+        state.delete_memory(memory, now)
+        swept += 1
+    return swept

@@ -1,0 +1,136 @@
+"""A unit of work: what one acknowledged write changed, flushed in one DuckDB transaction.
+
+The service mutates its in-memory records directly and marks here what it touched; the store
+then writes exactly those rows (new rows inserted, touched rows updated, deleted rows removed)
+and appends the change-feed events, all before COMMIT. Only after the commit does the service
+answer, so an acknowledged write is always on disk (invariant 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.records import KeyRecord, LinkRecord, MemoryRecord
+
+OP_UPSERT = "upsert"
+OP_DELETE = "delete"
+
+
+@dataclass
+class Changes:
+    new_memories: dict[str, MemoryRecord] = field(default_factory=dict)
+    touched_memories: dict[str, MemoryRecord] = field(default_factory=dict)
+    deleted_memories: set[str] = field(default_factory=set)
+    new_keys: dict[str, KeyRecord] = field(default_factory=dict)
+    touched_keys: dict[str, KeyRecord] = field(default_factory=dict)
+    deleted_keys: set[str] = field(default_factory=set)
+    # keys whose alias list / alias candidates must be rewritten
+    alias_keys: dict[str, KeyRecord] = field(default_factory=dict)
+    candidate_keys: dict[str, KeyRecord] = field(default_factory=dict)
+    new_links: dict[tuple[str, str], LinkRecord] = field(default_factory=dict)
+    touched_links: dict[tuple[str, str], LinkRecord] = field(default_factory=dict)
+    related_rewrite: dict[str, MemoryRecord] = field(default_factory=dict)
+    contradictions_rewrite: dict[str, MemoryRecord] = field(default_factory=dict)
+    confirmations: list[tuple[str, float, str, str | None, str | None]] = field(
+        default_factory=list
+    )
+    # (op, memory_id, namespace) in order; the store numbers them at commit
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+
+    # -- memories --------------------------------------------------------------------------
+    def add_memory(self, memory: MemoryRecord) -> None:
+        self.new_memories[memory.id] = memory
+        self.related_rewrite[memory.id] = memory
+        self.contradictions_rewrite[memory.id] = memory
+
+    def touch_memory(self, memory: MemoryRecord) -> None:
+        if memory.id not in self.new_memories:
+            self.touched_memories[memory.id] = memory
+
+    def delete_memory(self, memory_id: str) -> None:
+        self.new_memories.pop(memory_id, None)
+        self.touched_memories.pop(memory_id, None)
+        self.related_rewrite.pop(memory_id, None)
+        self.contradictions_rewrite.pop(memory_id, None)
+        self.new_links = {k: v for k, v in self.new_links.items() if k[1] != memory_id}
+        self.touched_links = {k: v for k, v in self.touched_links.items() if k[1] != memory_id}
+        self.deleted_memories.add(memory_id)
+
+    def rewrite_related(self, memory: MemoryRecord) -> None:
+        self.related_rewrite[memory.id] = memory
+
+    def rewrite_contradictions(self, memory: MemoryRecord) -> None:
+        self.contradictions_rewrite[memory.id] = memory
+
+    # -- keys ------------------------------------------------------------------------------
+    def add_key(self, key: KeyRecord) -> None:
+        self.new_keys[key.id] = key
+
+    def touch_key(self, key: KeyRecord) -> None:
+        if key.id not in self.new_keys:
+            self.touched_keys[key.id] = key
+
+    def rewrite_aliases(self, key: KeyRecord) -> None:
+        self.alias_keys[key.id] = key
+
+    def rewrite_candidates(self, key: KeyRecord) -> None:
+        self.candidate_keys[key.id] = key
+
+    def delete_key(self, key_id: str) -> None:
+        self.new_keys.pop(key_id, None)
+        self.touched_keys.pop(key_id, None)
+        self.alias_keys.pop(key_id, None)
+        self.candidate_keys.pop(key_id, None)
+        self.deleted_keys.add(key_id)
+
+    # -- links -----------------------------------------------------------------------------
+    def add_link(self, link: LinkRecord) -> None:
+        self.new_links[(link.key_id, link.memory_id)] = link
+
+    def touch_link(self, link: LinkRecord) -> None:
+        pair = (link.key_id, link.memory_id)
+        if pair not in self.new_links:
+            self.touched_links[pair] = link
+
+    # -- log and feed ----------------------------------------------------------------------
+    def confirm(
+        self,
+        memory_id: str,
+        at: float,
+        evidence: str,
+        source: str | None,
+        confirmation_id: str | None,
+    ) -> None:
+        self.confirmations.append((memory_id, at, evidence, source, confirmation_id))
+
+    def upsert_event(self, memory: MemoryRecord) -> None:
+        self.events.append((OP_UPSERT, memory.id, memory.namespace))
+
+    def delete_event(self, memory: MemoryRecord) -> None:
+        self.events.append((OP_DELETE, memory.id, memory.namespace))
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self.meta[name] = str(value)
+
+    def empty(self) -> bool:
+        return not any(
+            (
+                self.new_memories,
+                self.touched_memories,
+                self.deleted_memories,
+                self.new_keys,
+                self.touched_keys,
+                self.deleted_keys,
+                self.alias_keys,
+                self.candidate_keys,
+                self.new_links,
+                self.touched_links,
+                self.related_rewrite,
+                self.contradictions_rewrite,
+                self.confirmations,
+                self.events,
+                self.meta,
+            )
+        )

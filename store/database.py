@@ -1,0 +1,418 @@
+"""The DuckDB file behind the graph: open, migrate, load everything, commit units of work.
+
+One connection, used only from the graph service's serving thread. Writes arrive as
+``Changes`` and are written with multi-row VALUES statements (DuckDB pays per statement and per
+commit, not per row), inside one transaction together with their change-feed events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from protocol.errors import Unavailable
+from store.changes import Changes
+from store.records import AliasCandidate, KeyAlias, KeyRecord, LinkRecord, MemoryRecord
+from store.schema import migrate
+
+log = logging.getLogger("keymem.store")
+
+GRAPH_FILE_NAME = "graph.duckdb"
+# Rows per VALUES statement; bounded so one statement's parameter list stays modest.
+ROWS_PER_STATEMENT = 500
+
+MEMORY_COLUMNS = (
+    ("id", "VARCHAR"),
+    ("namespace", "VARCHAR"),
+    ("content", "VARCHAR"),
+    ("created_at", "DOUBLE"),
+    ("source", "VARCHAR"),
+    ("supersedes", "VARCHAR"),
+    ("superseded_by", "VARCHAR"),
+    ("depth", "DOUBLE"),
+    ("access_count", "INTEGER"),
+    ("last_accessed", "DOUBLE"),
+    ("expires_at", "DOUBLE"),
+    ("last_confirmed_at", "DOUBLE"),
+    ("confirmation_count", "INTEGER"),
+    ("decay_profile", "VARCHAR"),
+    ("last_confirmation_evidence", "VARCHAR"),
+    ("last_confirmation_source", "VARCHAR"),
+    ("last_confirmation_id", "VARCHAR"),
+)
+
+
+class StoreLocked(Unavailable):
+    """Another process holds the graph file (DuckDB allows one opener)."""
+
+
+def graph_path(home: Path) -> Path:
+    return home / GRAPH_FILE_NAME
+
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _dict_or_none(value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    parsed = json.loads(value)
+    return parsed if isinstance(parsed, dict) else None
+
+
+def memory_row(m: MemoryRecord) -> tuple[Any, ...]:
+    return (
+        m.id,
+        m.namespace,
+        m.content,
+        m.created_at,
+        _json_or_none(m.source),
+        m.supersedes,
+        m.superseded_by,
+        m.depth,
+        m.access_count,
+        m.last_accessed,
+        m.expires_at,
+        m.last_confirmed_at,
+        m.confirmation_count,
+        m.decay_profile,
+        m.last_confirmation_evidence,
+        _json_or_none(m.last_confirmation_source),
+        m.last_confirmation_id,
+    )
+
+
+def vector_bytes(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
+@dataclass
+class LoadedGraph:
+    keys: dict[str, KeyRecord] = field(default_factory=dict)
+    memories: dict[str, MemoryRecord] = field(default_factory=dict)
+    links: list[LinkRecord] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+    head_seq: int = 0
+    first_seq: int = 1
+
+
+class GraphStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = duckdb.connect(str(path))
+        except duckdb.IOException as exc:
+            raise StoreLocked(f"cannot open {path}: {exc}") from exc
+        self.migrated_from = migrate(self.conn)
+        meta = self.read_meta()
+        if "epoch" not in meta:
+            self.set_meta({"epoch": uuid.uuid4().hex, "created_at": str(time.time())})
+
+    # -- meta ------------------------------------------------------------------------------
+    def read_meta(self) -> dict[str, str]:
+        return {
+            str(n): str(v) for n, v in self.conn.execute("SELECT name, value FROM meta").fetchall()
+        }
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        changes = Changes()
+        changes.meta.update(values)
+        self.commit(changes, head_seq=0)
+
+    # -- load ------------------------------------------------------------------------------
+    def load(self) -> LoadedGraph:
+        graph = LoadedGraph(meta=self.read_meta())
+        dim = int(graph.meta.get("dim", "0") or 0)
+        cols = self.conn.execute(
+            "SELECT id, namespace, concept, key_type, created_at, vector FROM keys ORDER BY id"
+        ).fetchnumpy()
+        if len(cols["id"]):
+            blob = b"".join(cols["vector"])
+            width = dim or len(cols["vector"][0]) // 4
+            matrix = np.frombuffer(blob, dtype="<f4").reshape(len(cols["id"]), width)
+            for i, key_id in enumerate(cols["id"]):
+                graph.keys[key_id] = KeyRecord(
+                    id=key_id,
+                    namespace=cols["namespace"][i],
+                    concept=cols["concept"][i],
+                    key_type=cols["key_type"][i],
+                    created_at=float(cols["created_at"][i]),
+                    vector=matrix[i],
+                )
+        for key_id, alias, learned, added_at, hits, last_hit in self.conn.execute(
+            "SELECT key_id, alias, learned, added_at, hits, last_hit_at FROM key_aliases"
+        ).fetchall():
+            key = graph.keys.get(key_id)
+            if key is not None:
+                key.aliases.append(KeyAlias(alias, bool(learned), added_at, hits, last_hit))
+        for key_id, query_norm, query, count, last_seen in self.conn.execute(
+            "SELECT key_id, query_norm, query, count, last_seen FROM alias_candidates"
+        ).fetchall():
+            key = graph.keys.get(key_id)
+            if key is not None:
+                key.candidates[query_norm] = AliasCandidate(query, count, last_seen)
+        names = ", ".join(name for name, _ in MEMORY_COLUMNS)
+        for row in self.conn.execute(f"SELECT {names} FROM memories").fetchall():
+            memory = MemoryRecord(
+                id=row[0],
+                namespace=row[1],
+                content=row[2],
+                created_at=row[3],
+                source=_dict_or_none(row[4]),
+                supersedes=row[5],
+                superseded_by=row[6],
+                depth=row[7],
+                access_count=row[8],
+                last_accessed=row[9],
+                expires_at=row[10],
+                last_confirmed_at=row[11],
+                confirmation_count=row[12],
+                decay_profile=row[13],
+                last_confirmation_evidence=row[14],
+                last_confirmation_source=_dict_or_none(row[15]),
+                last_confirmation_id=row[16],
+            )
+            graph.memories[memory.id] = memory
+        for memory_id, related_id in self.conn.execute(
+            "SELECT memory_id, related_id FROM related ORDER BY memory_id, pos"
+        ).fetchall():
+            if memory_id in graph.memories:
+                graph.memories[memory_id].related_to.append(related_id)
+        for memory_id, other_id in self.conn.execute(
+            "SELECT memory_id, other_id FROM contradictions"
+        ).fetchall():
+            if memory_id in graph.memories:
+                graph.memories[memory_id].contradicts.append(other_id)
+        links = self.conn.execute("SELECT key_id, memory_id, weight, auto FROM links").fetchnumpy()
+        graph.links = [
+            LinkRecord(k, m, float(w), bool(a))
+            for k, m, w, a in zip(
+                links["key_id"], links["memory_id"], links["weight"], links["auto"], strict=True
+            )
+        ]
+        lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
+        graph.head_seq = int(hi or graph.meta.get("pruned_through", 0) or 0)
+        graph.first_seq = int(lo) if lo is not None else graph.head_seq + 1
+        return graph
+
+    # -- writes ----------------------------------------------------------------------------
+    def commit(self, changes: Changes, head_seq: int) -> int:
+        """Write ``changes`` in one transaction; returns the feed head after the commit."""
+        conn = self.conn
+        now = time.time()
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            self._write(changes)
+            seq = head_seq
+            event_rows = []
+            for op, memory_id, namespace in changes.events:
+                seq += 1
+                event_rows.append((seq, op, memory_id, namespace, now))
+            self._insert("events", 5, event_rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return seq
+
+    def _write(self, c: Changes) -> None:
+        if c.deleted_memories:
+            ids = sorted(c.deleted_memories)
+            for table, column in (
+                ("memories", "id"),
+                ("links", "memory_id"),
+                ("related", "memory_id"),
+                ("contradictions", "memory_id"),
+            ):
+                self._delete_in(table, column, ids)
+        if c.deleted_keys:
+            ids = sorted(c.deleted_keys)
+            for table, column in (
+                ("keys", "id"),
+                ("key_aliases", "key_id"),
+                ("alias_candidates", "key_id"),
+                ("links", "key_id"),
+            ):
+                self._delete_in(table, column, ids)
+        self._insert(
+            "keys",
+            6,
+            [
+                (k.id, k.namespace, k.concept, k.key_type, k.created_at, vector_bytes(k.vector))
+                for k in c.new_keys.values()
+            ],
+        )
+        self._update(
+            "keys",
+            ("id",),
+            (("id", "VARCHAR"), ("concept", "VARCHAR"), ("key_type", "VARCHAR")),
+            [(k.id, k.concept, k.key_type) for k in c.touched_keys.values()],
+        )
+        if c.alias_keys:
+            self._delete_in("key_aliases", "key_id", sorted(c.alias_keys))
+            self._insert(
+                "key_aliases",
+                6,
+                [
+                    (k.id, a.alias, a.learned, a.added_at, a.hits, a.last_hit_at)
+                    for k in c.alias_keys.values()
+                    for a in k.aliases
+                ],
+            )
+        if c.candidate_keys:
+            self._delete_in("alias_candidates", "key_id", sorted(c.candidate_keys))
+            self._insert(
+                "alias_candidates",
+                5,
+                [
+                    (k.id, norm, cand.query, cand.count, cand.last_seen)
+                    for k in c.candidate_keys.values()
+                    for norm, cand in k.candidates.items()
+                ],
+            )
+        self._insert(
+            "memories", len(MEMORY_COLUMNS), [memory_row(m) for m in c.new_memories.values()]
+        )
+        self._update(
+            "memories",
+            ("id",),
+            MEMORY_COLUMNS,
+            [memory_row(m) for m in c.touched_memories.values()],
+        )
+        self._insert(
+            "links",
+            4,
+            [(ln.key_id, ln.memory_id, ln.weight, ln.auto) for ln in c.new_links.values()],
+        )
+        self._update(
+            "links",
+            ("key_id", "memory_id"),
+            (("key_id", "VARCHAR"), ("memory_id", "VARCHAR"), ("weight", "DOUBLE")),
+            [(ln.key_id, ln.memory_id, ln.weight) for ln in c.touched_links.values()],
+        )
+        rewrite_related = sorted(set(c.related_rewrite) - set(c.new_memories))
+        if rewrite_related:
+            self._delete_in("related", "memory_id", rewrite_related)
+        self._insert(
+            "related",
+            3,
+            [
+                (m.id, rid, pos)
+                for m in c.related_rewrite.values()
+                for pos, rid in enumerate(m.related_to)
+            ],
+        )
+        rewrite_contra = sorted(set(c.contradictions_rewrite) - set(c.new_memories))
+        if rewrite_contra:
+            self._delete_in("contradictions", "memory_id", rewrite_contra)
+        self._insert(
+            "contradictions",
+            2,
+            [(m.id, other) for m in c.contradictions_rewrite.values() for other in m.contradicts],
+        )
+        self._insert("confirmations", 5, c.confirmations)
+        for name, value in c.meta.items():
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
+
+    def _insert(self, table: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            placeholders = ",".join(["(" + ",".join(["?"] * width) + ")"] * len(chunk))
+            params = [value for row in chunk for value in row]
+            self.conn.execute(f"INSERT INTO {table} VALUES {placeholders}", params)
+
+    def _update(
+        self,
+        table: str,
+        key_columns: tuple[str, ...],
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        names = [name for name, _ in columns]
+        assignments = ", ".join(
+            f"{name} = CAST(v.{name} AS {kind})"
+            for name, kind in columns
+            if name not in key_columns
+        )
+        match = " AND ".join(f"{table}.{k} = v.{k}" for k in key_columns)
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            placeholders = ",".join(["(" + ",".join(["?"] * len(names)) + ")"] * len(chunk))
+            params = [value for row in chunk for value in row]
+            self.conn.execute(
+                f"UPDATE {table} SET {assignments} FROM (VALUES {placeholders}) "
+                f"AS v({', '.join(names)}) WHERE {match}",
+                params,
+            )
+
+    def _delete_in(self, table: str, column: str, ids: Sequence[str]) -> None:
+        for start in range(0, len(ids), ROWS_PER_STATEMENT):
+            chunk = ids[start : start + ROWS_PER_STATEMENT]
+            placeholders = ",".join(["?"] * len(chunk))
+            self.conn.execute(
+                f"DELETE FROM {table} WHERE {column} IN ({placeholders})", list(chunk)
+            )
+
+    # -- change feed -----------------------------------------------------------------------
+    def events_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:
+        rows = self.conn.execute(
+            "SELECT seq, op, memory_id FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            [seq, limit],
+        ).fetchall()
+        return [(int(s), str(op), str(mid)) for s, op, mid in rows]
+
+    def prune_events(self, keep: int, head_seq: int) -> int:
+        """Drop events older than the newest ``keep``; returns the first retained seq."""
+        cutoff = head_seq - keep
+        if cutoff <= 0:
+            return 1
+        changes = Changes()
+        changes.set_meta("pruned_through", cutoff)
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            self.conn.execute("DELETE FROM events WHERE seq <= ?", [cutoff])
+            self._write(changes)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return cutoff + 1
+
+    # -- vectors ---------------------------------------------------------------------------
+    def replace_vectors(
+        self, vectors: Iterable[tuple[str, np.ndarray]], meta: dict[str, str]
+    ) -> None:
+        """Swap every key's vector (an embedding migration) in one transaction."""
+        rows = [(key_id, vector_bytes(v)) for key_id, v in vectors]
+        changes = Changes()
+        changes.meta.update(meta)
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            self._update("keys", ("id",), (("id", "VARCHAR"), ("vector", "BLOB")), rows)
+            self._write(changes)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        self.conn.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        try:
+            self.checkpoint()
+        except duckdb.Error:
+            log.exception("checkpoint at close failed")
+        self.conn.close()

@@ -1,0 +1,89 @@
+"""Rows of the graph as Python objects: what the store loads and what the service mutates.
+
+Plain slotted dataclasses: 100k memories and half a million links must fit in memory cheaply,
+and the service keeps them as its authoritative read state between commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+KEY_TYPES = ("concept", "name", "proper_noun")
+DECAY_PROFILES = ("transient", "standard", "stable", "permanent")
+EVIDENCE_TYPES = ("user", "authoritative_source", "observation")
+
+
+@dataclass(slots=True)
+class KeyAlias:
+    alias: str
+    learned: bool = False
+    added_at: float = 0.0
+    hits: int = 0
+    last_hit_at: float = 0.0
+
+
+@dataclass(slots=True)
+class AliasCandidate:
+    query: str
+    count: int
+    last_seen: float
+
+
+@dataclass(slots=True)
+class KeyRecord:
+    id: str
+    namespace: str
+    concept: str
+    key_type: str
+    created_at: float
+    vector: np.ndarray
+    aliases: list[KeyAlias] = field(default_factory=list)
+    # (normalised query) -> candidate; learned-alias heat from confirmed reads (autokey)
+    candidates: dict[str, AliasCandidate] = field(default_factory=dict)
+
+    @property
+    def is_entity(self) -> bool:
+        return self.key_type != "concept"
+
+    def surfaces(self) -> list[str]:
+        return [self.concept, *(a.alias for a in self.aliases)]
+
+
+@dataclass(slots=True)
+class MemoryRecord:
+    id: str
+    namespace: str
+    content: str
+    created_at: float
+    source: dict[str, Any] | None = None
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    depth: float = 0.0
+    access_count: int = 0
+    last_accessed: float = 0.0
+    expires_at: float | None = None
+    last_confirmed_at: float = 0.0
+    confirmation_count: int = 1
+    decay_profile: str = "standard"
+    last_confirmation_evidence: str | None = "user"
+    last_confirmation_source: dict[str, Any] | None = None
+    last_confirmation_id: str | None = None
+    related_to: list[str] = field(default_factory=list)
+    contradicts: list[str] = field(default_factory=list)
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def active(self, now: float) -> bool:
+        return self.superseded_by is None and not self.expired(now)
+
+
+@dataclass(slots=True)
+class LinkRecord:
+    key_id: str
+    memory_id: str
+    weight: float = 1.0
+    auto: bool = False

@@ -1,0 +1,107 @@
+"""Tables of the graph file and their forward migrations.
+
+``meta.schema_version`` records how far a file has been migrated; opening a file applies every
+later migration in one transaction, so an old file is upgraded in place and a file from a newer
+keymem is refused instead of being misread. Migrations are append-only: never edit a shipped one.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from protocol.errors import Conflict
+
+# Every column the service reads at start; vectors are float32 bytes (dim in meta).
+_V1 = """
+CREATE TABLE meta (name VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE keys (
+    id VARCHAR PRIMARY KEY, namespace VARCHAR NOT NULL, concept VARCHAR NOT NULL,
+    key_type VARCHAR NOT NULL, created_at DOUBLE NOT NULL, vector BLOB NOT NULL
+);
+CREATE TABLE key_aliases (
+    key_id VARCHAR NOT NULL, alias VARCHAR NOT NULL, learned BOOLEAN NOT NULL,
+    added_at DOUBLE NOT NULL, hits INTEGER NOT NULL, last_hit_at DOUBLE NOT NULL
+);
+CREATE TABLE alias_candidates (
+    key_id VARCHAR NOT NULL, query_norm VARCHAR NOT NULL, query VARCHAR NOT NULL,
+    count INTEGER NOT NULL, last_seen DOUBLE NOT NULL
+);
+CREATE TABLE memories (
+    id VARCHAR PRIMARY KEY, namespace VARCHAR NOT NULL, content VARCHAR NOT NULL,
+    created_at DOUBLE NOT NULL, source VARCHAR, supersedes VARCHAR, superseded_by VARCHAR,
+    depth DOUBLE NOT NULL, access_count INTEGER NOT NULL, last_accessed DOUBLE NOT NULL,
+    expires_at DOUBLE, last_confirmed_at DOUBLE NOT NULL, confirmation_count INTEGER NOT NULL,
+    decay_profile VARCHAR NOT NULL, last_confirmation_evidence VARCHAR,
+    last_confirmation_source VARCHAR, last_confirmation_id VARCHAR
+);
+CREATE TABLE links (
+    key_id VARCHAR NOT NULL, memory_id VARCHAR NOT NULL, weight DOUBLE NOT NULL,
+    auto BOOLEAN NOT NULL, PRIMARY KEY (key_id, memory_id)
+);
+CREATE TABLE related (
+    memory_id VARCHAR NOT NULL, related_id VARCHAR NOT NULL, pos INTEGER NOT NULL
+);
+CREATE TABLE contradictions (memory_id VARCHAR NOT NULL, other_id VARCHAR NOT NULL);
+CREATE TABLE confirmations (
+    memory_id VARCHAR NOT NULL, confirmed_at DOUBLE NOT NULL, evidence VARCHAR NOT NULL,
+    source VARCHAR, confirmation_id VARCHAR
+);
+CREATE TABLE events (
+    seq BIGINT PRIMARY KEY, op VARCHAR NOT NULL, memory_id VARCHAR NOT NULL,
+    namespace VARCHAR NOT NULL, committed_at DOUBLE NOT NULL
+);
+"""
+
+# Index i holds the script that takes a file from version i to i + 1.
+MIGRATIONS: tuple[str, ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# Tables in dependency-free order, for export/import and for tests that compare contents.
+TABLES = (
+    "meta",
+    "keys",
+    "key_aliases",
+    "alias_candidates",
+    "memories",
+    "links",
+    "related",
+    "contradictions",
+    "confirmations",
+    "events",
+)
+
+
+def current_version(conn: duckdb.DuckDBPyConnection) -> int:
+    exists = conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+    ).fetchall()[0][0]
+    if not exists:
+        return 0
+    row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchall()
+    return int(row[0][0]) if row else 0
+
+
+def migrate(conn: duckdb.DuckDBPyConnection) -> int:
+    """Bring the file up to ``SCHEMA_VERSION``; returns the version it started at."""
+    start = current_version(conn)
+    if start > SCHEMA_VERSION:
+        raise Conflict(
+            f"graph file has schema version {start}, newer than this keymem's {SCHEMA_VERSION}",
+            {"schema_version": start, "supported": SCHEMA_VERSION},
+        )
+    if start == SCHEMA_VERSION:
+        return start
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        for script in MIGRATIONS[start:]:
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return start

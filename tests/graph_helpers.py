@@ -1,0 +1,38 @@
+"""Helpers for graph tests: open a graph on a real DuckDB file, count what is on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from services.graph import GraphService
+from services.graph.profile import PROFILES
+from store.schema import TABLES
+
+GRAPH_FILE = "graph.duckdb"
+
+
+def open_graph(home: Path) -> GraphService:
+    return GraphService(home / GRAPH_FILE, PROFILES["usem3"])
+
+
+def table_counts(path: Path) -> dict[str, int]:
+    """Rows per table, read straight from a closed graph file."""
+    conn = duckdb.connect(str(path), read_only=True)
+    try:
+        return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]) for t in TABLES}
+    finally:
+        conn.close()
+
+
+def key_id_of(graph: GraphService, concept: str, namespace: str = "default") -> str:
+    index = graph.state.indexes[namespace]
+    key_id = index.exact[concept.lower()]
+    return key_id
+
+
+def active_ids(graph: GraphService, key_id: str) -> list[str]:
+    page: dict[str, Any] = graph.read_key({"key_id": key_id, "limit": 50})
+    return [h["memory_id"] for h in page["memories"]]
