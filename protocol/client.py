@@ -17,6 +17,7 @@ import zmq
 from protocol import envelope
 from protocol.codec import pack, unpack
 from protocol.errors import DeadlineExceeded, KeymemError, error_from_wire
+from protocol.sockets import send_frames
 
 DEFAULT_TIMEOUT_MS = 5_000
 # How long past its deadline a client waits for the router's own typed ``timeout`` reply.
@@ -78,7 +79,7 @@ class Client:
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         request = build_request(self._ids, service, method, body, timeout)
         try:
-            self._socket.send_multipart(request.frames(), zmq.NOBLOCK)
+            send_frames(self._socket, request.frames())
         except zmq.Again:
             pass  # not connected yet: the message waits in the socket's queue, or we time out
         give_up = time.monotonic() + (timeout + REPLY_GRACE_MS) / 1000

@@ -1,13 +1,15 @@
 """The wire format: multipart ZeroMQ frames, independent of any socket or transport.
 
-Every message starts with a signature frame ``b"KMP" + version`` and a one-byte kind::
+Every message starts with a 5-byte header frame: ``b"KMP"``, the version byte, the kind byte::
 
-    request   [SIG, b"Q", request_id, service, method, deadline_ms(u64 BE), body]
-    reply     [SIG, b"R", request_id, status, body]
-    ready     [SIG, b"W", body]        worker -> router: registration (msgpack map)
-    heartbeat [SIG, b"H", body]        both ways; a worker's carries its stats
-    goodbye   [SIG, b"D"]              either side is going away (or: "I don't know you")
+    request   [KMP1Q, request_id, service, method, deadline_ms(u64 BE), body]
+    reply     [KMP1R, request_id, status, body]
+    ready     [KMP1W, body]        worker -> router: registration (msgpack map)
+    heartbeat [KMP1H, body?]       both ways; a worker's carries its stats
+    goodbye   [KMP1D]              either side is going away (or: "I don't know you")
 
+Version and kind share one frame because every frame costs a send and a receive on each hop,
+and the router forwards every message twice.
 ``status`` is ``b"ok"`` or an error code from ``protocol.errors``; an error body is
 ``{"message": str, "detail"?: map}``. ``deadline_ms`` is absolute Unix time in milliseconds.
 Bodies stay opaque bytes here so the router can forward them without decoding.
@@ -25,7 +27,8 @@ from protocol.errors import BadRequest, KeymemError, UnsupportedVersion
 
 PROTOCOL_VERSION = 1
 _MAGIC = b"KMP"
-SIGNATURE = _MAGIC + bytes([PROTOCOL_VERSION])
+_PREFIX = _MAGIC + bytes([PROTOCOL_VERSION])
+HEADER_BYTES = len(_PREFIX) + 1
 
 REQUEST = b"Q"
 REPLY = b"R"
@@ -43,7 +46,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
     request_id: bytes
     service: str
@@ -53,8 +56,7 @@ class Request:
 
     def frames(self) -> list[bytes]:
         return [
-            SIGNATURE,
-            REQUEST,
+            _PREFIX + REQUEST,
             self.request_id,
             self.service.encode(),
             self.method.encode(),
@@ -66,14 +68,14 @@ class Request:
         return (now_ms() if at_ms is None else at_ms) >= self.deadline_ms
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reply:
     request_id: bytes
     status: bytes
     body: bytes
 
     def frames(self) -> list[bytes]:
-        return [SIGNATURE, REPLY, self.request_id, self.status, self.body]
+        return [_PREFIX + REPLY, self.request_id, self.status, self.body]
 
     @property
     def ok(self) -> bool:
@@ -84,18 +86,30 @@ class Reply:
         return cls(request_id, error.code.value.encode(), pack(error.to_wire()))
 
 
-def check_signature(frames: list[bytes]) -> None:
-    """Raise ``BadRequest`` for foreign traffic and ``UnsupportedVersion`` for another version."""
-    if len(frames) < 2:
-        raise BadRequest(f"message has {len(frames)} frame(s); at least 2 expected")
-    sig = frames[0]
-    if len(sig) != len(SIGNATURE) or not sig.startswith(_MAGIC):
-        raise BadRequest("not a keymem message (bad signature frame)")
-    if sig != SIGNATURE:
+def header(kind: bytes) -> bytes:
+    return _PREFIX + kind
+
+
+def kind_of(frames: list[bytes]) -> bytes | None:
+    """The kind byte of a well-formed message of this version, else None (cheap, no raise)."""
+    if frames and len(frames[0]) == HEADER_BYTES and frames[0].startswith(_PREFIX):
+        return frames[0][-1:]
+    return None
+
+
+def check_header(frames: list[bytes], expected: bytes) -> None:
+    """Raise ``BadRequest`` for foreign traffic or another kind, ``UnsupportedVersion`` for
+    another version of this protocol."""
+    first = frames[0] if frames else b""
+    if len(first) != HEADER_BYTES or not first.startswith(_MAGIC):
+        raise BadRequest("not a keymem message (bad header frame)")
+    if not first.startswith(_PREFIX):
         raise UnsupportedVersion(
-            f"peer speaks keymem protocol v{sig[-1]}, this side speaks v{PROTOCOL_VERSION}",
-            {"supported": [PROTOCOL_VERSION], "received": sig[-1]},
+            f"peer speaks keymem protocol v{first[3]}, this side speaks v{PROTOCOL_VERSION}",
+            {"supported": [PROTOCOL_VERSION], "received": first[3]},
         )
+    if first[-1:] != expected:
+        raise BadRequest(f"expected message kind {expected!r}, got {first[-1:]!r}")
 
 
 def _name(raw: bytes, what: str) -> str:
@@ -109,18 +123,18 @@ def _name(raw: bytes, what: str) -> str:
 
 def request_id_of(frames: list[bytes]) -> bytes | None:
     """The request id of a (possibly malformed) request, if one can be read, to address an error."""
-    if len(frames) >= 3 and frames[1] == REQUEST and 0 < len(frames[2]) <= MAX_ID_BYTES:
-        return frames[2]
+    first = frames[0] if frames else b""
+    is_request = len(first) == HEADER_BYTES and first.startswith(_MAGIC) and first[-1:] == REQUEST
+    if is_request and len(frames) >= 2 and 0 < len(frames[1]) <= MAX_ID_BYTES:
+        return frames[1]
     return None
 
 
 def parse_request(frames: list[bytes]) -> Request:
-    check_signature(frames)
-    if frames[1] != REQUEST:
-        raise BadRequest(f"expected a request, got kind {frames[1]!r}")
-    if len(frames) != 7:
-        raise BadRequest(f"a request has 7 frames, got {len(frames)}")
-    request_id, service, method, deadline, body = frames[2:]
+    check_header(frames, REQUEST)
+    if len(frames) != 6:
+        raise BadRequest(f"a request has 6 frames, got {len(frames)}")
+    request_id, service, method, deadline, body = frames[1:]
     if not request_id or len(request_id) > MAX_ID_BYTES:
         raise BadRequest(f"request id must be 1..{MAX_ID_BYTES} bytes")
     if len(deadline) != _DEADLINE.size:
@@ -135,12 +149,12 @@ def parse_request(frames: list[bytes]) -> Request:
 
 
 def parse_reply(frames: list[bytes]) -> Reply:
-    check_signature(frames)
-    if frames[1] != REPLY or len(frames) != 5:
-        raise BadRequest(f"malformed reply ({len(frames)} frames, kind {frames[1]!r})")
-    return Reply(request_id=frames[2], status=frames[3], body=frames[4])
+    check_header(frames, REPLY)
+    if len(frames) != 4:
+        raise BadRequest(f"a reply has 4 frames, got {len(frames)}")
+    return Reply(request_id=frames[1], status=frames[2], body=frames[3])
 
 
 def control(kind: bytes, body: bytes | None = None) -> list[bytes]:
     """A ready, heartbeat or goodbye message."""
-    return [SIGNATURE, kind] if body is None else [SIGNATURE, kind, body]
+    return [_PREFIX + kind] if body is None else [_PREFIX + kind, body]

@@ -30,6 +30,7 @@ import zmq
 from protocol import envelope
 from protocol.codec import pack, unpack
 from protocol.errors import BadRequest, InternalError, KeymemError
+from protocol.sockets import send_frames
 from protocol.stats import RequestStats
 
 log = logging.getLogger("keymem.worker")
@@ -254,7 +255,7 @@ class Worker:
     # -- liveness --------------------------------------------------------------------------
     def _keep_alive(self) -> None:
         now = envelope.now_ms()
-        if now - self._router_seen_ms > self.heartbeat.expiry_ms:
+        if now - self._router_seen_ms > self.heartbeat.expiry_ms and not self._backend_pending():
             log.warning(
                 "%s: router silent for %d ms, reconnecting",
                 self.service.name,
@@ -265,6 +266,12 @@ class Worker:
         elif now >= self._next_beat_ms:
             self._send_backend(envelope.control(envelope.HEARTBEAT, pack(self.describe_stats())))
             self._next_beat_ms = now + self.heartbeat.interval_ms
+
+    def _backend_pending(self) -> bool:
+        """Messages from the router wait unread: after a long handler the router only *looks*
+        silent, and reconnecting would throw its requests away."""
+        assert self._backend is not None
+        return bool(self._backend.getsockopt(zmq.EVENTS) & zmq.POLLIN)
 
     def _run_timers(self) -> None:
         now = time.monotonic()
@@ -293,7 +300,7 @@ class Worker:
     def _send_backend(self, frames: list[bytes]) -> None:
         assert self._backend is not None
         try:
-            self._backend.send_multipart(frames, zmq.NOBLOCK)
+            send_frames(self._backend, frames)
         except zmq.Again:
             log.warning("%s: router not accepting messages; dropped one", self.service.name)
 
@@ -306,7 +313,7 @@ class Worker:
             except zmq.Again:
                 break
             self._router_seen_ms = envelope.now_ms()
-            kind = frames[1] if len(frames) >= 2 and frames[0] == envelope.SIGNATURE else None
+            kind = envelope.kind_of(frames)
             if kind == envelope.REQUEST:
                 incoming.append(_Incoming(frames, self._send_backend))
             elif kind == envelope.GOODBYE:
@@ -468,7 +475,7 @@ class _Incoming:
 def _direct_sender(sock: zmq.Socket[bytes], peer: bytes) -> Callable[[list[bytes]], None]:
     def send(frames: list[bytes]) -> None:
         try:
-            sock.send_multipart([peer, *frames], zmq.NOBLOCK)
+            send_frames(sock, [peer, *frames])
         except zmq.ZMQError:
             pass
 

@@ -57,9 +57,12 @@ def test_a_truncated_array_extension_is_a_bad_request() -> None:
 
 def test_another_protocol_version_is_a_clear_error_not_a_crash() -> None:
     frames = envelope.Request(b"x", "graph", "ping", 0, b"").frames()
-    frames[0] = b"KMP\x02"
+    frames[0] = b"KMP\x02Q"
     with pytest.raises(UnsupportedVersion, match="v2"):
         envelope.parse_request(frames)
+
+
+Q = envelope.header(envelope.REQUEST)
 
 
 @pytest.mark.parametrize(
@@ -68,17 +71,24 @@ def test_another_protocol_version_is_a_clear_error_not_a_crash() -> None:
         [],
         [b"hello"],
         [b"GET / HTTP/1.1", b"Q"],
-        [envelope.SIGNATURE, envelope.REQUEST, b"id"],
-        [envelope.SIGNATURE, envelope.REQUEST, b"", b"svc", b"m", b"\0" * 8, b""],
-        [envelope.SIGNATURE, envelope.REQUEST, b"id", b"svc", b"m", b"\0" * 3, b""],
-        [envelope.SIGNATURE, envelope.REQUEST, b"id", b"", b"m", b"\0" * 8, b""],
-        [envelope.SIGNATURE, envelope.REQUEST, b"id", b"s\xff", b"m", b"\0" * 8, b""],
-        [envelope.SIGNATURE, envelope.REPLY, b"id", b"ok", b""],
+        [Q, b"id"],
+        [Q, b"", b"svc", b"m", b"\0" * 8, b""],
+        [Q, b"id", b"svc", b"m", b"\0" * 3, b""],
+        [Q, b"id", b"", b"m", b"\0" * 8, b""],
+        [Q, b"id", b"s\xff", b"m", b"\0" * 8, b""],
+        [envelope.header(envelope.REPLY), b"id", b"ok", b""],
     ],
 )
 def test_malformed_requests_are_bad_requests(frames: list[bytes]) -> None:
     with pytest.raises(BadRequest):
         envelope.parse_request(frames)
+
+
+def test_only_well_formed_headers_have_a_kind() -> None:
+    assert envelope.kind_of([Q, b"id"]) == envelope.REQUEST
+    assert envelope.kind_of([b"KMP\x02Q"]) is None
+    assert envelope.kind_of([b"KMP\x01"]) is None
+    assert envelope.kind_of([]) is None
 
 
 def test_typed_errors_rebuild_on_the_other_side() -> None:

@@ -198,41 +198,18 @@ def _garbage(rng: random.Random) -> list[bytes]:
         return rng.randbytes(rng.randint(0, limit))
 
     deadline = (envelope.now_ms() + 1000).to_bytes(8, "big")
+    request = envelope.header(envelope.REQUEST)
     shapes = [
         lambda: [blob() for _ in range(rng.randint(1, 8))],
-        lambda: [envelope.SIGNATURE, rng.choice(b"QRWHDX").to_bytes(1, "big"), blob(), blob()],
-        lambda: [b"KMP\x09", envelope.REQUEST, b"id", b"embedder", b"ping", deadline, b""],
-        lambda: [
-            envelope.SIGNATURE,
-            envelope.REQUEST,
-            b"id",
-            b"embedder",
-            b"ping",
-            deadline,
-            blob(),
-        ],
-        lambda: [envelope.SIGNATURE, envelope.REQUEST, b"id", blob(8), blob(8), deadline, blob()],
-        lambda: [
-            envelope.SIGNATURE,
-            envelope.REQUEST,
-            b"id",
-            b"graph",
-            b"no_such_method",
-            deadline,
-            pack({"x": 1}),
-        ],
-        lambda: [envelope.SIGNATURE, envelope.READY, blob()],
-        lambda: [envelope.SIGNATURE, envelope.HEARTBEAT, blob()],
-        lambda: [envelope.SIGNATURE, envelope.REPLY, blob(8), b"ok", blob()],
-        lambda: [
-            envelope.SIGNATURE,
-            envelope.REQUEST,
-            b"id",
-            b"lexicon",
-            b"ping",
-            deadline[:5],
-            b"",
-        ],
+        lambda: [envelope.header(rng.choice(b"QRWHDX").to_bytes(1, "big")), blob(), blob()],
+        lambda: [b"KMP\x09Q", b"id", b"embedder", b"ping", deadline, b""],
+        lambda: [request, b"id", b"embedder", b"ping", deadline, blob()],
+        lambda: [request, b"id", blob(8), blob(8), deadline, blob()],
+        lambda: [request, b"id", b"graph", b"no_such_method", deadline, pack({"x": 1})],
+        lambda: [envelope.header(envelope.READY), blob()],
+        lambda: [envelope.header(envelope.HEARTBEAT), blob()],
+        lambda: [envelope.header(envelope.REPLY), blob(8), b"ok", blob()],
+        lambda: [request, b"id", b"lexicon", b"ping", deadline[:5], b""],
     ]
     return rng.choice(shapes)()
 
@@ -253,8 +230,7 @@ def test_fuzzing_every_socket_leaves_every_service_up(running: Deployment) -> No
         for _ in range(1500):
             sock.send_multipart(_garbage(rng))
         huge = [
-            envelope.SIGNATURE,
-            envelope.REQUEST,
+            envelope.header(envelope.REQUEST),
             b"big",
             b"graph",
             b"ping",

@@ -34,6 +34,7 @@ from protocol.errors import (
     TooLarge,
     Unavailable,
 )
+from protocol.sockets import send_frames
 from protocol.stats import RequestStats
 from protocol.worker import DEFAULT_HEARTBEAT, STOP_CHECK_MS, HeartbeatPolicy
 
@@ -46,7 +47,10 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_MESSAGE_BYTES = 4 * MAX_BODY_BYTES
 MAX_QUEUED_PER_SERVICE = 10_000
 MAX_ATTEMPTS = 2
+MAX_DRAIN = 1000
 _TOKEN = struct.Struct(">Q")
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
 
 
 @dataclass
@@ -163,11 +167,11 @@ class Broker:
 
     @staticmethod
     def _drain(sock: zmq.Socket[bytes], handle: Any) -> None:
-        for _ in range(1000):  # bounded so one busy socket cannot starve the other
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
+        # Checking EVENTS costs ~1.5 µs; ending the loop on a raised zmq.Again costs ~5 µs.
+        for _ in range(MAX_DRAIN):  # bounded so one busy socket cannot starve the other
+            if not sock.getsockopt(_EVENTS) & _POLLIN:
                 return
+            frames = sock.recv_multipart()
             handle(frames[0], frames[1:])
 
     def _tick(self) -> None:
@@ -274,10 +278,10 @@ class Broker:
 
     # -- workers -------------------------------------------------------------------------
     def _on_backend(self, identity: bytes, frames: list[bytes]) -> None:
-        if len(frames) < 2 or frames[0] != envelope.SIGNATURE:
+        kind = envelope.kind_of(frames)
+        if kind is None:
             self.malformed += 1
             return
-        kind = frames[1]
         worker = self.workers.get(identity)
         if worker is not None:
             worker.expires_at_ms = envelope.now_ms() + self.heartbeat.expiry_ms
@@ -286,15 +290,15 @@ class Broker:
         elif kind == envelope.HEARTBEAT:
             if worker is None:
                 self._send_worker(identity, envelope.control(envelope.GOODBYE))
-            elif len(frames) == 3:
+            elif len(frames) == 2:
                 try:
-                    report = unpack(frames[2])
+                    report = unpack(frames[1])
                 except BadRequest:
                     report = None
                 if isinstance(report, dict):
                     worker.reported = report
-        elif kind == envelope.READY and len(frames) == 3:
-            self._register(identity, frames[2])
+        elif kind == envelope.READY and len(frames) == 2:
+            self._register(identity, frames[1])
         elif kind == envelope.GOODBYE:
             if worker is not None:
                 self._drop_worker(identity, "said goodbye")
@@ -392,7 +396,7 @@ class Broker:
 
     def _send_worker(self, identity: bytes, frames: list[bytes]) -> bool:
         try:
-            self.backend.send_multipart([identity, *frames], zmq.NOBLOCK)
+            send_frames(self.backend, [identity, *frames])
             return True
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:
@@ -425,7 +429,7 @@ class Broker:
 
     def _reply(self, client: bytes, reply: envelope.Reply) -> None:
         try:
-            self.frontend.send_multipart([client, *reply.frames()], zmq.NOBLOCK)
+            send_frames(self.frontend, [client, *reply.frames()])
         except zmq.ZMQError:
             pass  # the client went away; nobody is waiting for this reply
 
