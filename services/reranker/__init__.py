@@ -1,14 +1,12 @@
 """The reranker service: scores (query, passage) pairs for the final recall order.
 
-Stateless (invariant 3). Its backends arrive with the reranker issue; until then it answers
-the built-in ``ping`` and ``stats``.
+Stateless (invariant 3). Offline by default (embedding cosine with the default embedding
+model); a cross-encoder when one is configured; ``KEYMEM_RERANK=false`` turns it off.
+Contract: docs/MODELS.md.
 """
 
 from __future__ import annotations
 
-from protocol.worker import Service
-from services.config import Settings
+from services.reranker.service import build
 
-
-def build(settings: Settings) -> Service:
-    return Service("reranker")
+__all__ = ["build"]

@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from services.embedder.backends.base import Encoded, Kind, Vectors, l2_normalise
-from services.embedder.models.download import ensure_downloaded, models_dir
-from services.embedder.models.local import ModelFiles, find_model_files
+from services.embedder.models.local import ModelFiles
 from services.embedder.models.registry import ModelSpec, spec_for
+from services.embedder.models.resolve import resolve_model_dir
 from services.embedder.models.runtime import open_session, open_tokenizer
 
 # Upper bound on padded tokens per model call: keeps activations small and cache-friendly.
@@ -27,21 +27,6 @@ TOKENS_PER_RUN = 8192
 CHARS_PER_TOKEN = 8
 # The original keymem's recommended model: multilingual, 1024-d, calibrated thresholds known.
 DEFAULT_MODEL = "bge-m3"
-
-
-def resolve_model_dir(
-    spec: ModelSpec, path: Path | None, home: Path, path_variable: str
-) -> ModelFiles:
-    """A model's files: from the user's directory if given, else downloaded under the home."""
-    if path is not None:
-        fix = (
-            f"set {path_variable} to a directory holding model.onnx (or onnx/model.onnx) and "
-            f"tokenizer.json, or unset it to download {spec.name} into {models_dir(home)}"
-        )
-        return find_model_files(path, spec, fix=fix)
-    target = ensure_downloaded(spec, home)
-    fix = f"delete {target} to download it again, or set {path_variable} to a good copy"
-    return find_model_files(target, spec, fix=fix)
 
 
 def pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64], how: str) -> Vectors:

