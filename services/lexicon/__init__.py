@@ -1,14 +1,12 @@
 """The lexicon service: Kiwi tokens and a BM25 index derived from the graph's change feed.
 
-Its index arrives with the lexicon issue; until then it answers the built-in ``ping`` and
-``stats``.
+Modules: ``tokenizer`` (text to terms), ``index`` (incremental BM25 per namespace), ``cache``
+(persisted terms so a restart skips Kiwi), ``sync`` (snapshot + change feed, Clone pattern),
+``keys`` (key candidates from text) and ``service`` (the worker's methods). See docs/LEXICON.md.
 """
 
 from __future__ import annotations
 
-from protocol.worker import Service
-from services.config import Settings
+from services.lexicon.service import build
 
-
-def build(settings: Settings) -> Service:
-    return Service("lexicon")
+__all__ = ["build"]

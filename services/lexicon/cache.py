@@ -1,0 +1,129 @@
+"""The lexicon's persisted term cache: what lets a restart skip re-running Kiwi.
+
+It is derived state (architecture invariant 2): the index as of one ``(epoch, seq)`` of the
+graph's change feed, per namespace in the compressed-row form the index loads in vectorised
+passes, plus each document's text digest so a later re-snapshot re-tokenizes only the
+documents whose text changed. It lives under ``KEYMEM_HOME/lexicon/``, never in the graph's
+database. Anything wrong with it (missing, truncated, corrupt, another format or tokenizer
+version) makes ``load`` raise ``CacheInvalid``; the service then discards it and rebuilds
+from the graph. Writes go to a temporary file that replaces the old one atomically.
+
+Layout: ``MAGIC``, a 32-byte BLAKE2b digest of the payload, then the msgpack payload::
+
+    {"format": 1, "tokenizer": str, "epoch": str, "seq": int,
+     "namespaces": [{"name", "ids", "digests", "vocab", "ptr": <i8 bytes,
+                     "tids": <i4 bytes, "tfs": <i4 bytes}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from services.lexicon.index import LexiconIndex, NamespaceCsr
+
+CACHE_FORMAT = 1
+MAGIC = b"KMLEXC\x00\x01"
+CHECKSUM_BYTES = 32
+CACHE_FILE = "terms.cache"
+
+
+class CacheInvalid(Exception):
+    """The cache cannot be used; rebuild from the graph."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheInfo:
+    epoch: str
+    seq: int
+    documents: int
+    bytes: int
+
+
+def cache_path(home: Path) -> Path:
+    return home / "lexicon" / CACHE_FILE
+
+
+def _checksum(payload: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(payload, digest_size=CHECKSUM_BYTES).digest()
+
+
+def save(path: Path, index: LexiconIndex, *, tokenizer: str, epoch: str, seq: int) -> CacheInfo:
+    spaces: list[dict[str, Any]] = []
+    for name, space in index.namespaces.items():
+        csr = space.to_csr()
+        spaces.append(
+            {
+                "name": name,
+                "ids": csr.ids,
+                "digests": [index.docs[doc_id].digest for doc_id in csr.ids],
+                "vocab": csr.vocab,
+                "ptr": csr.ptr.astype("<i8").tobytes(),
+                "tids": csr.tids.astype("<i4").tobytes(),
+                "tfs": csr.tfs.astype("<i4").tobytes(),
+            }
+        )
+    payload: bytes = msgpack.packb(
+        {
+            "format": CACHE_FORMAT,
+            "tokenizer": tokenizer,
+            "epoch": epoch,
+            "seq": seq,
+            "namespaces": spaces,
+        },
+        use_bin_type=True,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(MAGIC)
+        out.write(_checksum(payload))
+        out.write(payload)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    return CacheInfo(epoch, seq, len(index), len(MAGIC) + CHECKSUM_BYTES + len(payload))
+
+
+def load(path: Path, index: LexiconIndex, *, tokenizer: str) -> CacheInfo:
+    """Fill the empty ``index`` from the cache at ``path``; ``CacheInvalid`` if unusable."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise CacheInvalid("no cache yet") from exc
+    except OSError as exc:
+        raise CacheInvalid(f"cannot read the cache: {exc}") from exc
+    head = len(MAGIC) + CHECKSUM_BYTES
+    if len(raw) < head or not raw.startswith(MAGIC):
+        raise CacheInvalid("not a lexicon cache of this format")
+    payload = memoryview(raw)[head:]
+    if _checksum(payload) != raw[len(MAGIC) : head]:
+        raise CacheInvalid("checksum mismatch (truncated or corrupt)")
+    try:
+        body = msgpack.unpackb(payload, raw=False)
+        if body["format"] != CACHE_FORMAT:
+            raise CacheInvalid(f"cache format {body['format']}, expected {CACHE_FORMAT}")
+        if body["tokenizer"] != tokenizer:
+            raise CacheInvalid(f"made by tokenizer {body['tokenizer']!r}, now {tokenizer!r}")
+        for space in body["namespaces"]:
+            csr = NamespaceCsr(
+                ids=space["ids"],
+                vocab=space["vocab"],
+                ptr=np.frombuffer(space["ptr"], dtype="<i8").astype(np.int64),
+                tids=np.frombuffer(space["tids"], dtype="<i4").astype(np.int32),
+                tfs=np.frombuffer(space["tfs"], dtype="<i4").astype(np.int32),
+            )
+            index.load_namespace(str(space["name"]), csr, space["digests"])
+        return CacheInfo(str(body["epoch"]), int(body["seq"]), len(index), len(raw))
+    except CacheInvalid:
+        index.clear()
+        raise
+    except Exception as exc:  # any shape error in a checksummed file: still never crash
+        index.clear()
+        raise CacheInvalid(f"cache content unusable: {type(exc).__name__}: {exc}") from exc

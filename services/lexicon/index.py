@@ -1,0 +1,393 @@
+"""BM25 Okapi over an incremental inverted index, one independent index per namespace.
+
+Scores equal ``rank_bm25.BM25Okapi(corpus, k1=1.5, b=0.75, epsilon=0.25).get_scores(query)`` on
+the namespace's documents (tests assert it to 1e-6), including its quirks: idf is
+``ln(N - df + 0.5) - ln(df + 0.5)``; a negative idf is replaced by ``epsilon * average_idf``,
+where the average is over the *raw* idf of every term in the corpus; a query term repeated
+twice counts twice. In a namespace of one or two documents every idf is <= 0, so scores can be
+zero or negative there; hits are the documents that contain a query term, ranked by score.
+
+Why an inverted index: rank-bm25 walks every document of the corpus for every query term (a
+Python list comprehension over ``doc_freqs``), so a query costs O(documents x query terms).
+Here a query term touches only its postings, and the per-posting arithmetic is vectorised
+with numpy, so the cost is O(postings of the query's terms).
+
+Why per namespace: namespaces never leak into each other (architecture invariant 7), not even
+through corpus statistics, and a namespace's scores are those of BM25 over that namespace.
+
+Incremental without rebuilds: every stored version of a document gets a fresh *slot*. Adding
+appends (slot, tf) to each term's pending list; removing marks the slot dead and only
+decrements counts. A term's postings are merged into numpy arrays, and its dead entries
+dropped, the next time a query reads it. When dead slots outnumber live ones the namespace is
+renumbered from its live documents in one vectorised pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+K1 = 1.5
+B = 0.75
+EPSILON = 0.25
+# Renumber a namespace's slots when its dead slots exceed both its live documents and this.
+MIN_DEAD_SLOTS_TO_COMPACT = 4096
+# A term's postings drop their dead entries when more than this share of them is dead.
+MAX_DEAD_SHARE = 0.25
+INITIAL_SLOTS = 64
+
+IntArray = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float64]
+
+_NO_SLOTS: IntArray = np.zeros(0, dtype=np.int32)
+_NO_TFS: FloatArray = np.zeros(0, dtype=np.float64)
+
+
+class _Postings:
+    """One term's (slot, term frequency) entries: merged arrays plus a pending tail."""
+
+    __slots__ = ("dead", "df", "pending_slots", "pending_tfs", "slots", "tfs")
+
+    def __init__(self, slots: IntArray = _NO_SLOTS, tfs: FloatArray = _NO_TFS) -> None:
+        self.slots = slots
+        self.tfs = tfs
+        self.pending_slots: list[int] = []
+        self.pending_tfs: list[int] = []
+        self.df = len(slots)  # live entries
+        self.dead = 0  # entries whose slot is dead
+
+    def add(self, slot: int, tf: int) -> None:
+        self.pending_slots.append(slot)
+        self.pending_tfs.append(tf)
+        self.df += 1
+
+    def arrays(self, alive: npt.NDArray[np.bool_]) -> tuple[IntArray, FloatArray]:
+        if self.pending_slots:
+            self.slots = np.concatenate(
+                (self.slots, np.asarray(self.pending_slots, dtype=np.int32))
+            )
+            self.tfs = np.concatenate((self.tfs, np.asarray(self.pending_tfs, dtype=np.float64)))
+            self.pending_slots = []
+            self.pending_tfs = []
+        if self.dead and self.dead > MAX_DEAD_SHARE * len(self.slots):
+            keep = alive[self.slots]
+            self.slots = self.slots[keep]
+            self.tfs = self.tfs[keep]
+            self.dead = 0
+        return self.slots, self.tfs
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceCsr:
+    """A namespace's live documents in compressed rows: what the cache stores and loads.
+
+    Row ``i`` is document ``ids[i]``; its terms are ``vocab[tids[ptr[i]:ptr[i + 1]]]`` with
+    counts ``tfs[ptr[i]:ptr[i + 1]]`` (each term once per row).
+    """
+
+    ids: list[str]
+    vocab: list[str]
+    ptr: npt.NDArray[np.int64]
+    tids: IntArray
+    tfs: IntArray
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` if the arrays do not describe ``len(ids)`` rows over ``vocab``."""
+        rows = len(self.ids)
+        if len(self.ptr) != rows + 1 or (rows and self.ptr[0] != 0):
+            raise ValueError("row pointer does not match the document count")
+        if int(self.ptr[-1]) != len(self.tids) or len(self.tids) != len(self.tfs):
+            raise ValueError("row pointer does not match the term arrays")
+        if rows and bool(np.any(np.diff(self.ptr) < 0)):
+            raise ValueError("row pointer decreases")
+        if len(self.tids) and (int(self.tids.min()) < 0 or int(self.tids.max()) >= len(self.vocab)):
+            raise ValueError("term id outside the vocabulary")
+        if len(self.tfs) and int(self.tfs.min()) < 1:
+            raise ValueError("term frequency below 1")
+        if len(set(self.ids)) != rows:
+            raise ValueError("duplicate document id")
+
+
+class NamespaceIndex:
+    """BM25 over one namespace's documents."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.terms: list[str] = []
+        self.postings: list[_Postings | None] = []
+        self.slot_ids: list[str | None] = []
+        self.slot_of: dict[str, int] = {}
+        # A live slot's bag: row 0 the term ids, row 1 their counts.
+        self.bags: dict[int, IntArray] = {}
+        self.doc_len: FloatArray = np.zeros(INITIAL_SLOTS, dtype=np.float64)
+        self.alive: npt.NDArray[np.bool_] = np.zeros(INITIAL_SLOTS, dtype=np.bool_)
+        self.n_docs = 0
+        self.total_len = 0
+        self.df_hist: dict[int, int] = {}  # document frequency -> how many terms have it
+        self._average_idf: float | None = None
+
+    # -- writes --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.n_docs
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self.slot_of
+
+    def upsert(self, doc_id: str, counts: Mapping[str, int]) -> None:
+        """Index ``doc_id`` with these term counts, replacing any earlier version."""
+        self.remove(doc_id)
+        slot = self._new_slot(doc_id)
+        tids = np.empty(len(counts), dtype=np.int32)
+        tfs = np.empty(len(counts), dtype=np.int32)
+        length = 0
+        for i, (term, tf) in enumerate(counts.items()):
+            tid = self.vocab.get(term)
+            if tid is None:
+                tid = len(self.terms)
+                self.vocab[term] = tid
+                self.terms.append(term)
+                self.postings.append(None)
+            postings = self.postings[tid]
+            if postings is None:
+                postings = self.postings[tid] = _Postings()
+            self._move_df(postings.df, postings.df + 1)
+            postings.add(slot, tf)
+            tids[i] = tid
+            tfs[i] = tf
+            length += tf
+        self.bags[slot] = np.stack((tids, tfs))
+        self.doc_len[slot] = length
+        self.total_len += length
+        self.n_docs += 1
+        self._average_idf = None
+
+    def remove(self, doc_id: str) -> bool:
+        slot = self.slot_of.pop(doc_id, None)
+        if slot is None:
+            return False
+        bag = self.bags.pop(slot)
+        for tid in bag[0].tolist():
+            postings = self.postings[tid]
+            assert postings is not None
+            self._move_df(postings.df, postings.df - 1)
+            postings.df -= 1
+            postings.dead += 1
+            if postings.df == 0:
+                self.postings[tid] = None
+        self.alive[slot] = False
+        self.slot_ids[slot] = None
+        self.total_len -= int(bag[1].sum())
+        self.n_docs -= 1
+        self._average_idf = None
+        dead_slots = len(self.slot_ids) - self.n_docs
+        if dead_slots > max(self.n_docs, MIN_DEAD_SLOTS_TO_COMPACT):
+            self.load(self.to_csr())
+        return True
+
+    def _new_slot(self, doc_id: str) -> int:
+        slot = len(self.slot_ids)
+        if slot == len(self.alive):
+            self.alive = np.concatenate((self.alive, np.zeros(slot, dtype=np.bool_)))
+            self.doc_len = np.concatenate((self.doc_len, np.zeros(slot, dtype=np.float64)))
+        self.slot_ids.append(doc_id)
+        self.slot_of[doc_id] = slot
+        self.alive[slot] = True
+        return slot
+
+    def _move_df(self, old: int, new: int) -> None:
+        if old:
+            left = self.df_hist[old] - 1
+            if left:
+                self.df_hist[old] = left
+            else:
+                del self.df_hist[old]
+        if new:
+            self.df_hist[new] = self.df_hist.get(new, 0) + 1
+
+    # -- bulk form -----------------------------------------------------------------------------
+    def to_csr(self) -> NamespaceCsr:
+        """The live documents, in slot order, over a vocabulary of their terms only."""
+        live = [slot for slot in self.slot_of.values()]
+        live.sort()
+        ids = [self.slot_ids[slot] or "" for slot in live]
+        sizes = np.fromiter((self.bags[slot].shape[1] for slot in live), np.int64, len(live))
+        ptr = np.zeros(len(live) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ptr[1:])
+        if live:
+            pairs = np.concatenate([self.bags[slot] for slot in live], axis=1)
+        else:
+            pairs = np.zeros((2, 0), dtype=np.int32)
+        used, dense = np.unique(pairs[0], return_inverse=True)
+        return NamespaceCsr(
+            ids=ids,
+            vocab=[self.terms[tid] for tid in used.tolist()],
+            ptr=ptr,
+            tids=dense.astype(np.int32),
+            tfs=pairs[1].astype(np.int32),
+        )
+
+    def load(self, csr: NamespaceCsr) -> None:
+        """Replace the whole namespace with ``csr`` in vectorised passes (restart, compaction)."""
+        n = len(csr.ids)
+        capacity = max(INITIAL_SLOTS, 2 * n)
+        row_sizes = np.diff(csr.ptr)
+        rows = np.repeat(np.arange(n, dtype=np.int32), row_sizes)
+        self.vocab = {term: tid for tid, term in enumerate(csr.vocab)}
+        self.terms = list(csr.vocab)
+        self.slot_ids = list[str | None](csr.ids)
+        self.slot_of = {doc_id: slot for slot, doc_id in enumerate(csr.ids)}
+        self.alive = np.zeros(capacity, dtype=np.bool_)
+        self.alive[:n] = True
+        self.doc_len = np.zeros(capacity, dtype=np.float64)
+        self.doc_len[:n] = np.bincount(rows, weights=csr.tfs, minlength=n)
+        self.n_docs = n
+        self.total_len = int(csr.tfs.sum())
+        pairs = np.stack((csr.tids, csr.tfs))
+        bounds = csr.ptr.tolist()
+        self.bags = {slot: pairs[:, bounds[slot] : bounds[slot + 1]] for slot in range(n)}
+        order = np.argsort(csr.tids, kind="stable")
+        by_term_slots = rows[order]
+        by_term_tfs = csr.tfs[order].astype(np.float64)
+        df = np.bincount(csr.tids, minlength=len(csr.vocab))
+        ends = np.cumsum(df).tolist()
+        self.postings = []
+        start = 0
+        for end in ends:
+            self.postings.append(
+                _Postings(by_term_slots[start:end], by_term_tfs[start:end]) if end > start else None
+            )
+            start = end
+        values, counts = np.unique(df[df > 0], return_counts=True)
+        self.df_hist = dict(zip(values.tolist(), counts.tolist(), strict=True))
+        self._average_idf = None
+
+    # -- scoring -------------------------------------------------------------------------------
+    def average_idf(self) -> float:
+        """Mean raw idf over the vocabulary, from the df histogram (O(distinct dfs))."""
+        if self._average_idf is None:
+            if not self.df_hist:
+                self._average_idf = 0.0
+            else:
+                dfs = np.fromiter(self.df_hist.keys(), np.float64, len(self.df_hist))
+                counts = np.fromiter(self.df_hist.values(), np.float64, len(self.df_hist))
+                raw = np.log(self.n_docs - dfs + 0.5) - np.log(dfs + 0.5)
+                self._average_idf = float((counts * raw).sum() / counts.sum())
+        return self._average_idf
+
+    def idf(self, df: int) -> float:
+        raw = math.log(self.n_docs - df + 0.5) - math.log(df + 0.5)
+        return EPSILON * self.average_idf() if raw < 0 else raw
+
+    def scores(self, query: Mapping[str, int]) -> tuple[IntArray, FloatArray]:
+        """Slots of the live documents containing a query term, and their BM25 scores."""
+        if not self.n_docs or not self.total_len:
+            return _NO_SLOTS, _NO_TFS
+        n = len(self.slot_ids)
+        alive = self.alive[:n]
+        scores = np.zeros(n, dtype=np.float64)
+        matched = np.zeros(n, dtype=np.bool_)
+        norm_const = K1 * (1 - B)
+        norm_per_len = K1 * B / (self.total_len / self.n_docs)
+        for term, repeats in query.items():
+            tid = self.vocab.get(term)
+            postings = None if tid is None else self.postings[tid]
+            if postings is None:
+                continue
+            weight = self.idf(postings.df) * repeats
+            slots, tfs = postings.arrays(self.alive)
+            saturation = tfs * (K1 + 1) / (tfs + (norm_const + norm_per_len * self.doc_len[slots]))
+            scores[slots] += weight * saturation
+            matched[slots] = True
+        hits = np.flatnonzero(matched & alive).astype(np.int32)
+        return hits, scores[hits]
+
+    def top(self, query: Mapping[str, int], top_n: int) -> list[tuple[str, float]]:
+        """The ``top_n`` best documents containing a query term, best first (ties by id)."""
+        slots, scores = self.scores(query)
+        if len(slots) > top_n:
+            # keep everything tied with the n-th score, so ties break by id, not by position
+            nth = np.partition(scores, len(scores) - top_n)[len(scores) - top_n]
+            best = np.flatnonzero(scores >= nth)
+            slots, scores = slots[best], scores[best]
+        ranked = [
+            (self.slot_ids[slot] or "", score)
+            for slot, score in zip(slots.tolist(), scores.tolist(), strict=True)
+        ]
+        ranked.sort(key=lambda hit: (-hit[1], hit[0]))
+        return ranked[:top_n]
+
+    def vocabulary_size(self) -> int:
+        return sum(self.df_hist.values())
+
+
+@dataclass(slots=True)
+class DocState:
+    namespace: str
+    digest: bytes  # of the text the terms were made from: an unchanged document is skipped
+
+
+class LexiconIndex:
+    """All namespaces, and which namespace and text version each document id is indexed as."""
+
+    def __init__(self) -> None:
+        self.namespaces: dict[str, NamespaceIndex] = {}
+        self.docs: dict[str, DocState] = {}
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def is_current(self, doc_id: str, namespace: str, digest: bytes) -> bool:
+        state = self.docs.get(doc_id)
+        return state is not None and state.namespace == namespace and state.digest == digest
+
+    def upsert(self, doc_id: str, namespace: str, digest: bytes, counts: Mapping[str, int]) -> None:
+        state = self.docs.get(doc_id)
+        if state is not None and state.namespace != namespace:
+            self.remove(doc_id)
+        space = self.namespaces.get(namespace)
+        if space is None:
+            space = self.namespaces[namespace] = NamespaceIndex()
+        space.upsert(doc_id, counts)
+        self.docs[doc_id] = DocState(namespace, digest)
+
+    def remove(self, doc_id: str) -> bool:
+        state = self.docs.pop(doc_id, None)
+        if state is None:
+            return False
+        space = self.namespaces[state.namespace]
+        space.remove(doc_id)
+        if not space.n_docs:
+            del self.namespaces[state.namespace]
+        return True
+
+    def top(self, namespace: str, query: Mapping[str, int], top_n: int) -> list[tuple[str, float]]:
+        space = self.namespaces.get(namespace)
+        return [] if space is None else space.top(query, top_n)
+
+    def ids(self, namespace: str | None = None) -> Iterable[str]:
+        if namespace is None:
+            return self.docs.keys()
+        space = self.namespaces.get(namespace)
+        return () if space is None else space.slot_of.keys()
+
+    def load_namespace(self, namespace: str, csr: NamespaceCsr, digests: Sequence[bytes]) -> None:
+        """Install a whole namespace (from the cache); ``ValueError`` if it does not fit."""
+        csr.validate()
+        if len(digests) != len(csr.ids):
+            raise ValueError("digest count does not match the document count")
+        if namespace in self.namespaces or any(doc_id in self.docs for doc_id in csr.ids):
+            raise ValueError(f"namespace {namespace!r} overlaps documents already loaded")
+        space = NamespaceIndex()
+        space.load(csr)
+        if space.n_docs:
+            self.namespaces[namespace] = space
+        for doc_id, digest in zip(csr.ids, digests, strict=True):
+            self.docs[doc_id] = DocState(namespace, digest)
+
+    def clear(self) -> None:
+        self.namespaces.clear()
+        self.docs.clear()

@@ -1,0 +1,253 @@
+"""The lexicon worker: search, tokenize and extract_keys over the index the feed keeps current.
+
+``build`` loads and warms Kiwi and loads the term cache before the worker registers, so the
+first request pays neither. Sync work runs from the serving loop in slices sized from the
+heartbeat policy: a slice (or a read-your-writes wait inside ``search``) never holds the loop
+long enough for the router to declare the worker dead. docs/LEXICON.md documents the methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import BadRequest, TooLarge
+from protocol.worker import HeartbeatPolicy, Service
+from services.config import Settings
+from services.lexicon import cache
+from services.lexicon.index import LexiconIndex
+from services.lexicon.keys import DEFAULT_LIMIT, MAX_LIMIT, extract_keys
+from services.lexicon.sync import FeedFollower
+from services.lexicon.tokenizer import TOKENIZER_VERSION, Tokenizer, shared_tokenizer
+
+log = logging.getLogger("keymem.lexicon")
+
+SERVICE_NAME = "lexicon"
+GRAPH_SERVICE = "graph"
+MAX_QUERY_CHARS = 16_384
+MAX_TEXT_CHARS = 262_144  # tokenize / extract_keys input; Kiwi takes ~1 s per 200k chars
+MAX_NAMESPACE_CHARS = 256
+DEFAULT_TOP_N = 10
+MAX_TOP_N = 1000
+DEFAULT_WAIT_MS = 1000  # how long search waits for min_seq by default
+MAX_SLICE_S = 0.25  # longest sync slice between two passes of the serving loop
+SLICE_SHARE_OF_EXPIRY = 0.15  # ... and at most this share of the heartbeat expiry
+WAIT_SHARE_OF_EXPIRY = 0.3  # a read-your-writes wait holds the loop at most this share
+SYNC_INTERVAL_S = 0.02  # the sync timer runs on (almost) every pass of the loop
+IDLE_POLL_S = 0.1  # once caught up, ask the feed for news this often
+RETRY_AFTER_S = 1.0  # after the graph was unreachable
+CACHE_SAVE_INTERVAL_S = 30.0
+
+
+def _body(body: Any) -> dict[str, Any]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise BadRequest(f"body must be a map, got {type(body).__name__}")
+    return body
+
+
+def _text(body: dict[str, Any], name: str, max_chars: int, *, required: bool = True) -> str:
+    value = body.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequest(f"{name!r} must be a string")
+    if len(value) > max_chars:
+        raise TooLarge(f"{name!r} has {len(value)} characters; at most {max_chars}")
+    return value
+
+
+def _int(body: dict[str, Any], name: str, default: int | None, low: int, high: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadRequest(f"{name!r} must be an integer in {low}..{high}")
+    return value
+
+
+class Lexicon:
+    """The service's state: tokenizer, index, feed follower and cache bookkeeping."""
+
+    def __init__(self, settings: Settings, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.frontend = settings.endpoints.frontend
+        self.cache_file = cache.cache_path(settings.home)
+        self.slice_s, self.max_wait_s = self._budgets(settings.heartbeat)
+        self.index = LexiconIndex()
+        self._client: Client | None = None
+        self.cache_state: dict[str, Any] = {"path": str(self.cache_file)}
+        epoch, seq = self._load_cache()
+        self.follower = FeedFollower(
+            self.index,
+            tokenizer.tokenize,
+            self._call_graph,
+            call_timeout_ms=max(1, int(self.max_wait_s * 1000)),
+            retry_after_s=RETRY_AFTER_S,
+            epoch=epoch,
+            seq=seq,
+        )
+        self._next_poll = 0.0
+        self._last_save = time.monotonic()
+
+    @staticmethod
+    def _budgets(heartbeat: HeartbeatPolicy) -> tuple[float, float]:
+        expiry_s = heartbeat.expiry_ms / 1000
+        return min(MAX_SLICE_S, SLICE_SHARE_OF_EXPIRY * expiry_s), WAIT_SHARE_OF_EXPIRY * expiry_s
+
+    # -- cache ---------------------------------------------------------------------------------
+    def _load_cache(self) -> tuple[str | None, int]:
+        started = time.perf_counter()
+        try:
+            info = cache.load(self.cache_file, self.index, tokenizer=TOKENIZER_VERSION)
+        except cache.CacheInvalid as exc:
+            log.info("lexicon cache not used (%s): building from the graph", exc)
+            self.cache_state["loaded"] = False
+            self.cache_state["reason"] = str(exc)
+            return None, 0
+        elapsed = time.perf_counter() - started
+        log.info(
+            "lexicon cache: %d documents at epoch %s seq %d in %.2f s",
+            info.documents,
+            info.epoch,
+            info.seq,
+            elapsed,
+        )
+        self.cache_state.update(
+            loaded=True, documents=info.documents, seq=info.seq, load_s=round(elapsed, 3)
+        )
+        return info.epoch, info.seq
+
+    def save_cache(self) -> None:
+        follower = self.follower
+        if not (follower.changed and follower.consistent and follower.epoch is not None):
+            return
+        started = time.perf_counter()
+        try:
+            info = cache.save(
+                self.cache_file,
+                self.index,
+                tokenizer=TOKENIZER_VERSION,
+                epoch=follower.epoch,
+                seq=follower.seq,
+            )
+        except OSError as exc:
+            log.warning("could not write the lexicon cache %s: %s", self.cache_file, exc)
+            return
+        follower.changed = False
+        self._last_save = time.monotonic()
+        self.cache_state.update(
+            saved_seq=info.seq,
+            saved_documents=info.documents,
+            bytes=info.bytes,
+            save_s=round(time.perf_counter() - started, 3),
+        )
+
+    # -- sync ----------------------------------------------------------------------------------
+    def _call_graph(self, method: str, body: dict[str, Any], timeout_ms: int) -> Any:
+        if self._client is None:  # made on the serving thread that uses it
+            self._client = Client(self.frontend, timeout_ms=timeout_ms)
+        return self._client.call(GRAPH_SERVICE, method, body, timeout_ms=timeout_ms)
+
+    def sync_tick(self) -> None:
+        now = time.monotonic()
+        follower = self.follower
+        if follower.busy or now >= self._next_poll:
+            follower.tick(self.slice_s)
+            self._next_poll = now + IDLE_POLL_S
+        if now - self._last_save >= CACHE_SAVE_INTERVAL_S:
+            self.save_cache()
+            self._last_save = now
+
+    def close(self) -> None:
+        self.save_cache()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- methods -------------------------------------------------------------------------------
+    def search(self, raw: Any) -> dict[str, Any]:
+        body = _body(raw)
+        query = _text(body, "query", MAX_QUERY_CHARS)
+        namespace = _text(body, "namespace", MAX_NAMESPACE_CHARS)
+        top_n = _int(body, "top_n", DEFAULT_TOP_N, 1, MAX_TOP_N)
+        min_seq = _int(body, "min_seq", None, 0, 2**63 - 1)
+        wait_ms = _int(body, "wait_ms", DEFAULT_WAIT_MS, 0, 60_000)
+        assert top_n is not None and wait_ms is not None
+        caught_up = self.follower.consistent
+        if min_seq is not None:
+            budget = min(wait_ms / 1000, self.max_wait_s)
+            caught_up = self.follower.reached(min_seq) or self.follower.catch_up(min_seq, budget)
+        tokens = self.tokenizer.tokenize(query)
+        hits = self.index.top(namespace, Counter(tokens), top_n)
+        return {
+            "hits": [{"id": doc_id, "score": score} for doc_id, score in hits],
+            "score_kind": "bm25",
+            "tokens": tokens,
+            "seq": self.follower.seq,
+            "caught_up": caught_up,
+        }
+
+    def tokenize(self, raw: Any) -> dict[str, Any]:
+        text = _text(_body(raw), "text", MAX_TEXT_CHARS)
+        return {"tokens": self.tokenizer.tokenize(text)}
+
+    def extract_keys(self, raw: Any) -> dict[str, Any]:
+        body = _body(raw)
+        text = _text(body, "text", MAX_TEXT_CHARS)
+        limit = _int(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        assert limit is not None
+        found = extract_keys(text, self.tokenizer.analyse(text), limit)
+        return {"keys": [c.to_wire() for c in found]}
+
+    def index_stats(self, raw: Any) -> dict[str, Any]:
+        _body(raw)
+        spaces = {
+            name: {
+                "documents": space.n_docs,
+                "terms": space.vocabulary_size(),
+                "slots": len(space.slot_ids),
+                "avg_doc_len": round(space.total_len / space.n_docs, 3) if space.n_docs else 0.0,
+            }
+            for name, space in sorted(self.index.namespaces.items())
+        }
+        return {
+            "documents": len(self.index),
+            "namespaces": spaces,
+            "tokenizer": TOKENIZER_VERSION,
+            "sync": self.follower.describe(),
+            "cache": dict(self.cache_state),
+        }
+
+    def index_ids(self, raw: Any) -> dict[str, Any]:
+        """Every indexed id (of one namespace): for convergence checks and diagnostics."""
+        body = _body(raw)
+        namespace = body.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise BadRequest("'namespace' must be a string or null")
+        return {
+            "ids": sorted(self.index.ids(namespace)),
+            "seq": self.follower.seq,
+            "epoch": self.follower.epoch,
+            "consistent": self.follower.consistent,
+        }
+
+
+def make_service(lexicon: Lexicon) -> Service:
+    service = Service(SERVICE_NAME)
+    service.add("search", lexicon.search, idempotent=True)
+    service.add("tokenize", lexicon.tokenize, idempotent=True)
+    service.add("extract_keys", lexicon.extract_keys, idempotent=True)
+    service.add("index_stats", lexicon.index_stats, idempotent=True)
+    service.add("index_ids", lexicon.index_ids, idempotent=True)
+    service.every(SYNC_INTERVAL_S, lexicon.sync_tick)
+    service.on_stop.append(lexicon.close)
+    return service
+
+
+def build(settings: Settings) -> Service:
+    return make_service(Lexicon(settings, shared_tokenizer()))

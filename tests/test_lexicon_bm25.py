@@ -1,0 +1,240 @@
+"""The lexicon's BM25 index against the reference, rank_bm25.BM25Okapi, and its term cache.
+
+Both sides score the same tokenized corpus, so these tests check the index's arithmetic and
+bookkeeping (incremental adds, corrections, deletes, compaction, cache round trips), not the
+tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rank_bm25 import BM25Okapi
+
+from services.lexicon import cache, index
+from services.lexicon.index import LexiconIndex, NamespaceIndex
+from services.lexicon.tokenizer import Tokenizer, shared_tokenizer
+
+TOLERANCE = 1e-6
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# A small corpus of our own: Korean with inflection, English, Japanese, versions, repeats.
+FIXTURE_DOCS = [
+    "어제 부산에서 회의를 했다",
+    "부산 출장 일정은 다음 주 월요일이다",
+    "회의록은 팀 위키에 올렸다",
+    "사용자는 딸기를 좋아한다",
+    "딸기 케이크를 주문했다. 딸기가 신선했다",
+    "keymem은 Python 3.11.2에서 돌아간다",
+    "Python 3.12.1 업그레이드는 다음 분기에 한다",
+    "DuckDB 2.0.1 keeps the graph on disk",
+    "The lexicon keeps a BM25 inverted index in memory",
+    "BM25 scores depend on document length and term frequency",
+    "東京都に住んでいます",
+    "東京タワーに行きました",
+    "京都の寺を見た",
+    "서울에서 東京까지 비행기로 두 시간 걸렸다",
+    "commit a1b2c3d4e5 fixed issue #123 in src/keymem/lexicon.py",
+    "issue #124 is about the router",
+    "",
+    "회의 회의 회의 회의",
+    "the the the the the",
+    "긴 문서: " + "부산 서울 대구 광주 대전 울산 " * 20,
+]
+FIXTURE_QUERIES = [
+    "부산",
+    "회의",
+    "부산에서 회의",
+    "딸기",
+    "python 3.11.2",
+    "3.11.2",
+    "東京",
+    "東京都",
+    "bm25 index",
+    "#123",
+    "the",
+    "없는단어",
+    "회의 회의",
+]
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Tokenizer:
+    return shared_tokenizer()
+
+
+def assert_matches_reference(
+    space: NamespaceIndex, ids: Sequence[str], corpus: Sequence[list[str]], query: list[str]
+) -> None:
+    """Every document's score equals rank-bm25's; documents we do not return score 0 there."""
+    reference = dict(zip(ids, BM25Okapi(list(corpus)).get_scores(query).tolist(), strict=True))
+    ours = dict(space.top(Counter(query), len(ids)))
+    for doc_id in ids:
+        if doc_id in ours:
+            assert ours[doc_id] == pytest.approx(reference[doc_id], abs=TOLERANCE), doc_id
+        else:
+            assert reference[doc_id] == 0.0, doc_id
+    ranked = [doc_id for doc_id, _ in space.top(Counter(query), 5)]
+    best = sorted(ours, key=lambda d: (-ours[d], d))[:5]
+    assert ranked == best
+
+
+def build_space(corpus: Sequence[list[str]]) -> tuple[NamespaceIndex, list[str]]:
+    space = NamespaceIndex()
+    ids = [f"m{i:05d}" for i in range(len(corpus))]
+    for doc_id, tokens in zip(ids, corpus, strict=True):
+        space.upsert(doc_id, Counter(tokens))
+    return space, ids
+
+
+def test_fixture_scores_equal_rank_bm25(tokenizer: Tokenizer) -> None:
+    corpus = [tokenizer.tokenize(text) for text in FIXTURE_DOCS]
+    space, ids = build_space(corpus)
+    for query in FIXTURE_QUERIES:
+        assert_matches_reference(space, ids, corpus, tokenizer.tokenize(query))
+    # the inflected memory is found by its stems
+    for query in ("부산", "회의"):
+        assert ids[0] in dict(space.top(Counter(tokenizer.tokenize(query)), 10))
+
+
+def _load_real(name: str, limit: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} is not present")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["memories"][:limit], data["queries"][:25]
+
+
+@pytest.mark.parametrize(
+    ("name", "limit"),
+    [("koblex_ko.dev.json", 400), ("hotpot_pooled.dev.json", 800), ("locomo.dev.json", 600)],
+)
+def test_real_text_scores_equal_rank_bm25(tokenizer: Tokenizer, name: str, limit: int) -> None:
+    memories, queries = _load_real(name, limit)
+    corpus = [
+        tokenizer.tokenize(f"{m.get('title') or ''}\n{m['content']}".strip()) for m in memories
+    ]
+    space, ids = build_space(corpus)
+    for query in queries:
+        assert_matches_reference(space, ids, corpus, tokenizer.tokenize(query["query"]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_incremental_updates_equal_a_fresh_reference(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Random adds, corrections and deletes (with frequent compaction) never drift."""
+    monkeypatch.setattr(index, "MIN_DEAD_SLOTS_TO_COMPACT", 8)
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(30)]
+    space = NamespaceIndex()
+    docs: dict[str, list[str]] = {}
+    for step in range(400):
+        if rng.random() < 0.65 or not docs:
+            doc_id = f"d{rng.randrange(40)}"
+            docs[doc_id] = [rng.choice(vocabulary[: rng.randint(1, 30)]) for _ in range(8)]
+            space.upsert(doc_id, Counter(docs[doc_id]))
+        else:
+            doc_id = rng.choice(sorted(docs))
+            del docs[doc_id]
+            assert space.remove(doc_id)
+        if step % 50 == 49:
+            ids = sorted(docs)
+            for _ in range(4):
+                query = [rng.choice(vocabulary) for _ in range(rng.randint(1, 4))]
+                assert_matches_reference(space, ids, [docs[d] for d in ids], query)
+    assert len(space) == len(docs)
+    assert len(space.slot_ids) < 3 * len(docs) + 2 * index.MIN_DEAD_SLOTS_TO_COMPACT
+
+
+def test_tiny_namespaces_follow_the_reference_quirks() -> None:
+    """With one or two documents rank-bm25's idf is <= 0; we match it and still return hits."""
+    for corpus in ([["부산", "회의"]], [["부산", "회의"], ["부산"]], [["a"], ["b"], ["a", "b"]]):
+        space, ids = build_space(corpus)
+        assert_matches_reference(space, ids, corpus, ["부산"])
+        assert_matches_reference(space, ids, corpus, ["a", "회의"])
+        assert space.top(Counter(corpus[0]), 3)  # the containing documents are hits
+
+
+def test_namespaces_do_not_share_statistics() -> None:
+    lexicon = LexiconIndex()
+    lexicon.upsert("a1", "alpha", b"x", Counter(["shared", "alpha"]))
+    lexicon.upsert("a2", "alpha", b"x", Counter(["other"]))
+    lexicon.upsert("a3", "alpha", b"x", Counter(["more"]))
+    alone = dict(lexicon.top("alpha", Counter(["shared"]), 5))
+    for i in range(50):
+        lexicon.upsert(f"b{i}", "beta", b"x", Counter(["shared"]))
+    assert dict(lexicon.top("alpha", Counter(["shared"]), 5)) == alone
+    assert lexicon.top("gamma", Counter(["shared"]), 5) == []
+    assert {d for d, _ in lexicon.top("beta", Counter(["shared"]), 100)} == {
+        f"b{i}" for i in range(50)
+    }
+
+
+def test_moving_a_document_between_namespaces() -> None:
+    lexicon = LexiconIndex()
+    lexicon.upsert("m", "one", b"1", Counter(["term"]))
+    lexicon.upsert("m", "two", b"2", Counter(["term"]))
+    assert lexicon.top("one", Counter(["term"]), 5) == []
+    assert [d for d, _ in lexicon.top("two", Counter(["term"]), 5)] == ["m"]
+    assert "one" not in lexicon.namespaces
+
+
+def _filled(tokenizer: Tokenizer) -> LexiconIndex:
+    lexicon = LexiconIndex()
+    for i, text in enumerate(FIXTURE_DOCS):
+        namespace = "even" if i % 2 == 0 else "odd"
+        lexicon.upsert(f"m{i}", namespace, bytes([i]), Counter(tokenizer.tokenize(text)))
+    lexicon.remove("m3")
+    lexicon.upsert("m4", "even", b"new", Counter(tokenizer.tokenize("딸기 대신 포도")))
+    return lexicon
+
+
+def test_cache_round_trip_preserves_every_score(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    original = _filled(tokenizer)
+    path = tmp_path / "lexicon" / cache.CACHE_FILE
+    cache.save(path, original, tokenizer="t1", epoch="e1", seq=42)
+    restored = LexiconIndex()
+    info = cache.load(path, restored, tokenizer="t1")
+    assert (info.epoch, info.seq, info.documents) == ("e1", 42, len(original))
+    assert restored.docs == original.docs
+    for namespace in ("even", "odd"):
+        for query in FIXTURE_QUERIES:
+            terms = Counter(tokenizer.tokenize(query))
+            before, after = original.top(namespace, terms, 50), restored.top(namespace, terms, 50)
+            assert [d for d, _ in after] == [d for d, _ in before]
+            assert [s for _, s in after] == pytest.approx([s for _, s in before], abs=TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "damage", ["truncate", "flip", "garbage", "empty", "other_tokenizer", "missing"]
+)
+def test_unusable_cache_is_rejected_not_crashed(
+    tokenizer: Tokenizer, tmp_path: Path, damage: str
+) -> None:
+    path = tmp_path / cache.CACHE_FILE
+    cache.save(path, _filled(tokenizer), tokenizer="t1", epoch="e1", seq=1)
+    raw = path.read_bytes()
+    expected_tokenizer = "t1"
+    if damage == "truncate":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "flip":
+        path.write_bytes(raw[:-10] + bytes([raw[-10] ^ 0xFF]) + raw[-9:])
+    elif damage == "garbage":
+        path.write_bytes(b"not a cache at all" * 100)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "other_tokenizer":
+        expected_tokenizer = "t2"
+    else:
+        path.unlink()
+    restored = LexiconIndex()
+    with pytest.raises(cache.CacheInvalid):
+        cache.load(path, restored, tokenizer=expected_tokenizer)
+    assert len(restored) == 0
