@@ -114,6 +114,7 @@ class GraphStore:
             self.conn = duckdb.connect(str(path))
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {path}: {exc}") from exc
+        self.closed = False
         self.migrated_from = migrate(self.conn)
         meta = self.read_meta()
         if "epoch" not in meta:
@@ -202,8 +203,9 @@ class GraphStore:
             )
         ]
         lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
-        graph.head_seq = int(hi or graph.meta.get("pruned_through", 0) or 0)
-        graph.first_seq = int(lo) if lo is not None else graph.head_seq + 1
+        pruned_through = int(graph.meta.get("pruned_through", "0") or 0)
+        graph.head_seq = int(hi) if hi is not None else pruned_through
+        graph.first_seq = int(lo) if lo is not None else pruned_through + 1
         return graph
 
     # -- writes ----------------------------------------------------------------------------
@@ -374,9 +376,10 @@ class GraphStore:
 
     def prune_events(self, keep: int, head_seq: int) -> int:
         """Drop events older than the newest ``keep``; returns the first retained seq."""
+        pruned_through = int(self.read_meta().get("pruned_through", "0") or 0)
         cutoff = head_seq - keep
-        if cutoff <= 0:
-            return 1
+        if cutoff <= pruned_through:
+            return pruned_through + 1
         changes = Changes()
         changes.set_meta("pruned_through", cutoff)
         self.conn.execute("BEGIN TRANSACTION")
@@ -411,6 +414,10 @@ class GraphStore:
         self.conn.execute("CHECKPOINT")
 
     def close(self) -> None:
+        """Checkpoint and close; closing twice is harmless."""
+        if self.closed:
+            return
+        self.closed = True
         try:
             self.checkpoint()
         except duckdb.Error:

@@ -324,13 +324,13 @@ def build(settings: Settings) -> Service:
     return make_service(GraphService(graph_path(settings.home), thresholds_from_env()))
 
 
-def make_service(graph: GraphService) -> Service:
+def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INTERVAL_S) -> Service:
     service = Service("graph")
     for name in WRITE_METHODS:
         service.add(name, getattr(graph, name))
     for name in READ_METHODS:
         service.add(name, getattr(graph, name), idempotent=True)
-    service.every(TTL_SWEEP_INTERVAL_S, graph.sweep)
+    service.every(sweep_interval_s, graph.sweep)
     service.every(IDLE_CHECK_INTERVAL_S, graph.idle_checkpoint)
     service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
     service.on_stop.append(graph.close)

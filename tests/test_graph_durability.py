@@ -1,0 +1,159 @@
+"""Durability with real processes: kill -9 the graph service under a stream of writes.
+
+The graph runs as ``python -m services graph`` (what supervisord starts), a separate writer
+process streams ``remember`` calls through the router and prints each id only once the reply
+arrived, i.e. once the graph acknowledged it. After SIGKILL and a restart every acknowledged
+id must be readable, and the file must open and take writes again. The router is a Broker
+thread in the test process on the same ipc endpoints a deployment uses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocol.client import Client
+from protocol.endpoints import ipc_endpoints, prepare_run_dir
+from protocol.errors import KeymemError
+from services.stack import InprocStack
+from tests.conftest import FAST_HEARTBEAT
+
+ACKS_BEFORE_KILL = 150
+START_TIMEOUT_S = 30.0
+
+WRITER = r"""
+import sys, numpy as np
+from protocol.client import Client
+from protocol.errors import KeymemError
+rng = np.random.default_rng(7)
+client = Client(sys.argv[1], timeout_ms=3000)
+vocabulary = [f"topic {i}" for i in range(40)]
+i = 0
+while True:
+    keys = list(rng.choice(vocabulary, size=3, replace=False))
+    vectors = rng.standard_normal((3, 512)).astype(np.float32)
+    try:
+        reply = client.call("graph", "remember", {
+            "content": f"durable write {i}", "keys": keys, "key_vectors": vectors,
+            "namespace": "durability"})
+    except KeymemError:
+        continue
+    print(reply["saved"], flush=True)
+    i += 1
+"""
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KEYMEM_HOME": str(home),
+        "KEYMEM_TRANSPORT": "ipc",
+        "KEYMEM_HEARTBEAT_MS": str(FAST_HEARTBEAT.interval_ms),
+        "KEYMEM_HEARTBEAT_LIVENESS": str(FAST_HEARTBEAT.liveness),
+        "KEYMEM_LOG_LEVEL": "WARNING",
+    }
+
+
+def _start_graph(home: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "services", "graph"],
+        env=_env(home),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_ready(client: Client, process: subprocess.Popen[bytes]) -> None:
+    give_up = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < give_up:
+        if process.poll() is not None:
+            stderr = process.stderr.read().decode() if process.stderr else ""
+            raise AssertionError(f"graph exited with {process.returncode}: {stderr[-2000:]}")
+        try:
+            client.call("graph", "ping", timeout_ms=500)
+            return
+        except KeymemError:
+            time.sleep(0.05)
+    raise AssertionError("graph service did not register in time")
+
+
+@pytest.fixture
+def router(short_home: Path) -> Iterator[InprocStack]:
+    endpoints = ipc_endpoints(short_home)
+    prepare_run_dir(endpoints)
+    with InprocStack(heartbeat=FAST_HEARTBEAT, endpoints=endpoints) as stack:
+        yield stack
+
+
+def test_every_acknowledged_write_survives_kill_9(router: InprocStack, short_home: Path) -> None:
+    client = router.client(timeout_ms=5_000)
+    graph = _start_graph(short_home)
+    writer: subprocess.Popen[str] | None = None
+    try:
+        _wait_ready(client, graph)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, router.endpoints.frontend],
+            env=_env(short_home),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        acked: list[str] = []
+        enough = threading.Event()
+
+        def collect() -> None:
+            assert writer is not None and writer.stdout is not None
+            for line in writer.stdout:
+                acked.append(line.strip())
+                if len(acked) >= ACKS_BEFORE_KILL:
+                    enough.set()
+
+        reader = threading.Thread(target=collect, daemon=True)
+        reader.start()
+        assert enough.wait(60), f"only {len(acked)} writes acknowledged"
+        graph.send_signal(signal.SIGKILL)  # mid-stream: the writer is still sending
+        graph.wait(10)
+        time.sleep(0.5)  # the writer sees failures now; none of them may count
+        writer.kill()
+        writer.wait(10)
+        reader.join(5)
+        survivors = list(acked)
+
+        graph = _start_graph(short_home)
+        _wait_ready(client, graph)
+        missing: list[str] = []
+        for start in range(0, len(survivors), 1000):
+            reply = client.call(
+                "graph",
+                "get_memories",
+                {"ids": survivors[start : start + 1000], "namespace": "durability"},
+            )
+            missing += reply["missing"]
+        assert missing == [], f"{len(missing)} of {len(survivors)} acknowledged writes lost"
+        counts = client.call("graph", "counts", {"namespace": "durability"})
+        assert counts["memories"] >= len(survivors)
+        after = client.call(
+            "graph",
+            "remember",
+            {
+                "content": "written after the restart",
+                "keys": ["after restart"],
+                "key_vectors": np.ones((1, 512), dtype=np.float32),
+                "namespace": "durability",
+            },
+        )
+        assert after["seq"] > counts["seq"]
+    finally:
+        if writer is not None and writer.poll() is None:
+            writer.kill()
+        if graph.poll() is None:
+            graph.terminate()
+            graph.wait(10)
