@@ -320,6 +320,14 @@ class NamespaceIndex:
         ranked.sort(key=lambda hit: (-hit[1], hit[0]))
         return ranked[:top_n]
 
+    def terms_of(self, doc_id: str) -> dict[str, int]:
+        """The indexed term counts of one document (empty if it is not indexed)."""
+        slot = self.slot_of.get(doc_id)
+        if slot is None:
+            return {}
+        tids, tfs = self.bags[slot].tolist()
+        return {self.terms[tid]: tf for tid, tf in zip(tids, tfs, strict=True)}
+
     def vocabulary_size(self) -> int:
         return sum(self.df_hist.values())
 

@@ -1,0 +1,352 @@
+"""The lexicon service over real sockets: search, bad input, and sync with the graph's feed.
+
+The graph side is ``FeedDouble`` (tests/lexicon_feed_double.py), registered as ``graph`` in the
+same in-process stack, so the lexicon follows it through the router exactly as it follows the
+real graph service. Kiwi is loaded once per process (``shared_tokenizer``).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol.client import Client
+from protocol.errors import BadRequest, TooLarge
+from services.lexicon import cache
+from services.lexicon.service import Lexicon, make_service
+from services.lexicon.sync import document_text
+from services.lexicon.tokenizer import shared_tokenizer
+from services.stack import InprocStack, RunningWorker
+from tests.lexicon_feed_double import FeedDouble
+
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def feed(stack: InprocStack) -> FeedDouble:
+    double = FeedDouble()
+    stack.add_worker(double.service())
+    return double
+
+
+class Running:
+    """One lexicon worker in the stack, with the in-process handle tests inspect."""
+
+    def __init__(self, stack: InprocStack, home: Path) -> None:
+        self.lexicon = Lexicon(stack.settings(home), shared_tokenizer())
+        self.worker: RunningWorker = stack.add_worker(make_service(self.lexicon))
+
+    def stop(self) -> None:
+        self.worker.stop()
+        assert not self.worker.thread.is_alive()
+
+
+@pytest.fixture
+def start_lexicon(stack: InprocStack, short_home: Path) -> Iterator[Callable[[], Running]]:
+    running: list[Running] = []
+
+    def start() -> Running:
+        lexicon = Running(stack, short_home)
+        running.append(lexicon)
+        return lexicon
+
+    yield start
+    for lexicon in running:
+        if lexicon.worker.thread.is_alive():
+            lexicon.stop()
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    give_up = time.monotonic() + WAIT_S
+    while not check():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def synced_to(client: Client, seq: int) -> Callable[[], bool]:
+    def check() -> bool:
+        sync = client.call("lexicon", "index_stats")["sync"]
+        return bool(sync["synced"] and sync["phase"] == "live" and sync["seq"] >= seq)
+
+    return check
+
+
+def search(client: Client, query: str, namespace: str = "ns", **extra: Any) -> list[str]:
+    reply = client.call(
+        "lexicon", "search", {"query": query, "namespace": namespace, "top_n": 10, **extra}
+    )
+    return [hit["id"] for hit in reply["hits"]]
+
+
+def assert_mirrors(running: Running, feed: FeedDouble, client: Client) -> None:
+    """The index holds exactly the source's active documents, each with its current terms."""
+    reply = client.call("lexicon", "index_ids", {})
+    assert reply["ids"] == sorted(feed.docs)
+    assert reply["consistent"] is True
+    tokenizer = shared_tokenizer()
+    index = running.lexicon.index
+    for doc_id, doc in feed.docs.items():
+        indexed = index.namespaces[doc["namespace"]].terms_of(doc_id)
+        assert indexed == dict(Counter(tokenizer.tokenize(document_text(doc)))), doc_id
+
+
+# -- search ------------------------------------------------------------------------------------
+def test_search_finds_inflected_korean_japanese_mixed_and_versions(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    start_lexicon()
+    client = stack.client()
+    feed.put("m-busan", "어제 부산에서 회의를 했다")
+    feed.put("m-tokyo", "東京都に住んでいます")
+    feed.put("m-py311", "keymem에서 Python 3.11.2를 썼다")
+    feed.put("m-py312", "Python 3.12.1 업그레이드는 다음 분기")
+    feed.put("m-keys", "내용은 짧다", keys=["DuckDB", "저장소"])
+    last = feed.put("m-other", "서울 날씨가 맑다", namespace="other")
+    assert search(client, "부산", min_seq=last) == ["m-busan"]
+    assert search(client, "회의") == ["m-busan"]
+    assert search(client, "부산에서 열린 회의")[0] == "m-busan"
+    assert search(client, "東京") == ["m-tokyo"]
+    assert search(client, "3.11.2")[0] == "m-py311"
+    assert search(client, "python") == ["m-py311", "m-py312"] or set(search(client, "python")) == {
+        "m-py311",
+        "m-py312",
+    }
+    assert search(client, "duckdb") == ["m-keys"]  # keys are indexed with the content
+    assert search(client, "서울") == []  # another namespace
+    assert search(client, "서울", namespace="other") == ["m-other"]
+    reply = client.call("lexicon", "search", {"query": "부산에서", "namespace": "ns"})
+    assert reply["score_kind"] == "bm25" and reply["tokens"] == ["부산"]
+    assert reply["seq"] == last and reply["caught_up"] is True
+
+
+def test_read_your_writes_with_min_seq(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    start_lexicon()
+    client = stack.client()
+    for i in range(20):
+        seq = feed.put(f"m{i}", f"메모 번호 {i} marker{i}")
+        assert search(client, f"marker{i}", min_seq=seq) == [f"m{i}"]
+    seq = feed.delete("m3")
+    assert search(client, "marker3", min_seq=seq) == []
+    seq = feed.other_write()  # no memory changed, but the seq moved: still caught up
+    reply = client.call("lexicon", "search", {"query": "메모", "namespace": "ns", "min_seq": seq})
+    assert reply["caught_up"] is True and reply["seq"] == seq
+
+
+def test_min_seq_beyond_the_graph_answers_without_hanging(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    start_lexicon()
+    client = stack.client()
+    seq = feed.put("m1", "부산 회의")
+    reply = client.call(
+        "lexicon", "search", {"query": "부산", "namespace": "ns", "min_seq": seq + 1000}
+    )
+    assert reply["caught_up"] is False
+    assert [h["id"] for h in reply["hits"]] == ["m1"]
+
+
+def test_bad_input_gets_typed_errors_or_empty_results(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    start_lexicon()
+    client = stack.client()
+    seq = feed.put("m1", "어제 부산에서 회의를 했다")
+    wait_until(synced_to(client, seq), "the first document")
+    assert search(client, "") == []
+    assert search(client, "   \n\t ") == []
+    assert search(client, "부산", namespace="no-such-namespace") == []
+    assert search(client, "\x00\x01부산\x07\x1b[31m") == ["m1"]  # control characters are spaces
+    with pytest.raises(TooLarge):
+        search(client, "부산 " * 350_000)  # ~1 MB
+    with pytest.raises(TooLarge):
+        client.call("lexicon", "tokenize", {"text": "x" * 1_000_000})
+    bad_bodies: list[Any] = [
+        None,
+        "부산",
+        [1, 2],
+        {"namespace": "ns"},
+        {"query": 5, "namespace": "ns"},
+        {"query": "부산"},
+        {"query": "부산", "namespace": "ns", "top_n": 0},
+        {"query": "부산", "namespace": "ns", "top_n": "10"},
+        {"query": "부산", "namespace": "ns", "top_n": True},
+        {"query": "부산", "namespace": "ns", "min_seq": -1},
+        {"query": "부산", "namespace": "x" * 10_000},
+    ]
+    for body in bad_bodies:
+        with pytest.raises((BadRequest, TooLarge)):
+            client.call("lexicon", "search", body)
+    for method, body in [("tokenize", {}), ("extract_keys", {"text": 3}), ("index_ids", [])]:
+        with pytest.raises(BadRequest):
+            client.call("lexicon", method, body)
+    with pytest.raises(BadRequest):
+        client.call("lexicon", "extract_keys", {"text": "부산", "limit": 0})
+    # still up and still right
+    assert client.call("lexicon", "ping")["pong"] is True
+    assert search(client, "회의") == ["m1"]
+
+
+def test_tokenize_and_extract_keys_methods(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    start_lexicon()
+    client = stack.client()
+    assert client.call("lexicon", "tokenize", {"text": "어제 부산에서 회의를 했다"})["tokens"] == [
+        "부산",
+        "회의",
+        "하",
+    ]
+    keys = client.call(
+        "lexicon", "extract_keys", {"text": "김철수 교수가 Claude Code로 keymem 3.11.2를 고쳤다"}
+    )["keys"]
+    found = {k["key"]: k["kind"] for k in keys}
+    assert found["Claude Code"] == "name"
+    assert found["김철수"] == "proper"
+    assert found["3.11.2"] == "term"
+    assert all(set(k) == {"key", "kind", "count"} for k in keys)
+
+
+# -- sync ---------------------------------------------------------------------------------------
+def churn(feed: FeedDouble, rng: random.Random, steps: int, next_id: list[int]) -> None:
+    """Writes, corrections and deletes across two namespaces."""
+    for _ in range(steps):
+        roll = rng.random()
+        live = sorted(feed.docs)
+        if roll < 0.45 or not live:
+            next_id[0] += 1
+            n = next_id[0]
+            feed.put(f"m{n:05d}", f"메모 {n}: 부산 회의 단어{n % 37}", rng.choice(["ns", "ns2"]))
+        elif roll < 0.75:
+            doc_id = rng.choice(live)
+            doc = feed.docs[doc_id]
+            feed.put(doc_id, f"고친 내용 {rng.randrange(10**6)} 서울", doc["namespace"], ["고침"])
+        elif roll < 0.95:
+            feed.delete(rng.choice(live))
+        else:
+            feed.other_write()
+
+
+def test_sync_under_churn_with_restarts_converges_exactly(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    rng = random.Random(7)
+    next_id = [0]
+    churn(feed, rng, 300, next_id)
+    client = stack.client()
+
+    first = start_lexicon()
+    wait_until(synced_to(client, feed.seq), "the initial snapshot")
+    assert_mirrors(first, feed, client)
+
+    # writes while the lexicon runs, from another thread
+    writer = threading.Thread(target=churn, args=(feed, random.Random(8), 400, next_id))
+    writer.start()
+    writer.join()
+    wait_until(synced_to(client, feed.seq), "catching up with live churn")
+    assert_mirrors(first, feed, client)
+
+    # stopped (cache saved on stop), churned, restarted: resumes from the cache's seq
+    first.stop()
+    saved_seq = first.lexicon.cache_state["saved_seq"]
+    churn(feed, rng, 300, next_id)
+    second = start_lexicon()
+    assert second.lexicon.cache_state["loaded"] is True
+    assert second.lexicon.cache_state["seq"] == saved_seq
+    wait_until(synced_to(client, feed.seq), "catching up after a restart")
+    assert_mirrors(second, feed, client)
+    assert second.lexicon.follower.stats.snapshots == 0  # resumed, no re-snapshot
+
+    # stopped, churned past the retained history: re-snapshots, reusing unchanged documents
+    second.stop()
+    churn(feed, rng, 200, next_id)
+    feed.forget_history()
+    churn(feed, rng, 50, next_id)
+    third = start_lexicon()
+    wait_until(synced_to(client, feed.seq), "re-snapshot after lost history")
+    assert_mirrors(third, feed, client)
+    stats = third.lexicon.follower.stats
+    assert stats.snapshots == 1
+    assert stats.unchanged > 0 and stats.tokenized < len(feed.docs)
+
+
+def test_restart_from_cache_skips_the_tokenizer(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    for i in range(1500):
+        feed.put(f"m{i:05d}", f"기억 {i}번: 부산 회의 keymem v{i}.0", keys=[f"키{i % 10}"])
+    client = stack.client()
+    first = start_lexicon()
+    wait_until(synced_to(client, feed.seq), "the initial snapshot")
+    assert first.lexicon.follower.stats.tokenized == 1500
+    first.stop()
+
+    second = start_lexicon()
+    assert second.lexicon.cache_state["loaded"] is True
+    assert len(second.lexicon.index) == 1500  # ready before any feed call
+    wait_until(synced_to(client, feed.seq), "resume")
+    assert second.lexicon.follower.stats.tokenized == 0
+    assert search(client, "v1234.0")[0] == "m01234"
+    assert_mirrors(second, feed, client)
+
+
+def test_corrupt_cache_is_rebuilt_not_fatal(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    short_home: Path,
+) -> None:
+    for i in range(50):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    client = stack.client()
+    first = start_lexicon()
+    wait_until(synced_to(client, feed.seq), "the initial snapshot")
+    first.stop()
+    path = cache.cache_path(short_home)
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) - 7])  # a torn write
+
+    second = start_lexicon()
+    assert second.lexicon.cache_state["loaded"] is False
+    wait_until(synced_to(client, feed.seq), "rebuild from the graph")
+    assert second.lexicon.follower.stats.tokenized == 50
+    assert_mirrors(second, feed, client)
+
+
+def test_replaced_database_means_a_new_snapshot(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    for i in range(30):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    client = stack.client()
+    running = start_lexicon()
+    wait_until(synced_to(client, feed.seq), "the initial snapshot")
+    old_epoch = running.lexicon.follower.epoch
+    kept = {k: v for k, v in feed.docs.items() if k < "m015"}
+    kept["m999"] = {"id": "m999", "namespace": "ns", "content": "새 데이터베이스", "keys": []}
+    feed.replace_database(kept)
+    wait_until(lambda: running.lexicon.follower.epoch != old_epoch, "the new epoch")
+    wait_until(synced_to(client, feed.seq), "the new snapshot")
+    assert_mirrors(running, feed, client)
+    assert running.lexicon.follower.stats.unchanged >= 15  # unchanged text was not re-tokenized
+
+
+def test_graph_down_keeps_serving_the_index(
+    stack: InprocStack, start_lexicon: Callable[[], Running]
+) -> None:
+    running = start_lexicon()  # no graph registered at all
+    client = stack.client()
+    wait_until(lambda: running.lexicon.follower.stats.errors > 0, "a failed feed call")
+    reply = client.call("lexicon", "search", {"query": "부산", "namespace": "ns", "min_seq": 5})
+    assert reply["hits"] == [] and reply["caught_up"] is False
+    stats = client.call("lexicon", "index_stats")
+    assert stats["sync"]["synced"] is False and stats["sync"]["last_error"]
