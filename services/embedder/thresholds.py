@@ -34,10 +34,13 @@ class ThresholdProfile:
 
 
 PROFILES: dict[str, ThresholdProfile] = {
+    # Merge sits above the near misses (월요일/화요일 0.97, Python 3.11/3.12 0.96): on USE-m no
+    # cosine separates synonyms from sibling concepts, so keys merge only when nearly
+    # identical, and cross-lingual synonyms (98.8% >= key_recall) meet through recall instead.
     "use-multilingual-v3": ThresholdProfile(
-        key_merge=0.86,
-        key_recall=0.50,
-        short_key_merge=0.90,
+        key_merge=0.96,
+        key_recall=0.45,
+        short_key_merge=0.98,
         alias_floor=0.45,
         calibrated=True,
         source="docs/CALIBRATION.md (python -m services.embedder.calibrate)",
