@@ -1,15 +1,16 @@
 """Consistent snapshot files of the graph, with rotation.
 
-Taken by the process that owns the file: after a CHECKPOINT the database file holds every
-committed transaction and nothing else, and since the owner is single-threaded no write can
-land while the bytes are copied. The copy is written beside its final name and renamed, so a
-crash never leaves a half-written backup that looks complete.
+Taken by the process that owns the file, through its own connection: the snapshot database
+is ATTACHed and filled with ``COPY FROM DATABASE`` (a consistent read of committed data), never
+by copying the file's bytes. Copying would open a second descriptor on the live file, and
+closing it drops the process's POSIX lock, letting a second process open the file. The copy
+is written beside its final name and renamed, so a crash never leaves a half-written backup
+that looks complete.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -29,12 +30,13 @@ def take_backup(
     store: GraphStore, directory: Path, *, tag: str = "", keep: int = BACKUPS_KEPT
 ) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    store.checkpoint()
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1_000_000:06d}"
+    now_us = time.time_ns() // 1_000
+    seconds, micros = divmod(now_us, 1_000_000)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"-{micros:06d}"
     name = f"{BACKUP_PREFIX}{stamp}{'-' + tag if tag else ''}{BACKUP_SUFFIX}"
     final = directory / name
     partial = directory / (name + ".partial")
-    shutil.copyfile(store.path, partial)
+    store.snapshot_to(partial)
     with open(partial, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(partial, final)

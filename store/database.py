@@ -221,7 +221,7 @@ class GraphStore:
             for op, memory_id, namespace in changes.events:
                 seq += 1
                 event_rows.append((seq, op, memory_id, namespace, now))
-            self._insert("events", 5, event_rows)
+            self.insert_rows("events", 5, event_rows)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -247,7 +247,7 @@ class GraphStore:
                 ("links", "key_id"),
             ):
                 self._delete_in(table, column, ids)
-        self._insert(
+        self.insert_rows(
             "keys",
             6,
             [
@@ -263,7 +263,7 @@ class GraphStore:
         )
         if c.alias_keys:
             self._delete_in("key_aliases", "key_id", sorted(c.alias_keys))
-            self._insert(
+            self.insert_rows(
                 "key_aliases",
                 6,
                 [
@@ -274,7 +274,7 @@ class GraphStore:
             )
         if c.candidate_keys:
             self._delete_in("alias_candidates", "key_id", sorted(c.candidate_keys))
-            self._insert(
+            self.insert_rows(
                 "alias_candidates",
                 5,
                 [
@@ -283,7 +283,7 @@ class GraphStore:
                     for norm, cand in k.candidates.items()
                 ],
             )
-        self._insert(
+        self.insert_rows(
             "memories", len(MEMORY_COLUMNS), [memory_row(m) for m in c.new_memories.values()]
         )
         self._update(
@@ -292,7 +292,7 @@ class GraphStore:
             MEMORY_COLUMNS,
             [memory_row(m) for m in c.touched_memories.values()],
         )
-        self._insert(
+        self.insert_rows(
             "links",
             4,
             [(ln.key_id, ln.memory_id, ln.weight, ln.auto) for ln in c.new_links.values()],
@@ -306,7 +306,7 @@ class GraphStore:
         rewrite_related = sorted(set(c.related_rewrite) - set(c.new_memories))
         if rewrite_related:
             self._delete_in("related", "memory_id", rewrite_related)
-        self._insert(
+        self.insert_rows(
             "related",
             3,
             [
@@ -318,16 +318,16 @@ class GraphStore:
         rewrite_contra = sorted(set(c.contradictions_rewrite) - set(c.new_memories))
         if rewrite_contra:
             self._delete_in("contradictions", "memory_id", rewrite_contra)
-        self._insert(
+        self.insert_rows(
             "contradictions",
             2,
             [(m.id, other) for m in c.contradictions_rewrite.values() for other in m.contradicts],
         )
-        self._insert("confirmations", 5, c.confirmations)
+        self.insert_rows("confirmations", 5, c.confirmations)
         for name, value in c.meta.items():
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
 
-    def _insert(self, table: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
+    def insert_rows(self, table: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
         for start in range(0, len(rows), ROWS_PER_STATEMENT):
             chunk = rows[start : start + ROWS_PER_STATEMENT]
             placeholders = ",".join(["(" + ",".join(["?"] * width) + ")"] * len(chunk))
@@ -410,6 +410,23 @@ class GraphStore:
             raise
 
     # -- lifecycle -------------------------------------------------------------------------
+    def snapshot_to(self, target: Path) -> None:
+        """Copy every committed row into a new database file at ``target``.
+
+        The copy gets its own epoch: restored in place of the live file, it is a different
+        history, and change-feed subscribers must re-snapshot rather than trust their seq.
+        """
+        source = self.conn.execute("SELECT current_database()").fetchall()[0][0]
+        self.conn.execute("ATTACH ? AS keymem_snapshot", [str(target)])
+        try:
+            self.conn.execute(f'COPY FROM DATABASE "{source}" TO keymem_snapshot')
+            self.conn.execute(
+                "UPDATE keymem_snapshot.meta SET value = ? WHERE name = 'epoch'",
+                [uuid.uuid4().hex],
+            )
+        finally:
+            self.conn.execute("DETACH keymem_snapshot")
+
     def checkpoint(self) -> None:
         self.conn.execute("CHECKPOINT")
 

@@ -157,3 +157,34 @@ def test_every_acknowledged_write_survives_kill_9(router: InprocStack, short_hom
         if graph.poll() is None:
             graph.terminate()
             graph.wait(10)
+
+
+def test_backup_and_export_go_through_the_running_service(
+    router: InprocStack, short_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from services.cli import main
+
+    client = router.client(timeout_ms=5_000)
+    graph = _start_graph(short_home)
+    try:
+        _wait_ready(client, graph)
+        saved = client.call(
+            "graph",
+            "remember",
+            {
+                "content": "backed up while running",
+                "keys": ["running backup"],
+                "key_vectors": np.ones((1, 512), dtype=np.float32),
+            },
+        )["saved"]
+        monkeypatch.setenv("KEYMEM_HOME", str(short_home))
+        assert main(["backup"]) == 0  # the file is locked by the service: it takes the copy
+        assert len(list((short_home / "backups").glob("graph-*.duckdb"))) == 1
+        out = tmp_path / "running.json"
+        assert main(["export", str(out)]) == 0
+        assert saved in out.read_text()
+        assert main(["import", str(out)]) == 1  # needs the service stopped
+        client.call("graph", "ping")  # and the service is still serving
+    finally:
+        graph.terminate()
+        graph.wait(10)

@@ -1,0 +1,58 @@
+"""``keymem backup``: a consistent snapshot of the graph file under KEYMEM_HOME/backups.
+
+The graph file has one owner. When the graph service runs, it takes the snapshot itself
+(checkpoint, copy, rename); when it does not, this command opens the file and does the same.
+The newest ``--keep`` backups are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import KeymemError
+from services.config import Settings
+from store.backup import BACKUPS_KEPT, backup_dir, take_backup
+from store.database import GraphStore, StoreLocked, graph_path
+
+SERVICE_TIMEOUT_MS = 60_000
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("backup", help="snapshot the graph database (with rotation)")
+    parser.add_argument("--keep", type=int, default=BACKUPS_KEPT, help="backups to keep")
+    parser.set_defaults(run=run)
+
+
+def snapshot(settings: Settings, keep: int) -> Path:
+    """Take a backup through whoever can: this process if the file is free, else the service."""
+    try:
+        store = GraphStore(graph_path(settings.home))
+    except StoreLocked:
+        with Client(settings.endpoints.frontend, timeout_ms=SERVICE_TIMEOUT_MS) as client:
+            reply = client.call("graph", "backup", {"keep": keep})
+        return Path(reply["path"])
+    try:
+        return take_backup(store, backup_dir(settings.home), keep=keep)
+    finally:
+        store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.keep < 1:
+        print("keymem backup: --keep must be at least 1", file=sys.stderr)
+        return 2
+    settings = Settings.from_env()
+    if not graph_path(settings.home).exists():
+        print(f"keymem backup: no graph at {graph_path(settings.home)}", file=sys.stderr)
+        return 1
+    try:
+        path = snapshot(settings, args.keep)
+    except KeymemError as exc:
+        print(f"keymem backup: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
