@@ -8,14 +8,14 @@ from typing import Any
 import duckdb
 
 from services.graph import GraphService
-from services.graph.profile import PROFILES
+from services.graph.profile import DEFAULT_MODEL, thresholds_for
 from store.schema import TABLES
 
 GRAPH_FILE = "graph.duckdb"
 
 
 def open_graph(home: Path) -> GraphService:
-    return GraphService(home / GRAPH_FILE, PROFILES["usem3"])
+    return GraphService(home / GRAPH_FILE, thresholds_for(DEFAULT_MODEL))
 
 
 def table_counts(path: Path) -> dict[str, int]:

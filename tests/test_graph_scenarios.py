@@ -40,11 +40,27 @@ def test_direct_recall_of_a_key(graph: GraphService) -> None:
     assert literal[0]["literal"] is True
 
 
+def test_cross_lingual_synonyms_meet_through_recall_by_default(graph: GraphService) -> None:
+    # The calibrated USE-m profile merges only near-identical keys (docs/CALIBRATION.md), so
+    # coffee and 커피 stay two keys, and a Korean query still reaches the English one.
+    english = graph.remember(remember_body("The user drinks coffee", ["coffee"]))["saved"]
+    graph.remember(remember_body("커피는 에티오피아산을 좋아한다", ["커피"]))
+    assert key_id_of(graph, "coffee") != key_id_of(graph, "커피")
+    found = graph.match_keys({"vector": vector("커피"), "text": "커피"})["keys"]
+    by_concept = {k["concept"]: k for k in found}
+    assert by_concept["커피"]["match_type"] == "concept"
+    assert by_concept["coffee"]["match_type"] == "semantic"
+    assert active_ids(graph, by_concept["coffee"]["key_id"]) == [english]
+
+
 def test_cross_lingual_alias_joins_one_key_and_matches_with_a_particle(
     graph: GraphService,
 ) -> None:
+    merging = {"short_key_merge": 0.9}  # a profile that merges close synonyms (bge-m3-like)
     graph.remember(remember_body("The user drinks coffee every morning", ["coffee", "morning"]))
-    second = graph.remember(remember_body("커피는 에티오피아산을 좋아한다", ["커피", "에티오피아"]))
+    second = graph.remember(
+        remember_body("커피는 에티오피아산을 좋아한다", ["커피", "에티오피아"], thresholds=merging)
+    )
     coffee = key_id_of(graph, "coffee")
     assert key_id_of(graph, "커피") == coffee
     assert "커피" in graph.read_key({"key_id": coffee})["key"]["aliases"]
@@ -53,9 +69,9 @@ def test_cross_lingual_alias_joins_one_key_and_matches_with_a_particle(
     hits = graph.match_keys({"text": "커피를 얼마나 마셔?"})["keys"]
     assert [(k["key_id"], k["match_type"]) for k in hits] == [(coffee, "alias")]
     assert graph.match_keys({"text": "커피숍"})["keys"] == []
-    # distinct-but-close concepts stay apart (Monday~Tuesday cosine 0.87)
-    graph.remember(remember_body("Standup is on Monday", ["Monday"]))
-    graph.remember(remember_body("Retro is on Tuesday", ["Tuesday"]))
+    # distinct-but-close concepts stay apart even then (Monday~Tuesday cosine 0.87)
+    graph.remember(remember_body("Standup is on Monday", ["Monday"], thresholds=merging))
+    graph.remember(remember_body("Retro is on Tuesday", ["Tuesday"], thresholds=merging))
     assert key_id_of(graph, "Monday") != key_id_of(graph, "Tuesday")
 
 
@@ -302,3 +318,13 @@ def test_everything_survives_a_restart(tmp_path: Path) -> None:
         assert reopened.match_keys({"text": "Carol"})["keys"][0]["key_id"] == carol
     finally:
         reopened.close()
+
+
+def test_a_new_key_near_an_existing_one_comes_back_as_a_hint(graph: GraphService) -> None:
+    graph.remember(remember_body("The user drinks coffee", ["coffee"]))
+    reply = graph.remember(remember_body("Caffeine keeps the user up", ["caffeine", "sleep"]))
+    hints = reply["hints"]["near_keys"]
+    assert [(h["your_key"], h["existing_concept"]) for h in hints] == [("caffeine", "coffee")]
+    assert 0.45 <= hints[0]["similarity"] < 0.98
+    again = graph.remember(remember_body("More caffeine", ["caffeine"]))
+    assert "hints" not in again  # reusing a key coins nothing

@@ -101,7 +101,7 @@ def _learn_alias(
 
 
 def read_memory(
-    state: GraphState, buffer: RecallBuffer, raw: Any, autokey_floor: float, now: float
+    state: GraphState, buffer: RecallBuffer, raw: Any, alias_floor: float, now: float
 ) -> dict[str, Any]:
     body = body_of(raw)
     memory = live_memory(state, req_str(body, "memory_id"), namespace_filter(body), now)
@@ -118,7 +118,7 @@ def read_memory(
     if link is not None:
         state.set_weight(link, link.weight + READ_REINFORCE_STEP)
         if memory.superseded_by is None:
-            learned = _learn_alias(state, buffer, link.key_id, autokey_floor, now)
+            learned = _learn_alias(state, buffer, link.key_id, alias_floor, now)
     view = memory_view(state, memory, now)
     for key in view["keys"]:
         key["traversed_from"] = key["key_id"] == via

@@ -9,6 +9,7 @@ the new surface as an alias; otherwise a new key is created.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from services.graph.profile import Thresholds
@@ -20,26 +21,38 @@ from store.records import KeyAlias, KeyRecord
 HINT_DIGITS = 3
 
 
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    key_id: str
+    surface: str
+    created: bool
+    # the closest concept key of the namespace when the key was created (for hints)
+    nearest: tuple[str, float] | None = None
+
+
 def resolve_key(
     state: GraphState, namespace: str, wanted: KeyInput, thresholds: Thresholds, now: float
-) -> str:
+) -> Resolution:
     index = state.index_for(namespace, len(wanted.vector))
     existing_id = index.exact.get(wanted.surface.lower())
     if existing_id is not None:
         existing = state.keys[existing_id]
         if wanted.key_type != "concept" and existing.key_type == "concept":
             state.set_key_type(existing, wanted.key_type)
-        return existing_id
-    if wanted.key_type == "concept":
+        return Resolution(existing_id, wanted.surface, created=False)
+    best = index.best_concept(wanted.vector)
+    if wanted.key_type == "concept" and best is not None:
         threshold = (
             thresholds.short_key_merge if is_short_concept(wanted.surface) else thresholds.key_merge
         )
-        best = index.best_concept(wanted.vector) if threshold > 0 else None
-        if best is not None and best[1] >= threshold:
-            target = state.keys[best[0]]
-            if not conflicting_qualifier(wanted.surface, target.concept):
-                state.add_alias(target, KeyAlias(wanted.surface, learned=False, added_at=now))
-                return target.id
+        target = state.keys[best[0]]
+        if (
+            threshold > 0
+            and best[1] >= threshold
+            and not conflicting_qualifier(wanted.surface, target.concept)
+        ):
+            state.add_alias(target, KeyAlias(wanted.surface, learned=False, added_at=now))
+            return Resolution(target.id, wanted.surface, created=False)
     key = KeyRecord(
         id=state.new_id(),
         namespace=namespace,
@@ -49,39 +62,33 @@ def resolve_key(
         vector=wanted.vector.copy(),
     )
     state.add_key(key)
-    return key.id
+    return Resolution(key.id, wanted.surface, created=True, nearest=best)
 
 
 def near_key_hints(
-    state: GraphState,
-    namespace: str,
-    memory_id: str,
-    provided: list[KeyInput],
-    thresholds: Thresholds,
+    state: GraphState, resolutions: list[Resolution], thresholds: Thresholds
 ) -> list[dict[str, Any]]:
     """Existing concept keys close to (but not merged with) a key the caller just coined."""
-    index = state.indexes.get(namespace)
-    if index is None:
-        return []
-    own = set(state.mem_links.get(memory_id, {}))
+    own = {r.key_id for r in resolutions}
     hints: list[dict[str, Any]] = []
-    for wanted in provided:
-        key_id = index.exact.get(wanted.surface.lower())
-        if key_id is None or state.keys[key_id].concept.lower() != wanted.surface.lower():
-            continue  # reused or merged: nothing was coined
-        best = index.best_concept(wanted.vector, exclude=own)
-        if best is None:
+    for resolution in resolutions:
+        if not resolution.created or resolution.nearest is None:
+            continue
+        nearest_id, similarity = resolution.nearest
+        if nearest_id in own or nearest_id not in state.keys:
             continue
         merge = (
-            thresholds.short_key_merge if is_short_concept(wanted.surface) else thresholds.key_merge
+            thresholds.short_key_merge
+            if is_short_concept(resolution.surface)
+            else thresholds.key_merge
         )
-        if thresholds.key_recall <= best[1] < merge:
+        if thresholds.key_recall <= similarity < merge:
             hints.append(
                 {
-                    "your_key": wanted.surface,
-                    "existing_concept": state.keys[best[0]].concept,
-                    "key_id": best[0],
-                    "similarity": round(best[1], HINT_DIGITS),
+                    "your_key": resolution.surface,
+                    "existing_concept": state.keys[nearest_id].concept,
+                    "key_id": nearest_id,
+                    "similarity": round(similarity, HINT_DIGITS),
                 }
             )
     return hints

@@ -96,7 +96,7 @@ def match_keys(
                 continue
             if cosine >= min_cosine:
                 candidates[key_id] = (cosine, "semantic", cosine)
-            if learn and text and is_short_concept(text) and cosine >= thresholds.autokey_floor:
+            if learn and text and is_short_concept(text) and cosine >= thresholds.alias_floor:
                 weak[key_id] = cosine
     if learn and text and weak:
         buffer.push(text, weak)

@@ -226,7 +226,7 @@ class GraphService:
         return self.write(lambda now: {"deleted": writes.forget(self.state, memory, now)})
 
     def read_memory(self, raw: Any) -> dict[str, Any]:
-        floor = self.thresholds.autokey_floor
+        floor = self.thresholds.alias_floor
         return self.write(
             lambda now: feedback.read_memory(self.state, self.buffer, raw, floor, now)
         )

@@ -131,9 +131,9 @@ def remember(
         related_to=item.related_to or [],
         supersedes=duplicate.id if duplicate else None,
     )
-    for wanted in item.keys:
-        key_id = resolve_key(state, item.namespace, wanted, thresholds, now)
-        state.add_link(key_id, memory.id, LINK_WEIGHT_DEFAULT)
+    resolutions = [resolve_key(state, item.namespace, w, thresholds, now) for w in item.keys]
+    for resolution in resolutions:
+        state.add_link(resolution.key_id, memory.id, LINK_WEIGHT_DEFAULT)
     result: dict[str, Any] = {"saved": memory.id}
     if duplicate is not None:
         shared = set(state.mem_links.get(duplicate.id, {})) & set(state.mem_links[memory.id])
@@ -144,7 +144,7 @@ def remember(
             result["conflict"] = True
             memory.contradicts.append(duplicate.id)
             state.changes.rewrite_contradictions(memory)
-    hints = near_key_hints(state, item.namespace, memory.id, item.keys, thresholds)
+    hints = near_key_hints(state, resolutions, thresholds)
     if hints:
         result["hints"] = {"near_keys": hints}
     return result
@@ -205,8 +205,8 @@ def correct(state: GraphState, raw: Any, thresholds: Thresholds, now: float) -> 
             state.add_link(key_id, new.id, weight, auto=link.auto)
     else:
         for wanted in keys:
-            key_id = resolve_key(state, old.namespace, wanted, thresholds, now)
-            state.add_link(key_id, new.id, LINK_WEIGHT_DEFAULT)
+            resolution = resolve_key(state, old.namespace, wanted, thresholds, now)
+            state.add_link(resolution.key_id, new.id, LINK_WEIGHT_DEFAULT)
     _supersede(state, old, new)
     result: dict[str, Any] = {"new_id": new.id, "superseded": old.id}
     if note:
