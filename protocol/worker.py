@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -271,7 +271,8 @@ class Worker:
         """Messages from the router wait unread: after a long handler the router only *looks*
         silent, and reconnecting would throw its requests away."""
         assert self._backend is not None
-        return bool(self._backend.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+        events = cast(int, self._backend.getsockopt(zmq.EVENTS))
+        return bool(events & zmq.POLLIN)
 
     def _run_timers(self) -> None:
         now = time.monotonic()

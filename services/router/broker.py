@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -169,7 +169,7 @@ class Broker:
     def _drain(sock: zmq.Socket[bytes], handle: Any) -> None:
         # Checking EVENTS costs ~1.5 µs; ending the loop on a raised zmq.Again costs ~5 µs.
         for _ in range(MAX_DRAIN):  # bounded so one busy socket cannot starve the other
-            if not sock.getsockopt(_EVENTS) & _POLLIN:
+            if not cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
                 return
             frames = sock.recv_multipart()
             handle(frames[0], frames[1:])
