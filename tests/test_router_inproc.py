@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from protocol import envelope
 from protocol.async_client import AsyncClient
 from protocol.client import Client
 from protocol.codec import pack
+from protocol.endpoints import ipc_endpoints, prepare_run_dir, tcp_endpoints
 from protocol.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -25,6 +27,7 @@ from protocol.errors import (
 from protocol.worker import Service
 from services.router.broker import MAX_BODY_BYTES
 from services.stack import InprocStack
+from tests.conftest import FAST_HEARTBEAT
 
 
 def tagged_service(tag: str, *, hang_s: float = 0.0) -> Service:
@@ -210,3 +213,43 @@ def test_the_async_client_multiplexes_concurrent_calls(stack: InprocStack) -> No
             return await asyncio.gather(*(client.call("svc", "echo", i) for i in range(200)))
 
     assert asyncio.run(scenario()) == list(range(200))
+
+
+def _free_port_pair() -> int:
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of tcp ports")
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_the_same_router_and_workers_run_over_ipc_and_tcp(transport: str, short_home: Path) -> None:
+    endpoints = (
+        ipc_endpoints(short_home)
+        if transport == "ipc"
+        else tcp_endpoints("127.0.0.1", _free_port_pair())
+    )
+    prepare_run_dir(endpoints)
+    with InprocStack(endpoints=endpoints, heartbeat=FAST_HEARTBEAT) as stack:
+        stack.add_worker(tagged_service("a"), direct=True)
+        stack.add_worker(tagged_service("b"), direct=True)
+        client = stack.client()
+        assert {client.call("svc", "whoami") for _ in range(10)} <= {"a", "b"}
+        workers = client.call("router", "stats")["services"]["svc"]["workers"]
+        assert len(workers) == 2
+        for running in stack.workers:
+            direct = running.worker.direct_endpoint
+            assert direct is not None and direct.startswith(f"{transport}://")
+            with Client(direct) as straight:
+                assert straight.call("svc", "echo", transport) == transport
+    if transport == "ipc":
+        assert oct(short_home.joinpath("run").stat().st_mode & 0o777) == "0o700"
