@@ -10,13 +10,14 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
 
 from protocol import envelope
 from protocol.codec import pack, unpack
-from protocol.errors import DeadlineExceeded, KeymemError, error_from_wire
+from protocol.errors import DeadlineExceeded, KeymemError, Unavailable, error_from_wire
 from protocol.sockets import send_frames
 
 DEFAULT_TIMEOUT_MS = 5_000
@@ -76,23 +77,50 @@ class Client:
     def call(
         self, service: str, method: str, body: Any = None, *, timeout_ms: int | None = None
     ) -> Any:
+        """One request; the result, or the typed error raised."""
+        (outcome,) = self.call_many([(service, method, body)], timeout_ms=timeout_ms)
+        if isinstance(outcome, KeymemError):
+            raise outcome
+        return outcome
+
+    def call_many(
+        self, calls: Sequence[tuple[str, str, Any]], *, timeout_ms: int | None = None
+    ) -> list[Any]:
+        """Send every ``(service, method, body)`` at once and wait for all the replies.
+
+        This is the fan-out primitive: the requests run in parallel on their services, and the
+        call takes as long as the slowest. Each item of the result is the decoded value or the
+        ``KeymemError`` that request ended with; nothing is raised for one failed call.
+        """
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
-        request = build_request(self._ids, service, method, body, timeout)
-        try:
-            send_frames(self._socket, request.frames())
-        except zmq.Again:
-            pass  # not connected yet: the message waits in the socket's queue, or we time out
+        requests = [build_request(self._ids, s, m, b, timeout) for s, m, b in calls]
+        outcomes: dict[bytes, Any] = {}
+        for request in requests:
+            try:
+                send_frames(self._socket, request.frames())
+            except zmq.Again:
+                outcomes[request.request_id] = Unavailable(
+                    f"{self.endpoint} is not accepting requests (send queue full)"
+                )
+        waiting = {r.request_id for r in requests} - outcomes.keys()
         give_up = time.monotonic() + (timeout + REPLY_GRACE_MS) / 1000
-        while (remaining := give_up - time.monotonic()) > 0:
+        while waiting and (remaining := give_up - time.monotonic()) > 0:
             if not self._socket.poll(int(remaining * 1000) + 1, zmq.POLLIN):
                 break
             reply = envelope.parse_reply(self._socket.recv_multipart())
-            if reply.request_id == request.request_id:
-                return result_of(reply)
-            # a stale reply to an earlier call that timed out: discard it
-        raise DeadlineExceeded(
-            f"no reply from {self.endpoint} for {service}.{method} within {timeout} ms"
-        )
+            if reply.request_id in waiting:  # else a stale reply to an abandoned call
+                waiting.discard(reply.request_id)
+                try:
+                    outcomes[reply.request_id] = result_of(reply)
+                except KeymemError as exc:
+                    outcomes[reply.request_id] = exc
+        for request in requests:
+            if request.request_id in waiting:
+                outcomes[request.request_id] = DeadlineExceeded(
+                    f"no reply from {self.endpoint} for {request.service}.{request.method} "
+                    f"within {timeout} ms"
+                )
+        return [outcomes[r.request_id] for r in requests]
 
     def close(self) -> None:
         self._socket.close(linger=0)

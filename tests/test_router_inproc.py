@@ -253,3 +253,41 @@ def test_the_same_router_and_workers_run_over_ipc_and_tcp(transport: str, short_
                 assert straight.call("svc", "echo", transport) == transport
     if transport == "ipc":
         assert oct(short_home.joinpath("run").stat().st_mode & 0o777) == "0o700"
+
+
+def test_call_many_fans_out_in_parallel_and_keeps_each_outcome(stack: InprocStack) -> None:
+    intervals: list[tuple[float, float]] = []
+    for tag in ("a", "b"):
+        service = tagged_service(tag)
+
+        def timed_sleep(body: Any, tag: str = tag) -> str:
+            started = time.monotonic()
+            time.sleep(float(body))
+            intervals.append((started, time.monotonic()))
+            return tag
+
+        service.add("timed_sleep", timed_sleep)
+        stack.add_worker(service)
+    client = stack.client()
+    outcomes = client.call_many(
+        [
+            ("svc", "timed_sleep", 0.2),
+            ("svc", "timed_sleep", 0.2),
+            ("svc", "fail", "missing"),
+            ("nope", "ping", None),
+        ],
+        timeout_ms=2_000,
+    )
+    assert sorted(outcomes[:2]) == ["a", "b"]  # one sleep on each worker
+    assert isinstance(outcomes[2], NotFound) and isinstance(outcomes[3], BadRequest)
+    (start_1, end_1), (start_2, end_2) = intervals
+    assert start_2 < end_1 and start_1 < end_2  # the two sleeps overlapped: they ran in parallel
+
+
+def test_call_many_reports_a_missing_reply_as_that_calls_timeout(stack: InprocStack) -> None:
+    stack.add_worker(tagged_service("a"))
+    stack.add_worker(tagged_service("b"))
+    client = stack.client()
+    fast, slow = client.call_many([("svc", "echo", 1), ("svc", "sleep", 0.25)], timeout_ms=100)
+    assert fast == 1
+    assert isinstance(slow, DeadlineExceeded)
