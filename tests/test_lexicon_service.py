@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import random
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from protocol.client import Client
 from protocol.errors import BadRequest, TooLarge
 from services.lexicon import cache
-from services.lexicon.service import Lexicon, make_service
-from services.lexicon.sync import document_text
-from services.lexicon.tokenizer import shared_tokenizer
-from services.stack import InprocStack, RunningWorker
+from services.stack import InprocStack
 from tests.lexicon_feed_double import FeedDouble
-
-WAIT_S = 30.0
+from tests.lexicon_support import (
+    Running,
+    assert_mirrors,
+    lexicon_starter,
+    search,
+    synced_to,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -36,66 +36,9 @@ def feed(stack: InprocStack) -> FeedDouble:
     return double
 
 
-class Running:
-    """One lexicon worker in the stack, with the in-process handle tests inspect."""
-
-    def __init__(self, stack: InprocStack, home: Path) -> None:
-        self.lexicon = Lexicon(stack.settings(home), shared_tokenizer())
-        self.worker: RunningWorker = stack.add_worker(make_service(self.lexicon))
-
-    def stop(self) -> None:
-        self.worker.stop()
-        assert not self.worker.thread.is_alive()
-
-
 @pytest.fixture
 def start_lexicon(stack: InprocStack, short_home: Path) -> Iterator[Callable[[], Running]]:
-    running: list[Running] = []
-
-    def start() -> Running:
-        lexicon = Running(stack, short_home)
-        running.append(lexicon)
-        return lexicon
-
-    yield start
-    for lexicon in running:
-        if lexicon.worker.thread.is_alive():
-            lexicon.stop()
-
-
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    give_up = time.monotonic() + WAIT_S
-    while not check():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def synced_to(client: Client, seq: int) -> Callable[[], bool]:
-    def check() -> bool:
-        sync = client.call("lexicon", "index_stats")["sync"]
-        return bool(sync["synced"] and sync["phase"] == "live" and sync["seq"] >= seq)
-
-    return check
-
-
-def search(client: Client, query: str, namespace: str = "ns", **extra: Any) -> list[str]:
-    reply = client.call(
-        "lexicon", "search", {"query": query, "namespace": namespace, "top_n": 10, **extra}
-    )
-    return [hit["id"] for hit in reply["hits"]]
-
-
-def assert_mirrors(running: Running, feed: FeedDouble, client: Client) -> None:
-    """The index holds exactly the source's active documents, each with its current terms."""
-    reply = client.call("lexicon", "index_ids", {})
-    assert reply["ids"] == sorted(feed.docs)
-    assert reply["consistent"] is True
-    tokenizer = shared_tokenizer()
-    index = running.lexicon.index
-    for doc_id, doc in feed.docs.items():
-        indexed = index.namespaces[doc["namespace"]].terms_of(doc_id)
-        assert indexed == dict(Counter(tokenizer.tokenize(document_text(doc)))), doc_id
+    yield from lexicon_starter(stack, short_home)
 
 
 # -- search ------------------------------------------------------------------------------------
@@ -246,14 +189,14 @@ def test_sync_under_churn_with_restarts_converges_exactly(
 
     first = start_lexicon()
     wait_until(synced_to(client, feed.seq), "the initial snapshot")
-    assert_mirrors(first, feed, client)
+    assert_mirrors(first, feed.docs, client)
 
     # writes while the lexicon runs, from another thread
     writer = threading.Thread(target=churn, args=(feed, random.Random(8), 400, next_id))
     writer.start()
     writer.join()
     wait_until(synced_to(client, feed.seq), "catching up with live churn")
-    assert_mirrors(first, feed, client)
+    assert_mirrors(first, feed.docs, client)
 
     # stopped (cache saved on stop), churned, restarted: resumes from the cache's seq
     first.stop()
@@ -263,7 +206,7 @@ def test_sync_under_churn_with_restarts_converges_exactly(
     assert second.lexicon.cache_state["loaded"] is True
     assert second.lexicon.cache_state["seq"] == saved_seq
     wait_until(synced_to(client, feed.seq), "catching up after a restart")
-    assert_mirrors(second, feed, client)
+    assert_mirrors(second, feed.docs, client)
     assert second.lexicon.follower.stats.snapshots == 0  # resumed, no re-snapshot
 
     # stopped, churned past the retained history: re-snapshots, reusing unchanged documents
@@ -273,7 +216,7 @@ def test_sync_under_churn_with_restarts_converges_exactly(
     churn(feed, rng, 50, next_id)
     third = start_lexicon()
     wait_until(synced_to(client, feed.seq), "re-snapshot after lost history")
-    assert_mirrors(third, feed, client)
+    assert_mirrors(third, feed.docs, client)
     stats = third.lexicon.follower.stats
     assert stats.snapshots == 1
     assert stats.unchanged > 0 and stats.tokenized < len(feed.docs)
@@ -296,7 +239,7 @@ def test_restart_from_cache_skips_the_tokenizer(
     wait_until(synced_to(client, feed.seq), "resume")
     assert second.lexicon.follower.stats.tokenized == 0
     assert search(client, "v1234.0")[0] == "m01234"
-    assert_mirrors(second, feed, client)
+    assert_mirrors(second, feed.docs, client)
 
 
 def test_corrupt_cache_is_rebuilt_not_fatal(
@@ -319,7 +262,7 @@ def test_corrupt_cache_is_rebuilt_not_fatal(
     assert second.lexicon.cache_state["loaded"] is False
     wait_until(synced_to(client, feed.seq), "rebuild from the graph")
     assert second.lexicon.follower.stats.tokenized == 50
-    assert_mirrors(second, feed, client)
+    assert_mirrors(second, feed.docs, client)
 
 
 def test_replaced_database_means_a_new_snapshot(
@@ -336,7 +279,7 @@ def test_replaced_database_means_a_new_snapshot(
     feed.replace_database(kept)
     wait_until(lambda: running.lexicon.follower.epoch != old_epoch, "the new epoch")
     wait_until(synced_to(client, feed.seq), "the new snapshot")
-    assert_mirrors(running, feed, client)
+    assert_mirrors(running, feed.docs, client)
     assert running.lexicon.follower.stats.unchanged >= 15  # unchanged text was not re-tokenized
 
 
