@@ -9,8 +9,8 @@ Starts a router and one reranker (offline default: USE-m cosine) as real process
   passage is embedded (what the first recall over fresh memories pays);
 - *cached*: the same pool again and again (what repeated recalls over a stable store pay).
 
-Passages are HotpotQA paragraphs from ../shared/data when present (median ~480 characters),
-and short agent-style memories (~100 characters) built here; the query is a question.
+Passages are HotpotQA paragraphs from ../shared/data when present (~550 characters each here),
+and short agent-style memories (~80 characters) built here; the query is a question.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from benchmarks.embedder_bench import closed_loop, deployment
 
 POOL = 30
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpot_per_query.dev.json"
+# Agent-style memories of one or two sentences (~110 characters), English and Korean.
 SHORT_TEMPLATES = (
-    "The user prefers {a} over {b} for day-to-day work.",
-    "사용자는 {a}보다 {b}를 더 좋아한다.",
-    "Deadline for the {a} project moved to {b}.",
-    "{a} 서버의 비밀번호는 매달 {b}에 바뀐다.",
-    "Remember: {a} is allergic to {b}.",
+    "The user prefers {a} over {b} for day-to-day work; they said so twice during the review.",
+    "사용자는 {a}보다 {b}를 더 좋아한다고 말했다. 다음 회의 자료도 그 기준으로 준비해야 한다.",
+    "Deadline for the {a} project moved to {b}; the release notes and the changelog must follow.",
+    "{a} 서버의 비밀번호는 매달 {b}에 바뀐다. 바뀐 뒤에는 배포 스크립트의 설정도 갱신한다.",
+    "Remember: {a} is allergic to {b}, so the team lunch order on Fridays must avoid it entirely.",
 )
 WORDS = ("Python", "Rust", "딸기", "coffee", "Friday", "회의", "Seoul", "peanuts", "Kiwi", "DuckDB")
 QUERY = "Which memory says what the user prefers and when the deadline is?"
