@@ -145,3 +145,21 @@ def test_unreachable_server_is_unavailable() -> None:
 def test_default_url_without_key_is_refused() -> None:
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
         OpenAIBackend(OpenAISettings(None, "https://api.openai.com/v1", "m"))
+
+
+def test_upstream_outage_fails_a_batch_once_and_spares_cached_texts(
+    backend: OpenAIBackend, server: EmbeddingsServer
+) -> None:
+    embedder = Embedder(backend, 100, 0.0)
+    embedder.embed_many([{"texts": ["cached already"]}])
+    server.fail_with = 503
+    before = len(server.requests)
+    try:
+        results = embedder.embed_many(
+            [{"texts": ["new one"]}, {"texts": ["cached already"]}, {"texts": ["new two"]}]
+        )
+    finally:
+        server.fail_with = None
+    assert isinstance(results[0], Unavailable) and isinstance(results[2], Unavailable)
+    assert results[1]["vectors"].shape == (1, DIM)
+    assert len(server.requests) - before == 1  # one upstream call for the whole batch

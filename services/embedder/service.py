@@ -50,11 +50,19 @@ class Embedder:
                 parsed.append(parse_embed(body, self.backend.max_chars))
             except KeymemError as exc:
                 parsed.append(exc)
-        known = self._vectors_for([p for p in parsed if isinstance(p, EmbedRequest)])
-        return [p if isinstance(p, KeymemError) else self._reply(p, known) for p in parsed]
+        known, failed = self._vectors_for([p for p in parsed if isinstance(p, EmbedRequest)])
+        return [p if isinstance(p, KeymemError) else self._answer(p, known, failed) for p in parsed]
 
-    def _vectors_for(self, requests: list[EmbedRequest]) -> dict[tuple[Kind, str], Cached]:
+    def _vectors_for(
+        self, requests: list[EmbedRequest]
+    ) -> tuple[dict[tuple[Kind, str], Cached], dict[Kind, KeymemError]]:
+        """Vectors for every text, and per kind the typed error if its model call failed.
+
+        A failing model (an upstream API down) fails only the requests that needed it, once:
+        retrying each body on its own would multiply the upstream's timeout by the batch size.
+        """
         known: dict[tuple[Kind, str], Cached] = {}
+        failed: dict[Kind, KeymemError] = {}
         missing: dict[Kind, list[str]] = {}
         queued: set[tuple[Kind, str]] = set()
         for request in requests:
@@ -69,14 +77,29 @@ class Embedder:
                 else:
                     known[key] = found
         for kind, texts in missing.items():
-            encoded = self.backend.encode(texts, kind)
+            try:
+                encoded = self.backend.encode(texts, kind)
+            except KeymemError as exc:
+                failed[kind] = exc
+                continue
             self.model_calls += 1
             self.texts_embedded += len(texts)
             for i, text in enumerate(texts):
-                entry = Cached(encoded.vectors[i], i in encoded.truncated)
+                # a copy: a row view would keep the whole batch's array alive in the cache
+                entry = Cached(encoded.vectors[i].copy(), i in encoded.truncated)
                 known[(kind, text)] = entry
                 self.cache.put(kind, text, entry)
-        return known
+        return known, failed
+
+    def _answer(
+        self,
+        request: EmbedRequest,
+        known: dict[tuple[Kind, str], Cached],
+        failed: dict[Kind, KeymemError],
+    ) -> dict[str, Any] | KeymemError:
+        if all((request.kind, text) in known for text in request.texts):
+            return self._reply(request, known)
+        return failed[request.kind]
 
     def _reply(
         self, request: EmbedRequest, known: dict[tuple[Kind, str], Cached]

@@ -56,7 +56,7 @@ class EmbeddingCosineScorer:
         if missing:
             encoded = self.backend.encode(missing, "passage")
             for i, passage in enumerate(missing):
-                entry = Cached(encoded.vectors[i], i in encoded.truncated)
+                entry = Cached(encoded.vectors[i].copy(), i in encoded.truncated)
                 rows[passage] = entry
                 self.cache.put("passage", passage, entry)
         matrix = np.stack([rows[p].vector for p in passages])

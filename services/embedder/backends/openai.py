@@ -21,6 +21,8 @@ from services.embedder.settings import DEFAULT_OPENAI_BASE_URL, OpenAISettings
 REQUEST_TIMEOUT_S = 1.5
 # text-embedding-3 models accept 8,191 tokens; ~4 characters per token for English.
 MAX_CHARS = 16_000
+# Inputs per HTTP call (OpenAI accepts 2,048; smaller calls keep each well inside the timeout).
+MAX_INPUTS_PER_CALL = 256
 
 
 class OpenAIBackend:
@@ -41,6 +43,13 @@ class OpenAIBackend:
         self.variant = f"d{self.dim}"
 
     def encode(self, texts: list[str], kind: Kind) -> Encoded:
+        chunks = [
+            self._post(texts[i : i + MAX_INPUTS_PER_CALL])
+            for i in range(0, len(texts), MAX_INPUTS_PER_CALL)
+        ]
+        return Encoded(l2_normalise(np.concatenate(chunks)))
+
+    def _post(self, texts: list[str]) -> np.ndarray:
         payload = json.dumps({"model": self.model, "input": texts, "encoding_format": "float"})
         headers = {"Content-Type": "application/json"}
         if self._settings.api_key:
@@ -68,4 +77,4 @@ class OpenAIBackend:
                 f"embedding API at {self._url} returned {vectors.shape[0]} vectors for "
                 f"{len(texts)} texts"
             )
-        return Encoded(l2_normalise(vectors))
+        return vectors
