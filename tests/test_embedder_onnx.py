@@ -186,3 +186,14 @@ def test_download_is_single_flight_across_waiters(tmp_path: Path, minilm_dir: Pa
     # and the finished directory loads as a model
     backend = load_onnx_backend(MINILM, None, tmp_path, 1, "LOCAL_EMBEDDING_MODEL_PATH")
     assert backend.dim == 384
+
+
+def test_missing_models_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.embedder.models import runtime
+
+    runtime.require_models_extra("EMBEDDING_BACKEND=onnx")  # installed here: no error
+    monkeypatch.setattr(runtime, "EXTRA_MODULES", ("onnxruntime", "keymem_absent_module"))
+    with pytest.raises(RuntimeError, match=r"keymem\[models\]") as raised:
+        runtime.require_models_extra("EMBEDDING_BACKEND=onnx")
+    assert "keymem_absent_module" in str(raised.value)
+    assert "onnxruntime" not in str(raised.value).split("needs")[1].split(":")[0]

@@ -72,6 +72,9 @@ class Reranker:
 
 def load_scorer(settings: Settings, config: RerankerSettings) -> Scorer:
     if config.uses_cross_encoder:
+        from services.embedder.models.runtime import require_models_extra
+
+        require_models_extra("a cross-encoder (KEYMEM_RERANK_MODEL or KEYMEM_RERANK_MODEL_PATH)")
         from services.reranker.cross_encoder import load_cross_encoder
 
         return load_cross_encoder(config.model, config.model_path, settings.home, config.threads)

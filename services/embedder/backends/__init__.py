@@ -17,6 +17,9 @@ def load_backend(settings: EmbedderSettings, home: Path) -> EmbeddingBackend:
 
         return Usem3Backend(settings.threads)
     if settings.backend == "onnx":
+        from services.embedder.models.runtime import require_models_extra
+
+        require_models_extra("EMBEDDING_BACKEND=onnx")
         from services.embedder.backends.onnx import load_onnx_backend
 
         return load_onnx_backend(

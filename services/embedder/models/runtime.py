@@ -15,6 +15,19 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 PAD_TOKEN_CANDIDATES = ("[PAD]", "<pad>")
+EXTRA_MODULES = ("onnxruntime", "tokenizers", "huggingface_hub", "filelock")
+
+
+def require_models_extra(setting: str) -> None:
+    """Fail with the install command, not an ImportError, when the ``models`` extra is absent."""
+    import importlib.util
+
+    missing = [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(
+            f"{setting} needs {', '.join(missing)}: install the models extra "
+            "(pip install 'keymem[models]'), or use the offline defaults"
+        )
 
 
 def open_session(files: ModelFiles, threads: int, *, fix: str) -> Any:
