@@ -38,18 +38,23 @@ class Changes:
     # (op, memory_id, namespace) in order; the store numbers them at commit
     events: list[tuple[str, str, str]] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
+    # bumped by every method below: tells whether a failed request touched anything
+    mutations: int = 0
 
     # -- memories --------------------------------------------------------------------------
     def add_memory(self, memory: MemoryRecord) -> None:
+        self.mutations += 1
         self.new_memories[memory.id] = memory
         self.related_rewrite[memory.id] = memory
         self.contradictions_rewrite[memory.id] = memory
 
     def touch_memory(self, memory: MemoryRecord) -> None:
+        self.mutations += 1
         if memory.id not in self.new_memories:
             self.touched_memories[memory.id] = memory
 
     def delete_memory(self, memory_id: str) -> None:
+        self.mutations += 1
         self.new_memories.pop(memory_id, None)
         self.touched_memories.pop(memory_id, None)
         self.related_rewrite.pop(memory_id, None)
@@ -59,26 +64,33 @@ class Changes:
         self.deleted_memories.add(memory_id)
 
     def rewrite_related(self, memory: MemoryRecord) -> None:
+        self.mutations += 1
         self.related_rewrite[memory.id] = memory
 
     def rewrite_contradictions(self, memory: MemoryRecord) -> None:
+        self.mutations += 1
         self.contradictions_rewrite[memory.id] = memory
 
     # -- keys ------------------------------------------------------------------------------
     def add_key(self, key: KeyRecord) -> None:
+        self.mutations += 1
         self.new_keys[key.id] = key
 
     def touch_key(self, key: KeyRecord) -> None:
+        self.mutations += 1
         if key.id not in self.new_keys:
             self.touched_keys[key.id] = key
 
     def rewrite_aliases(self, key: KeyRecord) -> None:
+        self.mutations += 1
         self.alias_keys[key.id] = key
 
     def rewrite_candidates(self, key: KeyRecord) -> None:
+        self.mutations += 1
         self.candidate_keys[key.id] = key
 
     def delete_key(self, key_id: str) -> None:
+        self.mutations += 1
         self.new_keys.pop(key_id, None)
         self.touched_keys.pop(key_id, None)
         self.alias_keys.pop(key_id, None)
@@ -87,9 +99,11 @@ class Changes:
 
     # -- links -----------------------------------------------------------------------------
     def add_link(self, link: LinkRecord) -> None:
+        self.mutations += 1
         self.new_links[(link.key_id, link.memory_id)] = link
 
     def touch_link(self, link: LinkRecord) -> None:
+        self.mutations += 1
         pair = (link.key_id, link.memory_id)
         if pair not in self.new_links:
             self.touched_links[pair] = link
@@ -103,15 +117,19 @@ class Changes:
         source: str | None,
         confirmation_id: str | None,
     ) -> None:
+        self.mutations += 1
         self.confirmations.append((memory_id, at, evidence, source, confirmation_id))
 
     def upsert_event(self, memory: MemoryRecord) -> None:
+        self.mutations += 1
         self.events.append((OP_UPSERT, memory.id, memory.namespace))
 
     def delete_event(self, memory: MemoryRecord) -> None:
+        self.mutations += 1
         self.events.append((OP_DELETE, memory.id, memory.namespace))
 
     def set_meta(self, name: str, value: Any) -> None:
+        self.mutations += 1
         self.meta[name] = str(value)
 
     def empty(self) -> bool:

@@ -27,8 +27,8 @@ from store.schema import migrate
 log = logging.getLogger("keymem.store")
 
 GRAPH_FILE_NAME = "graph.duckdb"
-# Rows per VALUES statement; bounded so one statement's parameter list stays modest.
-ROWS_PER_STATEMENT = 500
+# Up to this many rows an UPDATE runs per row through the primary-key index; more rows join.
+POINT_UPDATE_MAX_ROWS = 2
 
 MEMORY_COLUMNS = (
     ("id", "VARCHAR"),
@@ -115,6 +115,7 @@ class GraphStore:
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {path}: {exc}") from exc
         self.closed = False
+        self._types: dict[str, list[str]] = {}
         self.migrated_from = migrate(self.conn)
         meta = self.read_meta()
         if "epoch" not in meta:
@@ -328,11 +329,26 @@ class GraphStore:
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
 
     def insert_rows(self, table: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            placeholders = ",".join(["(" + ",".join(["?"] * width) + ")"] * len(chunk))
-            params = [value for row in chunk for value in row]
-            self.conn.execute(f"INSERT INTO {table} VALUES {placeholders}", params)
+        """Insert rows with one statement: each column travels as one typed list parameter.
+
+        DuckDB pays per statement and per bound parameter; ``unnest`` of column lists is about
+        twice as fast as a VALUES list with one placeholder per cell at a few hundred rows.
+        """
+        if not rows:
+            return
+        types = self._column_types(table)
+        if len(types) != width:
+            raise ValueError(f"{table} has {len(types)} columns, rows have {width}")
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        selects = ", ".join(f"unnest(?::{kind}[])" for kind in types)
+        self.conn.execute(f"INSERT INTO {table} SELECT {selects}", columns)
+
+    def _column_types(self, table: str) -> list[str]:
+        cached = self._types.get(table)
+        if cached is None:
+            cached = [str(row[1]) for row in self.conn.execute(f"DESCRIBE {table}").fetchall()]
+            self._types[table] = cached
+        return cached
 
     def _update(
         self,
@@ -341,29 +357,35 @@ class GraphStore:
         columns: Sequence[tuple[str, str]],
         rows: Sequence[Sequence[Any]],
     ) -> None:
+        if not rows:
+            return
         names = [name for name, _ in columns]
-        assignments = ", ".join(
-            f"{name} = CAST(v.{name} AS {kind})"
-            for name, kind in columns
-            if name not in key_columns
-        )
+        if len(rows) <= POINT_UPDATE_MAX_ROWS:
+            # an index lookup per row beats a join against a scan of the whole table
+            values_at = [i for i, n in enumerate(names) if n not in key_columns]
+            keys_at = [names.index(k) for k in key_columns]
+            sets = ", ".join(f"{names[i]} = ?" for i in values_at)
+            where = " AND ".join(f"{k} = ?" for k in key_columns)
+            for row in rows:
+                self.conn.execute(
+                    f"UPDATE {table} SET {sets} WHERE {where}",
+                    [row[i] for i in values_at] + [row[i] for i in keys_at],
+                )
+            return
+        assignments = ", ".join(f"{name} = v.{name}" for name in names if name not in key_columns)
         match = " AND ".join(f"{table}.{k} = v.{k}" for k in key_columns)
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            placeholders = ",".join(["(" + ",".join(["?"] * len(names)) + ")"] * len(chunk))
-            params = [value for row in chunk for value in row]
-            self.conn.execute(
-                f"UPDATE {table} SET {assignments} FROM (VALUES {placeholders}) "
-                f"AS v({', '.join(names)}) WHERE {match}",
-                params,
-            )
+        selects = ", ".join(f"unnest(?::{kind}[]) AS {name}" for name, kind in columns)
+        values = [list(column) for column in zip(*rows, strict=True)]
+        self.conn.execute(
+            f"UPDATE {table} SET {assignments} FROM (SELECT {selects}) AS v WHERE {match}",
+            values,
+        )
 
     def _delete_in(self, table: str, column: str, ids: Sequence[str]) -> None:
-        for start in range(0, len(ids), ROWS_PER_STATEMENT):
-            chunk = ids[start : start + ROWS_PER_STATEMENT]
-            placeholders = ",".join(["?"] * len(chunk))
+        if ids:
             self.conn.execute(
-                f"DELETE FROM {table} WHERE {column} IN ({placeholders})", list(chunk)
+                f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))",
+                [list(ids)],
             )
 
     # -- change feed -----------------------------------------------------------------------

@@ -12,8 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from threadpoolctl import threadpool_limits
 
 from protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
 from protocol.worker import Service
@@ -35,6 +38,11 @@ from store.database import GraphStore, graph_path
 
 log = logging.getLogger("keymem.graph")
 
+# A write request validated against the current state, ready to apply at commit time ``now``.
+Action = Callable[[float], dict[str, Any]]
+# Validates one request body (raising a typed error) and returns its action.
+Prepare = Callable[[Any], Action]
+
 # Methods that change the file: acknowledged after commit, never retried by the router.
 # match_keys is listed here because a literal hit on a learned alias counts the hit; it is
 # still safe to repeat, so it is registered as idempotent below.
@@ -52,6 +60,22 @@ WRITE_METHODS = (
     "reembed_commit",
     "backup",
 )
+# Writes whose concurrent requests share one transaction (group commit): the worker hands
+# everything already queued for one of these methods to a single handler call.
+GROUP_COMMITTED = (
+    "remember",
+    "remember_batch",
+    "correct",
+    "forget",
+    "read_memory",
+    "confirm_memory",
+    "dismiss",
+)
+GROUP_MAX_REQUESTS = 64
+GROUP_MAX_BYTES = 8 * 1024 * 1024
+# Requests the router may keep outstanding on the graph worker, so writes can pile up into
+# groups while a commit runs (reads are answered one by one either way).
+GRAPH_CAPACITY = 16
 READ_METHODS = (
     "match_keys",
     "read_key",
@@ -70,6 +94,7 @@ READ_METHODS = (
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
+BLAS_THREADS = 1
 IDLE_CHECK_INTERVAL_S = 1.0
 IDLE_CHECKPOINT_AFTER_S = 5.0
 MAINTENANCE_INTERVAL_S = 3_600.0
@@ -96,17 +121,33 @@ class GraphService:
         self.sweep()
 
     # -- the unit of work ------------------------------------------------------------------
-    def write(self, action: Callable[[float], dict[str, Any]]) -> dict[str, Any]:
+    def write_group(self, prepare: Prepare, bodies: list[Any]) -> list[Any]:
+        """Apply several write requests and commit them in ONE transaction (group commit).
+
+        ``prepare`` validates one body against the current state (raising a typed error before
+        anything changes) and returns the action that applies it. A request that fails
+        validation gets its own error; the others are still committed. Results carry ``seq``,
+        the feed head after the commit.
+        """
         state = self.state
         state.changes = Changes()
         now = time.time()
-        try:
-            result = action(now)
-        except BaseException:
-            if not state.changes.empty():
-                log.warning("a write failed part-way; reloading the graph from the file")
-                self.reload()
-            raise
+        results: list[Any] = []
+        for body in bodies:
+            before = state.changes.mutations
+            try:
+                results.append(prepare(body)(now))
+            except KeymemError as exc:
+                if state.changes.mutations != before:  # must not happen: validate first
+                    log.error("a write failed after changing the graph; reloading")
+                    self.reload()
+                    raise InternalError(f"write failed part-way: {exc}") from exc
+                results.append(exc)
+            except BaseException:
+                if not state.changes.empty():
+                    log.warning("a write failed part-way; reloading the graph from the file")
+                    self.reload()
+                raise
         changes, state.changes = state.changes, Changes()
         if not changes.empty():
             try:
@@ -117,7 +158,22 @@ class GraphService:
                 raise InternalError(f"commit failed: {type(exc).__name__}: {exc}") from exc
             self.last_write = time.monotonic()
             self.dirty_since_checkpoint = True
-        result["seq"] = state.head_seq
+        for result in results:
+            if isinstance(result, dict):
+                result["seq"] = state.head_seq
+        return results
+
+    def group_handler(self, prepare: Prepare) -> Callable[[list[Any]], list[Any]]:
+        def handle(bodies: list[Any]) -> list[Any]:
+            return self.write_group(prepare, bodies)
+
+        return handle
+
+    def write(self, prepare: Prepare, body: Any) -> dict[str, Any]:
+        (result,) = self.write_group(prepare, [body])
+        if isinstance(result, KeymemError):
+            raise result
+        assert isinstance(result, dict)
         return result
 
     def reload(self) -> None:
@@ -126,7 +182,9 @@ class GraphService:
     # -- periodic work ---------------------------------------------------------------------
     def sweep(self) -> None:
         if self.state.ttl_heap and self.state.ttl_heap[0][0] <= time.time():
-            self.write(lambda now: {"expired": writes.sweep_expired(self.state, now)})
+            self.write(
+                lambda _: lambda now: {"expired": writes.sweep_expired(self.state, now)}, None
+            )
 
     def idle_checkpoint(self) -> None:
         if self.state.changes.empty() is False:
@@ -137,7 +195,10 @@ class GraphService:
             self.dirty_since_checkpoint = False
 
     def maintenance(self) -> None:
-        self.write(lambda now: {"pruned": feedback.prune_learned_aliases(self.state, now)})
+        self.write(
+            lambda _: lambda now: {"pruned": feedback.prune_learned_aliases(self.state, now)},
+            None,
+        )
         self.state.first_seq = self.store.prune_events(feed.RETAINED_EVENTS, self.state.head_seq)
 
     def close(self) -> None:
@@ -153,7 +214,7 @@ class GraphService:
             self.state.fingerprint = claimed
             self.state.changes.set_meta("fingerprint", claimed)
 
-    def remember(self, raw: Any) -> dict[str, Any]:
+    def prepare_remember(self, raw: Any) -> Action:
         body = body_of(raw)
         embedding.check_write_fingerprint(self.state, body)
         item = writes.parse_remember(body, self.state.dim)
@@ -164,9 +225,9 @@ class GraphService:
             self._claim_space(body, len(item.keys[0].vector))
             return writes.remember(self.state, item, thresholds, now)
 
-        return self.write(action)
+        return action
 
-    def remember_batch(self, raw: Any) -> dict[str, Any]:
+    def prepare_remember_batch(self, raw: Any) -> Action:
         body = body_of(raw)
         embedding.check_write_fingerprint(self.state, body)
         items_raw = body.get("items")
@@ -187,64 +248,80 @@ class GraphService:
             writes.check_related(self.state, item.related_to, item.namespace)
             items.append(item)
         thresholds = with_overrides(self.thresholds, body.get("thresholds"))
-        batch_id = self.state.new_id()
         shared_source = source_of(body)
 
         def action(now: float) -> dict[str, Any]:
             self._claim_space(body, len(items[0].keys[0].vector))
+            batch_id = self.state.new_id()
             results = []
             for item in items:
                 source = {**(shared_source or {}), **(item.source or {}), "batch_id": batch_id}
-                stamped = writes.RememberItem(
-                    item.content,
-                    item.keys,
-                    item.raw_keys,
-                    item.namespace,
-                    item.ttl_seconds,
-                    item.decay_profile,
-                    item.related_to,
-                    source,
+                results.append(
+                    writes.remember(self.state, replace(item, source=source), thresholds, now)
                 )
-                results.append(writes.remember(self.state, stamped, thresholds, now))
             return {"results": results, "batch_id": batch_id}
 
-        return self.write(action)
+        return action
 
-    def correct(self, raw: Any) -> dict[str, Any]:
+    def prepare_correct(self, raw: Any) -> Action:
         body = body_of(raw)
         embedding.check_write_fingerprint(self.state, body)
         thresholds = with_overrides(self.thresholds, body.get("thresholds"))
-        return self.write(lambda now: writes.correct(self.state, body, thresholds, now))
+        plan = writes.plan_correct(self.state, body, time.time())
+        return lambda now: writes.correct(self.state, plan, thresholds, now)
 
-    def forget(self, raw: Any) -> dict[str, Any]:
+    def prepare_forget(self, raw: Any) -> Action:
         body = body_of(raw)
         memory_id = req_str(body, "memory_id")
         namespace = namespace_filter(body)
         memory = self.state.memories.get(memory_id)
         if memory is None or (namespace is not None and memory.namespace != namespace):
             raise NotFound(f"memory {memory_id} not found")
-        return self.write(lambda now: {"deleted": writes.forget(self.state, memory, now)})
+        return lambda now: {"deleted": writes.forget(self.state, memory, now)}
+
+    def prepare_read_memory(self, raw: Any) -> Action:
+        floor = self.thresholds.alias_floor
+        return lambda now: feedback.read_memory(self.state, self.buffer, raw, floor, now)
+
+    def prepare_confirm_memory(self, raw: Any) -> Action:
+        return lambda now: feedback.confirm_memory(self.state, raw, now)
+
+    def prepare_dismiss(self, raw: Any) -> Action:
+        return lambda now: feedback.dismiss(self.state, self.buffer, raw, now)
+
+    def prepare_set_fingerprint(self, raw: Any) -> Action:
+        return lambda now: embedding.set_fingerprint(self.state, raw)
+
+    def prepare_match_keys(self, raw: Any) -> Action:
+        # Learned-alias hits are soft state: they ride along with this call's commit.
+        return lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
+
+    def remember(self, raw: Any) -> dict[str, Any]:
+        return self.write(self.prepare_remember, raw)
+
+    def remember_batch(self, raw: Any) -> dict[str, Any]:
+        return self.write(self.prepare_remember_batch, raw)
+
+    def correct(self, raw: Any) -> dict[str, Any]:
+        return self.write(self.prepare_correct, raw)
+
+    def forget(self, raw: Any) -> dict[str, Any]:
+        return self.write(self.prepare_forget, raw)
 
     def read_memory(self, raw: Any) -> dict[str, Any]:
-        floor = self.thresholds.alias_floor
-        return self.write(
-            lambda now: feedback.read_memory(self.state, self.buffer, raw, floor, now)
-        )
+        return self.write(self.prepare_read_memory, raw)
 
     def confirm_memory(self, raw: Any) -> dict[str, Any]:
-        return self.write(lambda now: feedback.confirm_memory(self.state, raw, now))
+        return self.write(self.prepare_confirm_memory, raw)
 
     def dismiss(self, raw: Any) -> dict[str, Any]:
-        return self.write(lambda now: feedback.dismiss(self.state, self.buffer, raw, now))
+        return self.write(self.prepare_dismiss, raw)
 
     def set_fingerprint(self, raw: Any) -> dict[str, Any]:
-        return self.write(lambda now: embedding.set_fingerprint(self.state, raw))
+        return self.write(self.prepare_set_fingerprint, raw)
 
     def match_keys(self, raw: Any) -> dict[str, Any]:
-        # Learned-alias hits are soft state: they ride along with this call's commit.
-        return self.write(
-            lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
-        )
+        return self.write(self.prepare_match_keys, raw)
 
     # -- embedding migration ---------------------------------------------------------------
     def reembed_begin(self, raw: Any) -> dict[str, Any]:
@@ -321,13 +398,26 @@ class GraphService:
 
 
 def build(settings: Settings) -> Service:
+    # The graph's numpy work is matrix-vector products over at most ~100k rows: one BLAS
+    # thread does it in a few ms, while a BLAS pool spinning on a shared 2-core box stalls
+    # the serving loop (measured p99 of match_keys 36 ms with the pool, see BENCHMARKS.md).
+    threadpool_limits(limits=BLAS_THREADS)
     return make_service(GraphService(graph_path(settings.home), thresholds_from_env()))
 
 
 def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INTERVAL_S) -> Service:
-    service = Service("graph")
+    service = Service("graph", capacity=GRAPH_CAPACITY)
     for name in WRITE_METHODS:
-        service.add(name, getattr(graph, name))
+        if name in GROUP_COMMITTED:
+            service.add(
+                name,
+                graph.group_handler(getattr(graph, f"prepare_{name}")),
+                batch=True,
+                max_batch=GROUP_MAX_REQUESTS,
+                max_batch_bytes=GROUP_MAX_BYTES,
+            )
+        else:
+            service.add(name, getattr(graph, name))
     for name in READ_METHODS:
         service.add(name, getattr(graph, name), idempotent=True)
     service.every(sweep_interval_s, graph.sweep)

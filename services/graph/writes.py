@@ -166,7 +166,20 @@ def live_memory(
     return memory
 
 
-def correct(state: GraphState, raw: Any, thresholds: Thresholds, now: float) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CorrectPlan:
+    old: MemoryRecord
+    content: str
+    keys: list[KeyInput] | None
+    ttl_seconds: float | None
+    decay_profile: str | None
+    related_to: list[str] | None
+    source: dict[str, Any] | None
+    note: str | None
+
+
+def plan_correct(state: GraphState, raw: Any, now: float) -> CorrectPlan:
+    """Validate a correction completely before anything changes."""
     body = body_of(raw)
     memory_id = req_str(body, "memory_id")
     content = content_of(body)
@@ -188,29 +201,36 @@ def correct(state: GraphState, raw: Any, thresholds: Thresholds, now: float) -> 
     check_related(state, related, old.namespace)
     if old.id in (related or ()):
         raise BadRequest("a correction cannot be related_to the memory it replaces")
+    return CorrectPlan(old, content, keys, ttl, profile, related, source, note)
+
+
+def correct(
+    state: GraphState, plan: CorrectPlan, thresholds: Thresholds, now: float
+) -> dict[str, Any]:
+    old = plan.old
     new = _new_memory(
         state,
-        content,
+        plan.content,
         old.namespace,
         now,
-        source=source,
-        expires_at=old.expires_at if ttl is None else now + ttl,
-        decay_profile=profile or old.decay_profile,
-        related_to=list(old.related_to) if related is None else related,
+        source=plan.source,
+        expires_at=old.expires_at if plan.ttl_seconds is None else now + plan.ttl_seconds,
+        decay_profile=plan.decay_profile or old.decay_profile,
+        related_to=list(old.related_to) if plan.related_to is None else plan.related_to,
         supersedes=old.id,
     )
-    if keys is None:
+    if plan.keys is None:
         for key_id, link in state.mem_links.get(old.id, {}).items():
             weight = max(LINK_WEIGHT_MIN, link.weight - INHERITED_LINK_PENALTY)
             state.add_link(key_id, new.id, weight, auto=link.auto)
     else:
-        for wanted in keys:
+        for wanted in plan.keys:
             resolution = resolve_key(state, old.namespace, wanted, thresholds, now)
             state.add_link(resolution.key_id, new.id, LINK_WEIGHT_DEFAULT)
     _supersede(state, old, new)
     result: dict[str, Any] = {"new_id": new.id, "superseded": old.id}
-    if note:
-        result["note"] = note
+    if plan.note:
+        result["note"] = plan.note
     return result
 
 
