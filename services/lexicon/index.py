@@ -50,7 +50,16 @@ _NO_TFS: FloatArray = np.zeros(0, dtype=np.float64)
 class _Postings:
     """One term's (slot, term frequency) entries: merged arrays plus a pending tail."""
 
-    __slots__ = ("dead", "df", "pending_slots", "pending_tfs", "slots", "tfs")
+    __slots__ = (
+        "dead",
+        "df",
+        "pending_slots",
+        "pending_tfs",
+        "saturation",
+        "saturation_avgdl",
+        "slots",
+        "tfs",
+    )
 
     def __init__(self, slots: IntArray = _NO_SLOTS, tfs: FloatArray = _NO_TFS) -> None:
         self.slots = slots
@@ -59,6 +68,10 @@ class _Postings:
         self.pending_tfs: list[int] = []
         self.df = len(slots)  # live entries
         self.dead = 0  # entries whose slot is dead
+        # tf saturation per entry, valid for ``saturation_avgdl`` and the current arrays: read
+        # often, it skips the gather and arithmetic until a write moves the average length.
+        self.saturation: FloatArray | None = None
+        self.saturation_avgdl = 0.0
 
     def add(self, slot: int, tf: int) -> None:
         self.pending_slots.append(slot)
@@ -73,12 +86,25 @@ class _Postings:
             self.tfs = np.concatenate((self.tfs, np.asarray(self.pending_tfs, dtype=np.float64)))
             self.pending_slots = []
             self.pending_tfs = []
+            self.saturation = None
         if self.dead and self.dead > MAX_DEAD_SHARE * len(self.slots):
             keep = alive[self.slots]
             self.slots = self.slots[keep]
             self.tfs = self.tfs[keep]
             self.dead = 0
+            self.saturation = None
         return self.slots, self.tfs
+
+    def saturations(
+        self, alive: npt.NDArray[np.bool_], doc_len: FloatArray, avgdl: float
+    ) -> tuple[IntArray, FloatArray]:
+        """Slots and ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))`` per entry."""
+        slots, tfs = self.arrays(alive)
+        if self.saturation is None or self.saturation_avgdl != avgdl:
+            norm = (K1 * (1 - B)) + (K1 * B / avgdl) * doc_len[slots]
+            self.saturation = tfs * (K1 + 1) / (tfs + norm)
+            self.saturation_avgdl = avgdl
+        return slots, self.saturation
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,12 +247,14 @@ class NamespaceIndex:
             pairs = np.concatenate([self.bags[slot] for slot in live], axis=1)
         else:
             pairs = np.zeros((2, 0), dtype=np.int32)
-        used, dense = np.unique(pairs[0], return_inverse=True)
+        # renumber the terms still in use densely, in their old order (no sort needed)
+        used = np.bincount(pairs[0], minlength=len(self.terms)) > 0
+        dense = (np.cumsum(used) - 1).astype(np.int32)
         return NamespaceCsr(
             ids=ids,
-            vocab=[self.terms[tid] for tid in used.tolist()],
+            vocab=[self.terms[tid] for tid in np.flatnonzero(used).tolist()],
             ptr=ptr,
-            tids=dense.astype(np.int32),
+            tids=dense[pairs[0]],
             tfs=pairs[1].astype(np.int32),
         )
 
@@ -290,16 +318,14 @@ class NamespaceIndex:
         alive = self.alive[:n]
         scores = np.zeros(n, dtype=np.float64)
         matched = np.zeros(n, dtype=np.bool_)
-        norm_const = K1 * (1 - B)
-        norm_per_len = K1 * B / (self.total_len / self.n_docs)
+        avgdl = self.total_len / self.n_docs
         for term, repeats in query.items():
             tid = self.vocab.get(term)
             postings = None if tid is None else self.postings[tid]
             if postings is None:
                 continue
             weight = self.idf(postings.df) * repeats
-            slots, tfs = postings.arrays(self.alive)
-            saturation = tfs * (K1 + 1) / (tfs + (norm_const + norm_per_len * self.doc_len[slots]))
+            slots, saturation = postings.saturations(self.alive, self.doc_len, avgdl)
             scores[slots] += weight * saturation
             matched[slots] = True
         hits = np.flatnonzero(matched & alive).astype(np.int32)
