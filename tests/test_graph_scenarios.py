@@ -164,6 +164,10 @@ def test_exact_duplicate_is_deduplicated_within_a_namespace(graph: GraphService)
     assert "superseded" not in elsewhere
     paraphrase = graph.remember(remember_body("Dark mode is what the user prefers", ["theme"]))
     assert "superseded" not in paraphrase  # paraphrases are separate records
+    third = graph.remember(remember_body("The user prefers dark mode.", ["theme"]))
+    assert "superseded" not in third  # punctuation makes it a different text
+    fourth = graph.remember(remember_body("the user prefers dark mode", ["theme"]))
+    assert fourth["superseded"] == again["saved"]  # the chain keeps deduplicating
 
 
 def test_ttl_expiry_removes_the_memory(graph: GraphService) -> None:

@@ -100,6 +100,10 @@ class GraphState:
         self.changes.add_memory(memory)
         self.changes.upsert_event(memory)
 
+    def index_content(self, memory: MemoryRecord) -> None:
+        """Make ``memory`` the dedup target for its text (unless another active one is)."""
+        self.dedup[memory.namespace].setdefault(normalize_content(memory.content), memory.id)
+
     def touch_memory(self, memory: MemoryRecord) -> None:
         self.changes.touch_memory(memory)
 

@@ -111,6 +111,7 @@ def _supersede(state: GraphState, old: MemoryRecord, new: MemoryRecord) -> None:
     state.deactivate(old)
     old.superseded_by = new.id
     state.touch_memory(old)
+    state.index_content(new)  # the old version may have held the dedup entry for this text
 
 
 def remember(
