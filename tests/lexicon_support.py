@@ -62,11 +62,27 @@ def synced_to(client: Client, seq: int) -> Callable[[], bool]:
     return check
 
 
+def search_reply(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+    """A search reply; with ``min_seq``, the first that says it caught up to it.
+
+    One call waits only a fraction of the (fast, in tests) heartbeat expiry for the feed, so on a
+    loaded machine it may answer ``caught_up: false``; the invariant is that a reply claiming
+    ``caught_up`` reflects every write up to ``min_seq``.
+    """
+    give_up = time.monotonic() + WAIT_S
+    while True:
+        reply: dict[str, Any] = client.call("lexicon", "search", body)
+        if "min_seq" not in body or reply["caught_up"]:
+            if "min_seq" in body:
+                assert reply["seq"] >= body["min_seq"]
+            return reply
+        if time.monotonic() > give_up:
+            raise AssertionError(f"search never caught up to seq {body['min_seq']}")
+
+
 def search(client: Client, query: str, namespace: str = "ns", **extra: Any) -> list[str]:
-    reply = client.call(
-        "lexicon", "search", {"query": query, "namespace": namespace, "top_n": 10, **extra}
-    )
-    return [hit["id"] for hit in reply["hits"]]
+    body = {"query": query, "namespace": namespace, "top_n": 10, **extra}
+    return [hit["id"] for hit in search_reply(client, body)["hits"]]
 
 
 def assert_mirrors(running: Running, docs: Mapping[str, dict[str, Any]], client: Client) -> None:

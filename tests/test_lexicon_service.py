@@ -24,6 +24,7 @@ from tests.lexicon_support import (
     assert_mirrors,
     lexicon_starter,
     search,
+    search_reply,
     synced_to,
     wait_until,
 )
@@ -81,7 +82,7 @@ def test_read_your_writes_with_min_seq(
     seq = feed.delete("m3")
     assert search(client, "marker3", min_seq=seq) == []
     seq = feed.other_write()  # no memory changed, but the seq moved: still caught up
-    reply = client.call("lexicon", "search", {"query": "메모", "namespace": "ns", "min_seq": seq})
+    reply = search_reply(client, {"query": "메모", "namespace": "ns", "min_seq": seq})
     assert reply["caught_up"] is True and reply["seq"] == seq
 
 
@@ -91,6 +92,7 @@ def test_min_seq_beyond_the_graph_answers_without_hanging(
     start_lexicon()
     client = stack.client()
     seq = feed.put("m1", "부산 회의")
+    wait_until(synced_to(client, seq), "the write")
     reply = client.call(
         "lexicon", "search", {"query": "부산", "namespace": "ns", "min_seq": seq + 1000}
     )
