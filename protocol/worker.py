@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -156,6 +157,18 @@ class Service:
 
 BUILTIN_METHODS = ("ping", "stats")
 
+# The deadline of the request a handler is serving, so that a handler which calls other
+# services (the router's orchestration) gives them only the time its caller has left.
+_deadline_ms: ContextVar[int | None] = ContextVar("keymem_request_deadline_ms", default=None)
+
+
+def remaining_ms(default_ms: int) -> int:
+    """Milliseconds left before the current request's deadline (``default_ms`` outside one)."""
+    deadline = _deadline_ms.get()
+    if deadline is None:
+        return default_ms
+    return max(0, deadline - envelope.now_ms())
+
 
 class Worker:
     """Serves one ``Service`` for the router (and optionally on a direct endpoint)."""
@@ -229,6 +242,7 @@ class Worker:
             "pid": self.pid,
             "direct": self.direct_endpoint,
             "heartbeat_ms": self.heartbeat.interval_ms,
+            "liveness": self.heartbeat.liveness,
             "started_at": self.started_at,
         }
         sock.send_multipart(envelope.control(envelope.READY, pack(ready)))
@@ -438,6 +452,7 @@ class Worker:
             self.stats.expired += 1
             return None
         error_code: str | None = None
+        deadline_token = _deadline_ms.set(request.deadline_ms)
         try:
             result = self._dispatch(request.method, unpack(request.body))
             reply = envelope.Reply(request.request_id, envelope.STATUS_OK, pack(result))
@@ -450,6 +465,8 @@ class Worker:
             reply = envelope.Reply.error(
                 request.request_id, InternalError(f"{type(exc).__name__}: {exc}")
             )
+        finally:
+            _deadline_ms.reset(deadline_token)
         self.stats.record((time.perf_counter() - started) * 1e6, error_code)
         return reply
 

@@ -13,7 +13,7 @@ from protocol.endpoints import prepare_run_dir
 from protocol.worker import Worker
 from services.catalog import BUILDERS
 from services.config import ALL_PROGRAMS, Settings
-from services.router import Broker
+from services.router.process import run_router
 
 EXIT_CONFIG_ERROR = 78  # sysexits.h EX_CONFIG
 
@@ -44,13 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if name == "router":
-        Broker(
-            settings.endpoints.frontend,
-            settings.endpoints.backend,
-            heartbeat=settings.heartbeat,
-            known_services=BUILDERS,
-            stop=stop,
-        ).run()
+        run_router(settings, stop)
     else:
         Worker(
             BUILDERS[name](settings),

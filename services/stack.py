@@ -61,7 +61,13 @@ class InprocStack:
             raise RuntimeError("router thread did not start")
         return self
 
-    def add_worker(self, service: Service, *, direct: bool = False) -> RunningWorker:
+    def add_worker(
+        self,
+        service: Service,
+        *,
+        direct: bool = False,
+        heartbeat: HeartbeatPolicy | None = None,
+    ) -> RunningWorker:
         index = sum(1 for w in self.workers if w.worker.service.name == service.name)
         registered_before = self._registered(service.name)
         worker = Worker(
@@ -69,7 +75,7 @@ class InprocStack:
             self.endpoints.backend,
             context=self.context,
             direct_endpoint=self.endpoints.direct(service.name, 0, index) if direct else None,
-            heartbeat=self.heartbeat,
+            heartbeat=heartbeat or self.heartbeat,
         )
         thread = threading.Thread(target=worker.run, name=f"{service.name}-{index}", daemon=True)
         thread.start()

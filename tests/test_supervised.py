@@ -219,7 +219,7 @@ def test_fuzzing_every_socket_leaves_every_service_up(running: Deployment) -> No
     pids_before = {n: s["pid"] for n, s in running.status()["services"].items()}
     stats = _router_stats(endpoint)
     targets = [endpoint, ipc_endpoints(running.home).backend]
-    targets += [w["direct"] for s in stats["services"].values() for w in s["workers"]]
+    targets += [w["direct"] for n in WORKER_SERVICES for w in stats["services"][n]["workers"]]
     assert len(targets) == 2 + len(WORKER_SERVICES)
     rng = random.Random(20261129)
     context = zmq.Context()

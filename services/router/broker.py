@@ -27,6 +27,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from protocol import envelope
 from protocol.codec import pack, unpack
+from protocol.endpoints import Endpoints
 from protocol.errors import (
     BadRequest,
     DeadlineExceeded,
@@ -47,6 +48,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_MESSAGE_BYTES = 4 * MAX_BODY_BYTES
 MAX_QUEUED_PER_SERVICE = 10_000
 MAX_ATTEMPTS = 2
+MIN_WORKER_EXPIRY_MS = 100
+MAX_WORKER_EXPIRY_MS = 120_000
 MAX_DRAIN = 1000
 _TOKEN = struct.Struct(">Q")
 _EVENTS = int(zmq.EVENTS)
@@ -72,6 +75,7 @@ class WorkerRecord:
     pid: int
     direct: str | None
     expires_at_ms: int
+    expiry_ms: int
     in_flight: set[bytes] = field(default_factory=set)
     reported: dict[str, Any] = field(default_factory=dict)
     registered_at: float = field(default_factory=time.time)
@@ -101,9 +105,12 @@ class Broker:
         known_services: Iterable[str] = (),
         heartbeat: HeartbeatPolicy = DEFAULT_HEARTBEAT,
         stop: threading.Event | None = None,
+        local: Endpoints | None = None,
     ) -> None:
         self.frontend_endpoint = frontend
         self.backend_endpoint = backend
+        # Also bound on inproc endpoints, for threads of the router's own process.
+        self.local = local
         self.context = context or zmq.Context.instance()
         self.heartbeat = heartbeat
         self.stop_event = stop or threading.Event()
@@ -123,8 +130,9 @@ class Broker:
 
     # -- loop ----------------------------------------------------------------------------
     def run(self) -> None:
-        self.frontend = self._bind(self.frontend_endpoint)
-        self.backend = self._bind(self.backend_endpoint)
+        local = self.local
+        self.frontend = self._bind(self.frontend_endpoint, local.frontend if local else None)
+        self.backend = self._bind(self.backend_endpoint, local.backend if local else None)
         poller = zmq.Poller()
         poller.register(self.frontend, zmq.POLLIN)
         poller.register(self.backend, zmq.POLLIN)
@@ -150,12 +158,14 @@ class Broker:
             self.frontend.close(linger=0)
             self.backend.close(linger=0)
 
-    def _bind(self, endpoint: str) -> zmq.Socket[bytes]:
+    def _bind(self, endpoint: str, also: str | None) -> zmq.Socket[bytes]:
         sock = self.context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         sock.bind(endpoint)
+        if also is not None:
+            sock.bind(also)
         return sock  # type: ignore[no-any-return]
 
     def _poll_timeout_ms(self) -> int:
@@ -284,7 +294,7 @@ class Broker:
             return
         worker = self.workers.get(identity)
         if worker is not None:
-            worker.expires_at_ms = envelope.now_ms() + self.heartbeat.expiry_ms
+            worker.expires_at_ms = envelope.now_ms() + worker.expiry_ms
         if kind == envelope.REPLY:
             self._on_reply(worker, frames)
         elif kind == envelope.HEARTBEAT:
@@ -311,6 +321,11 @@ class Broker:
             service = str(ready["service"])
             methods = {str(k): dict(v) for k, v in dict(ready["methods"]).items()}
             capacity = max(1, int(ready.get("capacity", 1)))
+            # A worker may declare its own liveness (orchestration threads that wait on other
+            # services for seconds do); bounded so a bogus value cannot park a dead worker.
+            expiry_ms = int(ready.get("heartbeat_ms", 0)) * int(ready.get("liveness", 0))
+            if not MIN_WORKER_EXPIRY_MS <= expiry_ms <= MAX_WORKER_EXPIRY_MS:
+                expiry_ms = self.heartbeat.expiry_ms
             pid = int(ready.get("pid", 0))
             direct = ready.get("direct")
         except (KeymemError, KeyError, TypeError, ValueError, AttributeError):
@@ -329,7 +344,8 @@ class Broker:
             methods=methods,
             pid=pid,
             direct=str(direct) if direct else None,
-            expires_at_ms=envelope.now_ms() + self.heartbeat.expiry_ms,
+            expires_at_ms=envelope.now_ms() + expiry_ms,
+            expiry_ms=expiry_ms,
         )
         self.workers[identity] = worker
         record.workers[identity] = worker

@@ -1,0 +1,131 @@
+"""The ``memory`` service: keymem's agent-facing API, orchestrated inside the router process.
+
+Agents (through the MCP front end) and the hook speak to this one service; it composes the
+workers. A write gets its key vectors from the embedder and then goes to the graph, which
+acknowledges it after commit; reads go to the graph. Every call it makes to another service gets
+only the time its own caller has left (``remaining_ms``), so a slow dependency becomes a typed
+``timeout`` for the agent, not a hang.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import BadRequest, KeymemError, Unavailable
+from protocol.worker import Service, remaining_ms
+
+# Budget for a call that arrives without a deadline of its own (only in-process callers).
+DEFAULT_BUDGET_MS = 10_000
+# The embedder's per-request limit on texts; larger batches are split and sent in parallel.
+EMBED_TEXTS_PER_CALL = 256
+
+# Graph methods the agent API exposes unchanged (they need no vectors).
+GRAPH_PASSTHROUGH = (
+    "read_key",
+    "read_memory",
+    "browse_keys",
+    "confirm_memory",
+    "dismiss",
+    "forget",
+    "history",
+    "counts",
+    "get_memories",
+)
+# Of those, the ones that change nothing and may be retried after a worker dies.
+IDEMPOTENT = {"read_key", "browse_keys", "history", "counts", "get_memories"}
+
+
+class MemoryAPI:
+    def __init__(self, router_endpoint: str) -> None:
+        self.client = Client(router_endpoint)
+
+    def _call(self, service: str, method: str, body: Any) -> Any:
+        return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
+
+    def embed_keys(self, texts: list[str]) -> tuple[Any, str]:
+        """Key vectors for ``texts`` (one float32 row each) and the embedder's fingerprint."""
+        import numpy as np
+
+        chunks = [
+            texts[i : i + EMBED_TEXTS_PER_CALL] for i in range(0, len(texts), EMBED_TEXTS_PER_CALL)
+        ]
+        outcomes = self.client.call_many(
+            [("embedder", "embed", {"texts": chunk, "kind": "key"}) for chunk in chunks],
+            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, KeymemError):
+                if isinstance(outcome, Unavailable):
+                    raise Unavailable(f"cannot embed keys: {outcome.message}") from outcome
+                raise outcome
+        fingerprints = {outcome["fingerprint"] for outcome in outcomes}
+        if len(fingerprints) != 1:
+            raise Unavailable("embedder workers disagree on their model; retry after a restart")
+        return np.concatenate([o["vectors"] for o in outcomes]), fingerprints.pop()
+
+    def _with_vectors(self, item: Any, *, keys_required: bool) -> Any:
+        """``item`` with ``key_vectors`` (and the embedder's fingerprint) for its keys.
+
+        Keys that are not a list of strings are passed on untouched: the graph names the
+        problem. Blank keys are dropped here because the graph would drop them anyway.
+        """
+        if not isinstance(item, dict):
+            raise BadRequest(f"body must be a map, got {type(item).__name__}")
+        keys = item.get("keys")
+        if keys is None and not keys_required:
+            return item
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            return item
+        usable = [k for k in keys if k.strip()]
+        if not usable:
+            return {**item, "keys": usable}
+        vectors, fingerprint = self.embed_keys(usable)
+        return {**item, "keys": usable, "key_vectors": vectors, "fingerprint": fingerprint}
+
+    # -- writes that need vectors ----------------------------------------------------------
+    def remember(self, body: Any) -> Any:
+        return self._call("graph", "remember", self._with_vectors(body, keys_required=True))
+
+    def correct(self, body: Any) -> Any:
+        return self._call("graph", "correct", self._with_vectors(body, keys_required=False))
+
+    def remember_batch(self, body: Any) -> Any:
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            return self._call("graph", "remember_batch", body)  # the graph names the problem
+        items = body["items"]
+        keyed = [
+            (i, [k for k in item["keys"] if k.strip()])
+            for i, item in enumerate(items)
+            if isinstance(item, dict)
+            and isinstance(item.get("keys"), list)
+            and all(isinstance(k, str) for k in item["keys"])
+        ]
+        texts = [k for _, keys in keyed for k in keys]
+        if texts:
+            vectors, fingerprint = self.embed_keys(texts)
+            items = list(items)
+            row = 0
+            for i, keys in keyed:
+                items[i] = {**items[i], "keys": keys, "key_vectors": vectors[row : row + len(keys)]}
+                row += len(keys)
+            body = {**body, "items": items, "fingerprint": fingerprint}
+        return self._call("graph", "remember_batch", body)
+
+    def passthrough(self, method: str) -> Any:
+        def handler(body: Any) -> Any:
+            return self._call("graph", method, body)
+
+        handler.__name__ = method
+        return handler
+
+
+def make_service(router_endpoint: str) -> Service:
+    api = MemoryAPI(router_endpoint)
+    service = Service("memory")
+    service.add("remember", api.remember)
+    service.add("remember_batch", api.remember_batch)
+    service.add("correct", api.correct)
+    for method in GRAPH_PASSTHROUGH:
+        service.add(method, api.passthrough(method), idempotent=method in IDEMPOTENT)
+    return service

@@ -1,0 +1,61 @@
+"""The router process: the broker in the main thread, the agent API's workers beside it.
+
+The ``memory`` service's workers are threads of this process reaching the broker over inproc
+(invariant 8: the same ``Worker`` as everywhere). Their handlers mostly wait on other services,
+so several threads serve concurrent agents while the GIL stays with whoever is computing; and
+because they wait for seconds at a time they declare a longer liveness than model workers.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from protocol.endpoints import inproc_endpoints
+from protocol.worker import HeartbeatPolicy, Worker
+from services.catalog import BUILDERS
+from services.config import Settings
+from services.router import memory
+from services.router.broker import Broker
+
+MEMORY_WORKER_THREADS = 4
+# Orchestration handlers wait on other services up to their caller's deadline.
+ORCHESTRATION_LIVENESS = 30
+JOIN_TIMEOUT_S = 5.0
+
+
+def orchestration_heartbeat(settings: Settings) -> HeartbeatPolicy:
+    return HeartbeatPolicy(settings.heartbeat.interval_ms, ORCHESTRATION_LIVENESS)
+
+
+def run_router(settings: Settings, stop: threading.Event) -> None:
+    local = inproc_endpoints("router")
+    broker = Broker(
+        settings.endpoints.frontend,
+        settings.endpoints.backend,
+        heartbeat=settings.heartbeat,
+        known_services=[*BUILDERS, "memory"],
+        stop=stop,
+        local=local,
+    )
+    threads = [
+        threading.Thread(
+            target=Worker(
+                memory.make_service(local.frontend),
+                local.backend,
+                heartbeat=orchestration_heartbeat(settings),
+                stop=stop,
+            ).run,
+            name=f"memory-{i}",
+            daemon=True,
+        )
+        for i in range(MEMORY_WORKER_THREADS)
+    ]
+    broker_thread = threading.Thread(target=broker.run, name="broker", daemon=True)
+    broker_thread.start()
+    broker.ready.wait()  # inproc needs the bind before the connects
+    for thread in threads:
+        thread.start()
+    stop.wait()
+    for thread in threads:
+        thread.join(JOIN_TIMEOUT_S)
+    broker_thread.join(JOIN_TIMEOUT_S)

@@ -1,0 +1,105 @@
+"""The agent-facing ``memory`` service: writes get real key vectors, reads reach the graph."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol.client import Client
+from protocol.errors import BadRequest, Unavailable
+from protocol.worker import HeartbeatPolicy
+from services import graph
+from services.config import Settings
+from services.embedder.service import Embedder, load_embedder
+from services.embedder.service import make_service as embedder_service
+from services.embedder.settings import EmbedderSettings
+from services.router import memory
+from services.router.process import ORCHESTRATION_LIVENESS
+from services.stack import InprocStack, RunningWorker
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return load_embedder(Settings.from_env(), EmbedderSettings(threads=2))
+
+
+class Deployed:
+    def __init__(self, stack: InprocStack, embedder_worker: RunningWorker) -> None:
+        self.stack = stack
+        self.embedder_worker = embedder_worker
+        self.client: Client = stack.client(timeout_ms=10_000)
+
+    def call(self, method: str, body: Any) -> Any:
+        return self.client.call("memory", method, body)
+
+    def counts(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.client.call("graph", "counts", {})
+        return result
+
+
+@pytest.fixture
+def deployed(embedder: Embedder, tmp_path: Path) -> Iterator[Deployed]:
+    with InprocStack() as stack:
+        embedder_worker = stack.add_worker(embedder_service(embedder))
+        stack.add_worker(graph.build(stack.settings(tmp_path)))
+        stack.add_worker(
+            memory.make_service(stack.endpoints.frontend),
+            heartbeat=HeartbeatPolicy(stack.heartbeat.interval_ms, ORCHESTRATION_LIVENESS),
+        )
+        yield Deployed(stack, embedder_worker)
+
+
+def test_remember_stores_real_key_vectors_that_match_across_languages(
+    deployed: Deployed,
+) -> None:
+    saved = deployed.call(
+        "remember",
+        {
+            "content": "Newton saw an apple fall and thought of gravity",
+            "keys": ["apple", "gravity"],
+        },
+    )
+    assert saved["saved"]
+    query = deployed.client.call("embedder", "embed", {"texts": ["사과"], "kind": "query"})
+    matched = deployed.client.call(
+        "graph", "match_keys", {"vector": query["vectors"][0], "top_k": 3, "learn": False}
+    )
+    # the Korean word for apple finds the key stored from English: the vectors are real
+    assert matched["keys"] and matched["keys"][0]["concept"] == "apple"
+    handles = deployed.call("read_key", {"key_id": matched["keys"][0]["key_id"]})
+    assert [h["memory_id"] for h in handles["memories"]] == [saved["saved"]]
+
+
+def test_a_batch_larger_than_one_embed_call_is_split_and_saved_whole(deployed: Deployed) -> None:
+    items = [
+        {
+            "content": f"fact number {i} about topic {i % 7}",
+            "keys": [f"topic {i % 7}", f"item {i}", f"fact {i}"],
+        }
+        for i in range(100)
+    ]  # 300 keys: more than one embed request may carry
+    result = deployed.call("remember_batch", {"items": items})
+    assert len(result["results"]) == 100 and all(r["saved"] for r in result["results"])
+    assert deployed.counts()["memories"] == 100
+
+
+def test_blank_keys_are_dropped_and_unusable_ones_get_the_graphs_error(deployed: Deployed) -> None:
+    saved = deployed.call("remember", {"content": "the user likes tea", "keys": ["  ", "tea"]})
+    assert saved["saved"]
+    with pytest.raises(BadRequest, match="every key must be a string"):
+        deployed.call("remember", {"content": "x y z", "keys": ["fine", 42]})
+    with pytest.raises(BadRequest):
+        deployed.call("remember", {"content": "only blanks", "keys": ["", " "]})
+    with pytest.raises(BadRequest):
+        deployed.call("remember", ["not", "a", "map"])
+    assert deployed.counts()["memories"] == 1
+
+
+def test_without_an_embedder_a_write_is_refused_cleanly(deployed: Deployed) -> None:
+    deployed.embedder_worker.stop()
+    with pytest.raises(Unavailable, match="cannot embed keys"):
+        deployed.call("remember", {"content": "strawberries are red", "keys": ["strawberry"]})
+    assert deployed.counts()["memories"] == 0
