@@ -80,6 +80,8 @@ def save(path: Path, index: LexiconIndex, *, tokenizer: str, epoch: str, seq: in
         use_bin_type=True,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a process killed mid-write
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as out:
         out.write(MAGIC)
