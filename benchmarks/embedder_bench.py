@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from protocol.client import Client
 from protocol.endpoints import ipc_endpoints
 from protocol.errors import KeymemError
@@ -71,6 +73,10 @@ class Deployment:
 
     def direct(self, service: str) -> str:
         return str(self.worker_stats(service)["direct"])
+
+    def pids(self, service: str) -> dict[str, int]:
+        """The router's and the service worker's process ids, for CPU accounting."""
+        return {"router": self.processes[0].pid, service: int(self.worker_stats(service)["pid"])}
 
     def rss_mb(self, service: str) -> float:
         with Client(self.direct(service), timeout_ms=5_000) as client:
@@ -171,15 +177,36 @@ def _loop(
     return latencies, errors
 
 
+def _cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
 def closed_loop(
-    endpoint: str, service: str, method: str, spec: dict[str, Any], clients: int, seconds: float
+    endpoint: str,
+    service: str,
+    method: str,
+    spec: dict[str, Any],
+    clients: int,
+    seconds: float,
+    watch: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    """Run the clients; ``watch`` names processes whose CPU time per request is reported too.
+
+    CPU per request does not depend on what else runs on the machine the way wall-clock
+    throughput does, so it tells what a quiet machine would do.
+    """
     start_at = time.time() + START_DELAY_S + 0.05 * clients
     args = [(endpoint, service, method, spec, i, start_at, seconds) for i in range(clients)]
+    watch = watch or {}
     with multiprocessing.get_context("spawn").Pool(clients) as pool:
-        outcomes = pool.starmap(_loop, args)
+        pending = pool.starmap_async(_loop, args)
+        time.sleep(max(0.0, start_at - time.time()))
+        cpu_before = {name: _cpu_s(pid) for name, pid in watch.items()}
+        outcomes = pending.get()
+        cpu_after = {name: _cpu_s(pid) for name, pid in watch.items()}
     latencies = sorted(ms for lat, _ in outcomes for ms in lat)
-    return {
+    row: dict[str, Any] = {
         "clients": clients,
         "requests": len(latencies),
         "errors": sum(e for _, e in outcomes),
@@ -187,6 +214,11 @@ def closed_loop(
         "p50_ms": round(percentile(latencies, 0.50), 3),
         "p99_ms": round(percentile(latencies, 0.99), 3),
     }
+    for name in watch:
+        row[f"{name}_cpu_ms_per_request"] = round(
+            1000 * (cpu_after[name] - cpu_before[name]) / max(1, len(latencies)), 3
+        )
+    return row
 
 
 def single_key_latency(endpoint: str, samples: int = SINGLE_KEY_SAMPLES) -> dict[str, float]:
@@ -221,7 +253,13 @@ def measure(seconds: float) -> dict[str, Any]:
         report["by_batch"] = []
         for batch in BATCH_SIZES:
             row = closed_loop(
-                dep.frontend, "embedder", "embed", {"kind": "embed", "batch": batch}, 1, seconds
+                dep.frontend,
+                "embedder",
+                "embed",
+                {"kind": "embed", "batch": batch},
+                1,
+                seconds,
+                dep.pids("embedder"),
             )
             row["batch"] = batch
             row["keys_per_s"] = round(row["requests_per_s"] * batch, 1)
@@ -238,7 +276,13 @@ def _by_clients(dep: Deployment, seconds: float) -> list[dict[str, Any]]:
     rows = []
     for clients in CLIENT_COUNTS:
         row = closed_loop(
-            dep.frontend, "embedder", "embed", {"kind": "embed", "batch": 1}, clients, seconds
+            dep.frontend,
+            "embedder",
+            "embed",
+            {"kind": "embed", "batch": 1},
+            clients,
+            seconds,
+            dep.pids("embedder"),
         )
         row["keys_per_s"] = row["requests_per_s"]
         rows.append(row)
@@ -262,28 +306,32 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"| {path} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} |")
     lines += [
         "",
-        "| keys per request (1 client) | keys/s | p50 ms | p99 ms |",
-        "|---:|---:|---:|---:|",
+        "| keys per request (1 client) | keys/s | p50 ms | p99 ms | embedder CPU ms/key |",
+        "|---:|---:|---:|---:|---:|",
     ]
     for row in report["by_batch"]:
+        per_key = row["embedder_cpu_ms_per_request"] / row["batch"]
         lines.append(
             f"| {row['batch']} | {row['keys_per_s']:.0f} | {row['p50_ms']:.2f} "
-            f"| {row['p99_ms']:.2f} |"
+            f"| {row['p99_ms']:.2f} | {per_key:.3f} |"
         )
     lines += [
         "",
-        "| clients (1 key each) | batching | keys/s | p50 ms | p99 ms | errors |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| clients (1 key each) | batching | keys/s | p50 ms | p99 ms | errors "
+        "| embedder CPU ms/key | router CPU ms/key |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     on, off = report["by_clients"]["on"], report["by_clients"]["off"]
     for row_on, row_off in zip(on, off, strict=True):
         for label, row in (("on", row_on), ("off", row_off)):
             lines.append(
                 f"| {row['clients']} | {label} | {row['keys_per_s']:.0f} | {row['p50_ms']:.2f} | "
-                f"{row['p99_ms']:.2f} | {row['errors']} |"
+                f"{row['p99_ms']:.2f} | {row['errors']} | "
+                f"{row['embedder_cpu_ms_per_request']:.3f} | "
+                f"{row['router_cpu_ms_per_request']:.3f} |"
             )
         ratio = row_on["keys_per_s"] / row_off["keys_per_s"] if row_off["keys_per_s"] else 0.0
-        lines.append(f"| {row_on['clients']} | **on / off** | **{ratio:.2f}x** | | | |")
+        lines.append(f"| {row_on['clients']} | **on / off** | **{ratio:.2f}x** | | | | | |")
     return "\n".join(lines)
 
 

@@ -79,7 +79,9 @@ def measure(seconds: float) -> dict[str, Any]:
                 report["rss_mb"] = dep.rss_mb("reranker")
             for size in sizes:
                 spec = {"kind": "rerank", "size": size, "cached": cached}
-                row = closed_loop(dep.frontend, "reranker", "score", spec, 1, seconds)
+                row = closed_loop(
+                    dep.frontend, "reranker", "score", spec, 1, seconds, dep.pids("reranker")
+                )
                 passages = corpus(size)[:POOL]
                 row.update(
                     size=size,
@@ -97,13 +99,15 @@ def render(report: dict[str, Any]) -> str:
         f"load average {report['load_avg_before']:.2f} before, "
         f"{report['load_avg_after']:.2f} after",
         "",
-        f"| {POOL} passages | mean chars | passage vectors | p50 ms | p99 ms | pools/s |",
-        "|---|---:|---|---:|---:|---:|",
+        f"| {POOL} passages | mean chars | passage vectors | p50 ms | p99 ms | pools/s "
+        "| reranker CPU ms/pool |",
+        "|---|---:|---|---:|---:|---:|---:|",
     ]
     for row in report["rows"]:
         lines.append(
             f"| {row['size']} | {row['mean_chars']} | {'cached' if row['cached'] else 'cold'} | "
-            f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['requests_per_s']:.1f} |"
+            f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['requests_per_s']:.1f} | "
+            f"{row['reranker_cpu_ms_per_request']:.2f} |"
         )
     return "\n".join(lines)
 

@@ -16,11 +16,14 @@ import numpy as np
 from services.embedder.models.local import ModelFiles
 from services.embedder.models.registry import spec_for
 from services.embedder.models.resolve import resolve_model_dir
-from services.embedder.models.runtime import open_session, open_tokenizer
+from services.embedder.models.runtime import (
+    CHARS_PER_TOKEN,
+    length_groups,
+    model_inputs,
+    open_session,
+    open_tokenizer,
+)
 
-# Padded tokens per model call.
-TOKENS_PER_RUN = 8192
-CHARS_PER_TOKEN = 8
 DEFAULT_MODEL = "bge-reranker-v2-m3"
 
 
@@ -39,30 +42,13 @@ class CrossEncoderScorer:
     def score(self, query: str, passages: list[str]) -> tuple[list[float], set[int]]:
         encodings = self._tokenizer.encode_batch([(query, p) for p in passages])
         truncated = {i for i, e in enumerate(encodings) if e.overflowing}
-        lengths = [sum(e.attention_mask) for e in encodings]
-        order = sorted(range(len(passages)), key=lengths.__getitem__)
         scores = np.empty(len(passages), dtype=np.float64)
-        start = 0
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and (end - start + 1) * lengths[order[end]] <= TOKENS_PER_RUN:
-                end += 1
-            group = order[start:end]
-            scores[group] = self._run([encodings[i] for i in group], max(lengths[i] for i in group))
-            start = end
+        for group, longest in length_groups(encodings):
+            scores[group] = self._run([encodings[i] for i in group], longest)
         return scores.tolist(), truncated
 
     def _run(self, encodings: list[Any], length: int) -> Any:
-        feed = {
-            "input_ids": np.array([e.ids[:length] for e in encodings], dtype=np.int64),
-            "attention_mask": np.array(
-                [e.attention_mask[:length] for e in encodings], dtype=np.int64
-            ),
-        }
-        if "token_type_ids" in self._inputs:
-            feed["token_type_ids"] = np.array(
-                [e.type_ids[:length] for e in encodings], dtype=np.int64
-            )
+        feed = model_inputs(encodings, length, self._inputs)
         (logits,) = self._session.run([self._output], feed)
         logits = np.asarray(logits, dtype=np.float64)
         if logits.ndim == 2 and logits.shape[1] == 2:

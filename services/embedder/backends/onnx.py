@@ -18,13 +18,14 @@ from services.embedder.backends.base import Encoded, Kind, Vectors, l2_normalise
 from services.embedder.models.local import ModelFiles
 from services.embedder.models.registry import ModelSpec, spec_for
 from services.embedder.models.resolve import resolve_model_dir
-from services.embedder.models.runtime import open_session, open_tokenizer
+from services.embedder.models.runtime import (
+    CHARS_PER_TOKEN,
+    length_groups,
+    model_inputs,
+    open_session,
+    open_tokenizer,
+)
 
-# Upper bound on padded tokens per model call: keeps activations small and cache-friendly.
-TOKENS_PER_RUN = 8192
-# The service cuts texts at this many characters per token of the limit before tokenising,
-# so a megabyte of text never reaches the tokenizer.
-CHARS_PER_TOKEN = 8
 # The original keymem's recommended model: multilingual, 1024-d, calibrated thresholds known.
 DEFAULT_MODEL = "bge-m3"
 
@@ -63,35 +64,20 @@ class OnnxBackend:
         prefix = self._prefix(kind)
         encodings = self._tokenizer.encode_batch([prefix + t for t in texts])
         truncated = frozenset(i for i, e in enumerate(encodings) if e.overflowing)
-        lengths = [sum(e.attention_mask) for e in encodings]
-        order = sorted(range(len(texts)), key=lengths.__getitem__)
         out: Vectors | None = None
-        start = 0
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and (end - start + 1) * lengths[order[end]] <= TOKENS_PER_RUN:
-                end += 1
-            group = order[start:end]
-            longest = max(lengths[i] for i in group)
+        for group, longest in length_groups(encodings):
             vectors = self._run([encodings[i] for i in group], longest)
             if out is None:
                 out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
             out[group] = vectors
-            start = end
         assert out is not None
         return Encoded(l2_normalise(out), truncated)
 
     def _run(self, encodings: list[Any], length: int) -> Vectors:
-        ids = np.array([e.ids[:length] for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask[:length] for e in encodings], dtype=np.int64)
-        feed = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._inputs:
-            feed["token_type_ids"] = np.array(
-                [e.type_ids[:length] for e in encodings], dtype=np.int64
-            )
+        feed = model_inputs(encodings, length, self._inputs)
         (result,) = self._session.run([self._output], feed)
         hidden = np.asarray(result, dtype=np.float32)
-        return hidden if hidden.ndim == 2 else pool(hidden, mask, self.pooling)
+        return hidden if hidden.ndim == 2 else pool(hidden, feed["attention_mask"], self.pooling)
 
 
 def load_onnx_backend(

@@ -7,7 +7,11 @@ file may ship with) and truncates at the limit we run at, and errors that name t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
 
 from services.embedder.models.local import ModelDirError, ModelFiles
 
@@ -15,6 +19,11 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 PAD_TOKEN_CANDIDATES = ("[PAD]", "<pad>")
+# Upper bound on padded tokens per model run: keeps activations small and cache-friendly.
+TOKENS_PER_RUN = 8192
+# Texts are cut at this many characters per token of the limit before tokenising, so a
+# megabyte of text never reaches the tokenizer (real text runs 2-5 characters per token).
+CHARS_PER_TOKEN = 8
 EXTRA_MODULES = ("onnxruntime", "tokenizers", "huggingface_hub", "filelock")
 
 
@@ -68,3 +77,34 @@ def open_tokenizer(files: ModelFiles, max_tokens: int, *, fix: str) -> Tokenizer
     tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)
     tokenizer.enable_truncation(max_length=max_tokens)
     return tokenizer
+
+
+def length_groups(encodings: list[Any]) -> Iterator[tuple[list[int], int]]:
+    """Indexes of ``encodings`` in runs of similar length, each with its longest real length.
+
+    Sorting by length and cutting runs at ``TOKENS_PER_RUN`` padded tokens means a batch of
+    short texts never pays for one long text's padding.
+    """
+    lengths = [sum(e.attention_mask) for e in encodings]
+    order = sorted(range(len(encodings)), key=lengths.__getitem__)
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end - start + 1) * lengths[order[end]] <= TOKENS_PER_RUN:
+            end += 1
+        group = order[start:end]
+        yield group, max(lengths[i] for i in group)
+        start = end
+
+
+def model_inputs(
+    encodings: list[Any], length: int, accepted: set[str]
+) -> dict[str, npt.NDArray[np.int64]]:
+    """The BERT-style feed cut to ``length`` tokens; ``token_type_ids`` if the model takes it."""
+    feed = {
+        "input_ids": np.array([e.ids[:length] for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask[:length] for e in encodings], dtype=np.int64),
+    }
+    if "token_type_ids" in accepted:
+        feed["token_type_ids"] = np.array([e.type_ids[:length] for e in encodings], dtype=np.int64)
+    return feed
