@@ -17,6 +17,7 @@ import pytest
 
 from protocol.errors import BadRequest, TooLarge
 from services.lexicon import cache
+from services.lexicon import service as service_module
 from services.stack import InprocStack
 from tests.lexicon_feed_double import FeedDouble
 from tests.lexicon_support import (
@@ -295,3 +296,31 @@ def test_graph_down_keeps_serving_the_index(
     assert reply["hits"] == [] and reply["caught_up"] is False
     stats = client.call("lexicon", "index_stats")
     assert stats["sync"]["synced"] is False and stats["sync"]["last_error"]
+
+
+def test_periodic_cache_save_survives_a_crash(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache written in the background (not on stop) is enough to resume after a crash."""
+    monkeypatch.setattr(service_module, "CACHE_SAVE_INTERVAL_S", 0.05)
+    for i in range(200):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    client = stack.client()
+    first = start_lexicon()
+    seq = feed.seq
+    wait_until(lambda: first.lexicon.cache_state.get("saved_seq") == seq, "a background save")
+    first.worker.worker.service.on_stop.clear()  # a crash: no final save
+    first.stop()
+    for i in range(200, 230):
+        feed.put(f"m{i:03d}", f"서울 출장 {i}")
+    feed.delete("m000")
+
+    second = start_lexicon()
+    assert second.lexicon.cache_state["loaded"] is True
+    assert second.lexicon.cache_state["seq"] == seq
+    wait_until(synced_to(client, feed.seq), "resume after the crash")
+    assert_mirrors(second, feed.docs, client)
+    assert second.lexicon.follower.stats.tokenized == 30

@@ -6,7 +6,9 @@ passes, plus each document's text digest so a later re-snapshot re-tokenizes onl
 documents whose text changed. It lives under ``KEYMEM_HOME/lexicon/``, never in the graph's
 database. Anything wrong with it (missing, truncated, corrupt, another format or tokenizer
 version) makes ``load`` raise ``CacheInvalid``; the service then discards it and rebuilds
-from the graph. Writes go to a temporary file that replaces the old one atomically.
+from the graph. Writes go to a temporary file that replaces the old one atomically. Saving is
+split: the serving thread only captures references (``snapshot``), and the arrays are built
+and written on another thread (``write``).
 
 Layout: ``MAGIC``, a 32-byte BLAKE2b digest of the payload, then the msgpack payload::
 
@@ -26,7 +28,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from services.lexicon.index import LexiconIndex, NamespaceCsr
+from services.lexicon.index import FrozenNamespace, LexiconIndex, NamespaceCsr
 
 CACHE_FORMAT = 1
 MAGIC = b"KMLEXC\x00\x01"
@@ -54,15 +56,37 @@ def _checksum(payload: bytes | memoryview) -> bytes:
     return hashlib.blake2b(payload, digest_size=CHECKSUM_BYTES).digest()
 
 
-def save(path: Path, index: LexiconIndex, *, tokenizer: str, epoch: str, seq: int) -> CacheInfo:
-    spaces: list[dict[str, Any]] = []
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a save writes, captured on the serving thread; ``write`` may run on another."""
+
+    namespaces: list[tuple[str, FrozenNamespace, list[bytes]]]
+    tokenizer: str
+    epoch: str
+    seq: int
+
+    @property
+    def documents(self) -> int:
+        return sum(len(frozen.ids) for _, frozen, _ in self.namespaces)
+
+
+def snapshot(index: LexiconIndex, *, tokenizer: str, epoch: str, seq: int) -> Snapshot:
+    spaces = []
     for name, space in index.namespaces.items():
-        csr = space.to_csr()
+        frozen = space.freeze()
+        spaces.append((name, frozen, [index.docs[doc_id].digest for doc_id in frozen.ids]))
+    return Snapshot(spaces, tokenizer, epoch, seq)
+
+
+def write(path: Path, snap: Snapshot) -> CacheInfo:
+    spaces: list[dict[str, Any]] = []
+    for name, frozen, digests in snap.namespaces:
+        csr = frozen.to_csr()
         spaces.append(
             {
                 "name": name,
                 "ids": csr.ids,
-                "digests": [index.docs[doc_id].digest for doc_id in csr.ids],
+                "digests": digests,
                 "vocab": csr.vocab,
                 "ptr": csr.ptr.astype("<i8").tobytes(),
                 "tids": csr.tids.astype("<i4").tobytes(),
@@ -72,9 +96,9 @@ def save(path: Path, index: LexiconIndex, *, tokenizer: str, epoch: str, seq: in
     payload: bytes = msgpack.packb(
         {
             "format": CACHE_FORMAT,
-            "tokenizer": tokenizer,
-            "epoch": epoch,
-            "seq": seq,
+            "tokenizer": snap.tokenizer,
+            "epoch": snap.epoch,
+            "seq": snap.seq,
             "namespaces": spaces,
         },
         use_bin_type=True,
@@ -90,7 +114,13 @@ def save(path: Path, index: LexiconIndex, *, tokenizer: str, epoch: str, seq: in
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
-    return CacheInfo(epoch, seq, len(index), len(MAGIC) + CHECKSUM_BYTES + len(payload))
+    return CacheInfo(
+        snap.epoch, snap.seq, snap.documents, len(MAGIC) + CHECKSUM_BYTES + len(payload)
+    )
+
+
+def save(path: Path, index: LexiconIndex, *, tokenizer: str, epoch: str, seq: int) -> CacheInfo:
+    return write(path, snapshot(index, tokenizer=tokenizer, epoch=epoch, seq=seq))
 
 
 def load(path: Path, index: LexiconIndex, *, tokenizer: str) -> CacheInfo:

@@ -138,6 +138,29 @@ class NamespaceCsr:
             raise ValueError("duplicate document id")
 
 
+@dataclass(frozen=True, slots=True)
+class FrozenNamespace:
+    ids: list[str]
+    bags: list[IntArray]  # per document: row 0 term ids, row 1 counts (never mutated)
+    terms: list[str]
+
+    def to_csr(self) -> NamespaceCsr:
+        """The documents over a vocabulary of their terms only, renumbered in their old order."""
+        sizes = np.fromiter((bag.shape[1] for bag in self.bags), np.int64, len(self.bags))
+        ptr = np.zeros(len(self.bags) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ptr[1:])
+        pairs = np.concatenate(self.bags, axis=1) if self.bags else np.zeros((2, 0), np.int32)
+        used = np.bincount(pairs[0], minlength=len(self.terms)) > 0
+        dense = (np.cumsum(used) - 1).astype(np.int32)
+        return NamespaceCsr(
+            ids=self.ids,
+            vocab=[self.terms[tid] for tid in np.flatnonzero(used).tolist()],
+            ptr=ptr,
+            tids=dense[pairs[0]],
+            tfs=pairs[1].astype(np.int32),
+        )
+
+
 class NamespaceIndex:
     """BM25 over one namespace's documents."""
 
@@ -235,28 +258,18 @@ class NamespaceIndex:
             self.df_hist[new] = self.df_hist.get(new, 0) + 1
 
     # -- bulk form -----------------------------------------------------------------------------
-    def to_csr(self) -> NamespaceCsr:
-        """The live documents, in slot order, over a vocabulary of their terms only."""
-        live = [slot for slot in self.slot_of.values()]
-        live.sort()
-        ids = [self.slot_ids[slot] or "" for slot in live]
-        sizes = np.fromiter((self.bags[slot].shape[1] for slot in live), np.int64, len(live))
-        ptr = np.zeros(len(live) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=ptr[1:])
-        if live:
-            pairs = np.concatenate([self.bags[slot] for slot in live], axis=1)
-        else:
-            pairs = np.zeros((2, 0), dtype=np.int32)
-        # renumber the terms still in use densely, in their old order (no sort needed)
-        used = np.bincount(pairs[0], minlength=len(self.terms)) > 0
-        dense = (np.cumsum(used) - 1).astype(np.int32)
-        return NamespaceCsr(
-            ids=ids,
-            vocab=[self.terms[tid] for tid in np.flatnonzero(used).tolist()],
-            ptr=ptr,
-            tids=dense[pairs[0]],
-            tfs=pairs[1].astype(np.int32),
+    def freeze(self) -> FrozenNamespace:
+        """References to the live documents' (immutable) bags, in slot order: cheap, and safe
+        to turn into a ``NamespaceCsr`` on another thread while this index keeps changing."""
+        live = sorted(self.slot_of.values())
+        return FrozenNamespace(
+            ids=[self.slot_ids[slot] or "" for slot in live],
+            bags=[self.bags[slot] for slot in live],
+            terms=list(self.terms),
         )
+
+    def to_csr(self) -> NamespaceCsr:
+        return self.freeze().to_csr()
 
     def load(self, csr: NamespaceCsr) -> None:
         """Replace the whole namespace with ``csr`` in vectorised passes (restart, compaction)."""

@@ -9,6 +9,7 @@ long enough for the router to declare the worker dead. docs/LEXICON.md documents
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -93,6 +94,7 @@ class Lexicon:
         )
         self._next_poll = 0.0
         self._last_save = time.monotonic()
+        self._saver: threading.Thread | None = None
 
     @staticmethod
     def _budgets(heartbeat: HeartbeatPolicy) -> tuple[float, float]:
@@ -122,30 +124,48 @@ class Lexicon:
         )
         return info.epoch, info.seq
 
-    def save_cache(self) -> None:
+    def save_cache(self, *, wait: bool = False) -> None:
+        """Write the cache if the index changed and is consistent.
+
+        Only capturing the snapshot runs here; building the arrays and writing happen on a
+        background thread (at 1M documents that is seconds the serving loop must not spend).
+        With ``wait`` (on stop) everything runs here, after any write still in flight.
+        """
+        if self._saver is not None and self._saver.is_alive():
+            if not wait:
+                return
+            self._saver.join()
         follower = self.follower
         if not (follower.changed and follower.consistent and follower.epoch is not None):
             return
+        snap = cache.snapshot(
+            self.index, tokenizer=TOKENIZER_VERSION, epoch=follower.epoch, seq=follower.seq
+        )
+        follower.changed = False
+        if wait:
+            self._write_cache(snap)
+        else:
+            self._saver = threading.Thread(
+                target=self._write_cache, args=(snap,), name="lexicon-cache", daemon=True
+            )
+            self._saver.start()
+
+    def _write_cache(self, snap: cache.Snapshot) -> None:
         started = time.perf_counter()
         try:
-            info = cache.save(
-                self.cache_file,
-                self.index,
-                tokenizer=TOKENIZER_VERSION,
-                epoch=follower.epoch,
-                seq=follower.seq,
-            )
+            info = cache.write(self.cache_file, snap)
         except OSError as exc:
             log.warning("could not write the lexicon cache %s: %s", self.cache_file, exc)
+            self.follower.changed = True
             return
-        follower.changed = False
-        self._last_save = time.monotonic()
-        self.cache_state.update(
-            saved_seq=info.seq,
-            saved_documents=info.documents,
-            bytes=info.bytes,
-            save_s=round(time.perf_counter() - started, 3),
-        )
+        # replaced whole, so index_stats on the serving thread never sees it half-updated
+        self.cache_state = {
+            **self.cache_state,
+            "saved_seq": info.seq,
+            "saved_documents": info.documents,
+            "bytes": info.bytes,
+            "save_s": round(time.perf_counter() - started, 3),
+        }
 
     # -- sync ----------------------------------------------------------------------------------
     def _call_graph(self, method: str, body: dict[str, Any], timeout_ms: int) -> Any:
@@ -164,7 +184,7 @@ class Lexicon:
             self._last_save = now
 
     def close(self) -> None:
-        self.save_cache()
+        self.save_cache(wait=True)
         if self._client is not None:
             self._client.close()
             self._client = None
