@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 from protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
 from protocol.worker import Service
 from services.config import Settings
-from services.graph import embedding, feed, feedback, matching, views, writes
+from services.graph import embedding, feed, feedback, hybrid, matching, views, writes
 from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds, thresholds_from_env, with_overrides
 from services.graph.requests import (
@@ -78,6 +78,7 @@ GROUP_MAX_BYTES = 8 * 1024 * 1024
 GRAPH_CAPACITY = 16
 READ_METHODS = (
     "match_keys",
+    "recall_candidates",
     "read_key",
     "browse_keys",
     "history",
@@ -295,6 +296,17 @@ class GraphService:
     def prepare_match_keys(self, raw: Any) -> Action:
         # Learned-alias hits are soft state: they ride along with this call's commit.
         return lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
+
+    def recall_candidates(self, raw: Any) -> dict[str, Any]:
+        """Hybrid recall's graph half (services/graph/hybrid.py); a write only if it learns."""
+        return self.write(
+            lambda body: (
+                lambda now: hybrid.recall_candidates(
+                    self.state, self.buffer, self.thresholds, body, now
+                )
+            ),
+            raw,
+        )
 
     def remember(self, raw: Any) -> dict[str, Any]:
         return self.write(self.prepare_remember, raw)

@@ -2,7 +2,8 @@
 
 Agents (through the MCP front end) and the hook speak to this one service; it composes the
 workers. A write gets its key vectors from the embedder and then goes to the graph, which
-acknowledges it after commit; reads go to the graph. Every call it makes to another service gets
+acknowledges it after commit; reads go to the graph; ``search`` and ``inject`` are hybrid
+recall (``recall.py``, ``inject.py``). Every call it makes to another service gets
 only the time its own caller has left (``remaining_ms``), so a slow dependency becomes a typed
 ``timeout`` for the agent, not a hang.
 """
@@ -14,6 +15,8 @@ from typing import Any
 from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError, Unavailable
 from protocol.worker import Service, remaining_ms
+from services.router.inject import Inject
+from services.router.recall import Recall
 
 # Budget for a call that arrives without a deadline of its own (only in-process callers).
 DEFAULT_BUDGET_MS = 10_000
@@ -122,7 +125,10 @@ class MemoryAPI:
 
 def make_service(router_endpoint: str) -> Service:
     api = MemoryAPI(router_endpoint)
+    recall = Recall(api.client)
     service = Service("memory")
+    service.add("search", recall.search, idempotent=True)
+    service.add("inject", Inject(recall).inject, idempotent=True)
     service.add("remember", api.remember)
     service.add("remember_batch", api.remember_batch)
     service.add("correct", api.correct)

@@ -1,0 +1,172 @@
+"""Hybrid recall's graph half: key path, fusion with the lexicon's BM25 list, hops.
+
+The router sends the query vector, the query text and the lexicon's ranked BM25 hits; this
+module does everything that needs the graph in memory, in one call, and returns the top pool
+with every score component labelled (the router reranks it and decides what to show):
+
+1. key path — the matched keys (cosine or literal, ``matching.match_keys``) give each of their
+   memories ``key score × IDF × link weight``, summed over keys;
+2. fusion — Reciprocal Rank Fusion (k = 60) of the key-path ranking and the BM25 ranking, plus a
+   bonus for memories on a literally named key, times the depth and freshness factors;
+3. hops — the best fused memories seed a bounded breadth-first walk over shared keys and
+   related_to links (``matching.expand``); what a hop reaches adds its hop score;
+4. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
+   the recall threshold, or BM25 evidence), so an unrelated query can abstain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import BadRequest
+from services.graph import matching
+from services.graph.feedback import RecallBuffer
+from services.graph.profile import Thresholds
+from services.graph.requests import body_of, namespace_of, opt_bool, opt_int
+from services.graph.state import GraphState
+from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
+
+RRF_K = 60
+# A memory under a literally named key counts as if it ranked first in one more list.
+LITERAL_BONUS = 1.0 / (RRF_K + 1)
+KEYS_DEFAULT = 10
+SEEDS_DEFAULT = 10
+POOL_DEFAULT = 30
+POOL_MAX = 200
+BM25_MAX = 1_000
+SCORE_DIGITS = 6
+
+
+def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
+    raw = body.get("bm25", [])
+    if not isinstance(raw, list) or len(raw) > BM25_MAX:
+        raise BadRequest(f"bm25 must be a list of at most {BM25_MAX} hits")
+    hits = []
+    for hit in raw:
+        if not isinstance(hit, dict) or not isinstance(hit.get("id"), str):
+            raise BadRequest('each bm25 hit must be {"id": str, "score": number}')
+        score = hit.get("score", 0.0)
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise BadRequest("bm25 scores must be numbers")
+        hits.append((hit["id"], float(score)))
+    return hits
+
+
+def recall_candidates(
+    state: GraphState, buffer: RecallBuffer, thresholds: Thresholds, raw: Any, now: float
+) -> dict[str, Any]:
+    body = body_of(raw)
+    namespace = namespace_of(body)
+    pool = opt_int(body, "pool", POOL_DEFAULT, 1, POOL_MAX)
+    hops = opt_int(body, "hops", 2, 0, matching.HOPS_MAX)
+    n_seeds = opt_int(body, "seeds", SEEDS_DEFAULT, 1, 100)
+    per_key = opt_int(body, "per_key", matching.EXPAND_PER_KEY_DEFAULT, 1, 1_000)
+    bm25 = _bm25_of(body)
+
+    match_body = {
+        "namespace": namespace,
+        "vector": body.get("vector"),
+        "text": body.get("text"),
+        "top_k": opt_int(body, "top_keys", KEYS_DEFAULT, 1, matching.MATCH_MAX_TOP_K),
+        "learn": opt_bool(body, "learn", False),
+        "thresholds": body.get("thresholds"),
+    }
+    keys = matching.match_keys(state, buffer, thresholds, match_body, now)["keys"]
+
+    # 1. key path
+    key_path: dict[str, float] = {}
+    via_keys: dict[str, list[str]] = {}
+    literal: set[str] = set()
+    for key in keys:
+        members = state.key_links.get(key["key_id"], {})
+        strongest = sorted(members.values(), key=lambda link: -link.weight)[:per_key]
+        for link in strongest:
+            memory = state.memories.get(link.memory_id)
+            if memory is None or not memory.active(now):
+                continue
+            key_path[link.memory_id] = (
+                key_path.get(link.memory_id, 0.0) + key["score"] * key["idf"] * link.weight
+            )
+            via_keys.setdefault(link.memory_id, []).append(key["key_id"])
+            if key["literal"]:
+                literal.add(link.memory_id)
+
+    # 2. fusion
+    active_bm25 = [
+        (memory_id, score)
+        for memory_id, score in bm25
+        if (m := state.memories.get(memory_id)) is not None
+        and m.namespace == namespace
+        and m.active(now)
+    ]
+    key_rank = {m: r for r, m in enumerate(sorted(key_path, key=lambda m: -key_path[m]), 1)}
+    bm25_rank = {memory_id: rank for rank, (memory_id, _) in enumerate(active_bm25, 1)}
+    fused: dict[str, float] = {}
+    for memory_id in key_rank.keys() | bm25_rank.keys():
+        score = sum(
+            1.0 / (RRF_K + ranks[memory_id])
+            for ranks in (key_rank, bm25_rank)
+            if memory_id in ranks
+        )
+        if memory_id in literal:
+            score += LITERAL_BONUS
+        memory = state.memories[memory_id]
+        score *= depth_factor(memory.depth) * freshness_factor(freshness(memory, now))
+        fused[memory_id] = score
+
+    # 3. hops from the best fused memories
+    hop_score: dict[str, dict[str, Any]] = {}
+    if hops and fused:
+        seeds = dict(sorted(fused.items(), key=lambda item: -item[1])[:n_seeds])
+        expanded = matching.expand(
+            state,
+            {
+                "namespace": namespace,
+                "seeds": seeds,
+                "hops": hops,
+                "per_key": per_key,
+                "related": opt_bool(body, "related", True),
+            },
+            now,
+        )
+        hop_score = {row["memory_id"]: row for row in expanded["memories"]}
+
+    total = dict(fused)
+    for memory_id, row in hop_score.items():
+        total[memory_id] = total.get(memory_id, 0.0) + row["score"]
+    ranked = sorted(total, key=lambda m: (-total[m], m))[:pool]
+
+    candidates = []
+    for memory_id in ranked:
+        memory = state.memories[memory_id]
+        hop = hop_score.get(memory_id)
+        candidates.append(
+            {
+                "memory_id": memory_id,
+                "content": memory.content,
+                "namespace": memory.namespace,
+                "created_at": memory.created_at,
+                "depth": round(memory.depth, 3),
+                "validity": validity_view(memory, now),
+                "score": round(total[memory_id], SCORE_DIGITS),
+                "score_kind": "rrf_fused_rank",
+                "components": {
+                    "fused": round(fused.get(memory_id, 0.0), SCORE_DIGITS),
+                    "key_path": round(key_path.get(memory_id, 0.0), SCORE_DIGITS),
+                    "key_rank": key_rank.get(memory_id),
+                    "bm25_rank": bm25_rank.get(memory_id),
+                    "literal": memory_id in literal,
+                    "hop": hop["hop"] if hop else 0,
+                    "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
+                    "via": hop["via"] if hop else None,
+                },
+                "matched_keys": via_keys.get(memory_id, []),
+            }
+        )
+    anchor = {
+        "literal_key": any(k["literal"] for k in keys),
+        "best_key_score": max((k["score"] for k in keys), default=0.0),
+        "bm25_hits": len(active_bm25),
+        "anchored": bool(keys) or bool(active_bm25),
+    }
+    return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}

@@ -1,0 +1,266 @@
+"""Recall orchestration: the router's fan-out to embedder, lexicon, graph and reranker.
+
+Hybrid search (the engine behind inject and ``keymem eval``):
+
+1. analyse — in parallel, the embedder's query vector and the lexicon's BM25 top 50;
+2. graph — key matching, key→memory links, RRF with the BM25 list, depth and freshness factors
+   and hops, in one call over the graph's in-memory state (``recall_candidates``);
+3. rerank — the reranker scores the pool against the query; the final order fuses the graph's
+   rank and the reranker's rank (RRF again: the two scores are on different scales);
+4. evidence — a comparison question ("A or B", "둘 다", "비교") gets the best evidence for each
+   named entity into the answer, not two passages about the same one.
+
+Degrade, don't fail (invariant 5): without an embedder recall runs on literal keys and BM25,
+without a lexicon on keys alone, without a reranker on the fused ranks; each case is reported
+in ``degraded``. Without the graph there is nothing to answer from: a typed ``unavailable``.
+Each stage gets a share of the caller's remaining time, so one hung service cannot eat the
+whole deadline.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import BadRequest, KeymemError
+from protocol.worker import remaining_ms
+from services.graph.text import normalize_namespace
+
+DEFAULT_BUDGET_MS = 5_000
+ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
+RERANK_SHARE = 0.5  # of what is left after the graph, for the reranker
+BM25_DEPTH = 50
+RRF_K = 60
+TOP_K_DEFAULT = 8
+TOP_K_MAX = 50
+POOL_DEFAULT = 30
+MAX_QUERY_CHARS = 4_000
+SCORE_DIGITS = 6
+
+# Comparison-shaped questions: evidence for each named entity, not the same one twice.
+COMPARISON_PATTERN = re.compile(
+    r"\bor\b|\bboth\b|\bcompare\b|\bcomparison\b|\bwhich (?:one|of)\b|\bthe same\b"
+    r"|둘 다|비교|어느 쪽|どちら|比較",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class Timing:
+    started: float = field(default_factory=time.perf_counter)
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    _mark: float = field(default_factory=time.perf_counter)
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.stages_ms[stage] = round((now - self._mark) * 1000, 3)
+        self._mark = now
+
+    def report(self) -> dict[str, float]:
+        return {**self.stages_ms, "total": round((time.perf_counter() - self.started) * 1000, 3)}
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    namespace: str
+    top_k: int
+    hops: int
+    pool: int
+    rerank: bool
+    timing: bool
+    min_seq: int | None
+
+    @classmethod
+    def parse(cls, body: Any, *, top_k_default: int = TOP_K_DEFAULT) -> SearchRequest:
+        if not isinstance(body, dict):
+            raise BadRequest(f"body must be a map, got {type(body).__name__}")
+        query = body.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise BadRequest("query must be a non-empty string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise BadRequest(f"query is longer than {MAX_QUERY_CHARS} characters")
+        namespace = body.get("namespace")
+        if namespace is not None and not isinstance(namespace, str):
+            raise BadRequest("namespace must be a string")
+        return cls(
+            query=query,
+            namespace=normalize_namespace(namespace),
+            top_k=_int(body, "top_k", top_k_default, 1, TOP_K_MAX),
+            hops=_int(body, "hops", 2, 0, 5),
+            pool=_int(body, "pool", POOL_DEFAULT, 1, 64),
+            rerank=_bool(body, "rerank", True),
+            timing=_bool(body, "timing", False),
+            min_seq=_int(body, "min_seq", 0, 0, 2**62) or None,
+        )
+
+
+def _int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadRequest(f"{name} must be an integer in [{low}, {high}]")
+    return value
+
+
+def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name} must be true or false")
+    return value
+
+
+def is_comparison(query: str) -> bool:
+    return COMPARISON_PATTERN.search(query) is not None
+
+
+class Recall:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def search(self, body: Any) -> dict[str, Any]:
+        request = SearchRequest.parse(body)
+        timing = Timing()
+        degraded: dict[str, str] = {}
+        vector, bm25 = self._analyse(request, degraded)
+        timing.lap("analyse")
+        graph_body: dict[str, Any] = {
+            "namespace": request.namespace,
+            "text": request.query,
+            "bm25": bm25,
+            "hops": request.hops,
+            "pool": request.pool,
+        }
+        if vector is not None:
+            graph_body["vector"] = vector
+        found = self.client.call(
+            "graph", "recall_candidates", graph_body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
+        )
+        timing.lap("graph")
+        candidates: list[dict[str, Any]] = found["candidates"]
+        if request.rerank and candidates:
+            candidates = self._rerank(request.query, candidates, degraded)
+        elif not request.rerank:
+            degraded["reranker"] = "disabled for this request"
+        timing.lap("rerank")
+        if is_comparison(request.query):
+            candidates = select_evidence(candidates, found["keys"], request.top_k)
+        memories = candidates[: request.top_k]
+        reply: dict[str, Any] = {
+            "status": "found" if memories else "no_match",
+            "query": request.query,
+            "namespace": found["namespace"],
+            "memories": memories,
+            "keys": [_key_brief(k) for k in found["keys"]],
+            "anchor": found["anchor"],
+            "degraded": degraded,
+        }
+        if request.timing:
+            reply["timing_ms"] = timing.report()
+        return reply
+
+    def _analyse(
+        self, request: SearchRequest, degraded: dict[str, str]
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        """The query vector and the BM25 hits, fetched in parallel; either may be missing."""
+        lexicon_body: dict[str, Any] = {
+            "query": request.query,
+            "namespace": request.namespace,
+            "top_n": BM25_DEPTH,
+        }
+        if request.min_seq is not None:
+            lexicon_body["min_seq"] = request.min_seq
+        budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
+        embedded, lexical = self.client.call_many(
+            [
+                ("embedder", "embed", {"texts": [request.query], "kind": "query"}),
+                ("lexicon", "search", lexicon_body),
+            ],
+            timeout_ms=budget,
+        )
+        vector = None
+        if isinstance(embedded, KeymemError):
+            degraded["embedder"] = str(embedded)
+        else:
+            vector = embedded["vectors"][0]
+        bm25: list[dict[str, Any]] = []
+        if isinstance(lexical, KeymemError):
+            degraded["lexicon"] = str(lexical)
+        else:
+            bm25 = lexical["hits"]
+        return vector, bm25
+
+    def _rerank(
+        self, query: str, candidates: list[dict[str, Any]], degraded: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
+        try:
+            scored = self.client.call(
+                "reranker",
+                "score",
+                {"query": query, "passages": [c["content"] for c in candidates]},
+                timeout_ms=budget,
+            )
+        except KeymemError as exc:
+            degraded["reranker"] = str(exc)
+            return candidates
+        scores: list[float] = scored["scores"]
+        by_rerank = sorted(range(len(candidates)), key=lambda i: -scores[i])
+        rerank_rank = {i: rank for rank, i in enumerate(by_rerank, 1)}
+        fused = []
+        for graph_rank, candidate in enumerate(candidates, 1):
+            i = graph_rank - 1
+            final = 1.0 / (RRF_K + graph_rank) + 1.0 / (RRF_K + rerank_rank[i])
+            fused.append(
+                {
+                    **candidate,
+                    "graph_score": candidate["score"],
+                    "score": round(final, SCORE_DIGITS),
+                    "score_kind": "rrf_graph_and_rerank",
+                    "rerank_score": round(scores[i], SCORE_DIGITS),
+                    "rerank_kind": scored["score_kind"],
+                }
+            )
+        fused.sort(key=lambda c: -c["score"])
+        return fused
+
+
+def select_evidence(
+    candidates: list[dict[str, Any]], keys: list[dict[str, Any]], top_k: int
+) -> list[dict[str, Any]]:
+    """Put the best candidate of each literally named entity first, then the rest in order."""
+    named = [k["key_id"] for k in keys if k.get("literal")]
+    if len(named) < 2:
+        return candidates
+    chosen: list[dict[str, Any]] = []
+    for key_id in named:
+        best = next(
+            (c for c in candidates if key_id in c["matched_keys"] and c not in chosen), None
+        )
+        if best is not None:
+            chosen.append(best)
+    if len(chosen) < 2:
+        return candidates
+    chosen = chosen[:top_k]
+    return chosen + [c for c in candidates if c not in chosen]
+
+
+def _key_brief(key: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: key.get(name)
+        for name in (
+            "key_id",
+            "concept",
+            "aliases",
+            "key_type",
+            "score",
+            "match_type",
+            "memory_count",
+            "is_hub",
+            "specificity",
+        )
+    }

@@ -1,0 +1,78 @@
+"""The whole of keymem in one process: every real service as a thread over inproc sockets.
+
+Models load once per process (they are the slow part); each stack gets its own graph file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from protocol.client import Client
+from protocol.worker import HeartbeatPolicy, Service
+from services import graph, lexicon
+from services.config import Settings
+from services.embedder.service import Embedder, load_embedder
+from services.embedder.service import make_service as embedder_service
+from services.embedder.settings import EmbedderSettings
+from services.reranker import build as reranker_build
+from services.router import memory
+from services.router.process import ORCHESTRATION_LIVENESS
+from services.stack import InprocStack, RunningWorker
+
+
+@lru_cache(maxsize=1)
+def shared_embedder() -> Embedder:
+    return load_embedder(Settings.from_env(), EmbedderSettings(threads=2))
+
+
+@lru_cache(maxsize=1)
+def shared_reranker() -> Service:
+    return reranker_build(Settings.from_env())
+
+
+@dataclass
+class FullStack:
+    stack: InprocStack
+    workers: dict[str, RunningWorker]
+    client: Client
+
+    def memory(self, method: str, body: Any) -> Any:
+        return self.client.call("memory", method, body)
+
+    def remember(self, content: str, keys: list[str], namespace: str = "default") -> str:
+        saved = self.memory("remember", {"content": content, "keys": keys, "namespace": namespace})
+        self.last_seq = int(saved["seq"])
+        return str(saved["saved"])
+
+    def search(self, query: str, namespace: str = "default", **options: Any) -> dict[str, Any]:
+        body = {"query": query, "namespace": namespace, "min_seq": self.last_seq, **options}
+        result: dict[str, Any] = self.memory("search", body)
+        return result
+
+    last_seq: int = 0
+
+
+@contextlib.contextmanager
+def full_stack(home: Path) -> Iterator[FullStack]:
+    with InprocStack() as stack:
+        settings = stack.settings(home)
+        # Load everything before any worker thread runs: a model load holds the GIL for
+        # seconds, and workers that cannot heartbeat meanwhile would be declared dead.
+        services = {
+            "embedder": embedder_service(shared_embedder()),
+            "reranker": shared_reranker(),
+            "graph": graph.build(settings),
+            "lexicon": lexicon.build(settings),
+            "memory": memory.make_service(stack.endpoints.frontend),
+        }
+        orchestration = HeartbeatPolicy(stack.heartbeat.interval_ms, ORCHESTRATION_LIVENESS)
+        workers = {
+            name: stack.add_worker(service, heartbeat=orchestration if name == "memory" else None)
+            for name, service in services.items()
+        }
+        yield FullStack(stack, workers, stack.client(timeout_ms=10_000))

@@ -1,0 +1,140 @@
+"""Hybrid recall and inject through the real services: association, comparison, abstention."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.full_stack import FullStack, full_stack
+
+NEWTON = "Newton discovered gravity when an apple fell on his head"
+APPLES = "Apples are a fruit that grows on trees"
+STRAWBERRY = "The user likes strawberries more than any other snack"
+TEA = "The user drinks green tea every morning"
+NEWTON_KO = "뉴턴은 사과가 떨어지는 것을 보고 중력을 발견했다"
+APPLES_KO = "사과는 나무에서 자라는 과일이다"
+STRAWBERRY_KO = "사용자는 딸기를 가장 좋아한다"
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[FullStack]:
+    with tempfile.TemporaryDirectory(prefix="km-") as home, full_stack(Path(home)) as running:
+        ids = {
+            "newton": running.remember(NEWTON, ["Newton", "apple", "gravity"], "en"),
+            "apples": running.remember(APPLES, ["apple", "fruit", "tree"], "en"),
+            "strawberry": running.remember(STRAWBERRY, ["strawberry", "fruit", "snack"], "en"),
+            "tea": running.remember(TEA, ["green tea", "morning routine"], "en"),
+            "newton_ko": running.remember(NEWTON_KO, ["뉴턴", "사과", "중력"], "ko"),
+            "apples_ko": running.remember(APPLES_KO, ["사과", "과일", "나무"], "ko"),
+            "strawberry_ko": running.remember(STRAWBERRY_KO, ["딸기", "과일", "간식"], "ko"),
+        }
+        running.ids = ids  # type: ignore[attr-defined]
+        yield running
+
+
+def ranked(result: dict[str, object]) -> list[str]:
+    return [m["memory_id"] for m in result["memories"]]  # type: ignore[index, union-attr]
+
+
+@pytest.mark.parametrize("namespace,query", [("en", "Newton"), ("ko", "뉴턴")])
+def test_hops_reach_what_the_graph_connects_and_no_embedding_would(
+    deployed: FullStack, namespace: str, query: str
+) -> None:
+    ids = deployed.ids  # type: ignore[attr-defined]
+    suffix = "" if namespace == "en" else "_ko"
+    with_hops = ranked(deployed.search(query, namespace, hops=2, top_k=5))
+    assert with_hops[0] == ids["newton" + suffix]
+    # Newton → apple → fruit → strawberry: two hops over shared keys
+    assert ids["strawberry" + suffix] in with_hops
+    without_hops = ranked(deployed.search(query, namespace, hops=0, top_k=5))
+    assert ids["strawberry" + suffix] not in without_hops
+
+
+def test_search_reports_its_stages_and_labels_every_score(deployed: FullStack) -> None:
+    result = deployed.search("apple", "en", timing=True)
+    assert result["status"] == "found" and result["degraded"] == {}
+    assert set(result["timing_ms"]) == {"analyse", "graph", "rerank", "total"}
+    top = result["memories"][0]
+    assert top["score_kind"] == "rrf_graph_and_rerank"
+    assert top["rerank_kind"] == "embedding_cosine"
+    assert top["components"]["key_rank"] is not None
+
+
+def test_a_comparison_question_gets_evidence_for_both_entities(deployed: FullStack) -> None:
+    ids = deployed.ids  # type: ignore[attr-defined]
+    result = deployed.search("Which does the user prefer, green tea or strawberry?", "en", top_k=2)
+    assert set(ranked(result)) == {ids["tea"], ids["strawberry"]}
+
+
+def test_inject_surfaces_the_right_memory_for_a_related_prompt(deployed: FullStack) -> None:
+    ids = deployed.ids  # type: ignore[attr-defined]
+    injected = deployed.memory(
+        "inject", {"prompt": "what snack should I buy, maybe strawberries?", "namespaces": ["en"]}
+    )
+    assert injected["memories"] and injected["memories"][0]["id"] == ids["strawberry"]
+
+
+def test_inject_surfaces_nothing_for_an_unrelated_prompt(deployed: FullStack) -> None:
+    injected = deployed.memory(
+        "inject",
+        {"prompt": "How do I configure TLS certificates in nginx?", "namespaces": ["en"]},
+    )
+    assert injected["memories"] == []
+
+
+def test_inject_requires_structured_tokens_verbatim(deployed: FullStack) -> None:
+    deployed.remember("Python 3.11.2 fixed the asyncio bug we hit", ["python", "asyncio bug"], "v")
+    deployed.remember("Python 3.12.0 changed the asyncio API", ["python", "asyncio api"], "v")
+    injected = deployed.memory(
+        "inject", {"prompt": "did python 3.11.2 fix our asyncio problem?", "namespaces": ["v"]}
+    )
+    contents = [m["content"] for m in injected["memories"]]
+    assert contents and all("3.11.2" in c for c in contents)
+    assert injected["required_tokens"] == ["3.11.2"]
+
+
+def test_recall_degrades_service_by_service_and_never_hangs(tmp_path: Path) -> None:
+    import time
+
+    from protocol.errors import Unavailable
+
+    with full_stack(tmp_path) as running:
+        newton = running.remember(NEWTON, ["Newton", "apple", "gravity"])
+        running.remember(STRAWBERRY, ["strawberry", "fruit"])
+        deadline_ms = 3_000
+
+        def search(query: str) -> dict[str, object]:
+            started = time.monotonic()
+            result: dict[str, object] = running.client.call(
+                "memory",
+                "search",
+                {"query": query, "min_seq": running.last_seq},
+                timeout_ms=deadline_ms,
+            )
+            assert time.monotonic() - started < deadline_ms / 1000
+            return result
+
+        running.workers["reranker"].stop()
+        result = search("Newton gravity")
+        assert set(result["degraded"]) == {"reranker"}, result["degraded"]  # type: ignore[arg-type]
+        assert ranked(result)[0] == newton
+        assert result["memories"][0]["score_kind"] == "rrf_fused_rank"  # type: ignore[index]
+
+        running.workers["lexicon"].stop()
+        result = search("Newton gravity")
+        assert set(result["degraded"]) == {"reranker", "lexicon"}  # type: ignore[arg-type]
+        assert ranked(result)[0] == newton  # keys alone still find it
+
+        running.workers["embedder"].stop()
+        result = search("what did Newton find?")
+        assert set(result["degraded"]) == {"reranker", "lexicon", "embedder"}  # type: ignore[arg-type]
+        assert ranked(result)[0] == newton  # the literal name key still matches
+
+        running.workers["graph"].stop()
+        started = time.monotonic()
+        with pytest.raises(Unavailable):
+            search("Newton")
+        assert time.monotonic() - started < deadline_ms / 1000
