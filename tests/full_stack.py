@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ class FullStack:
         return result
 
     last_seq: int = 0
+    ids: dict[str, str] = field(default_factory=dict)  # a test's names for its memories
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,19 +32,19 @@ def deployed() -> Iterator[FullStack]:
             "apples_ko": running.remember(APPLES_KO, ["사과", "과일", "나무"], "ko"),
             "strawberry_ko": running.remember(STRAWBERRY_KO, ["딸기", "과일", "간식"], "ko"),
         }
-        running.ids = ids  # type: ignore[attr-defined]
+        running.ids.update(ids)
         yield running
 
 
-def ranked(result: dict[str, object]) -> list[str]:
-    return [m["memory_id"] for m in result["memories"]]  # type: ignore[index, union-attr]
+def ranked(result: dict[str, Any]) -> list[str]:
+    return [str(m["memory_id"]) for m in result["memories"]]
 
 
 @pytest.mark.parametrize("namespace,query", [("en", "Newton"), ("ko", "뉴턴")])
 def test_hops_reach_what_the_graph_connects_and_no_embedding_would(
     deployed: FullStack, namespace: str, query: str
 ) -> None:
-    ids = deployed.ids  # type: ignore[attr-defined]
+    ids = deployed.ids
     suffix = "" if namespace == "en" else "_ko"
     with_hops = ranked(deployed.search(query, namespace, hops=2, top_k=5))
     assert with_hops[0] == ids["newton" + suffix]
@@ -64,13 +65,13 @@ def test_search_reports_its_stages_and_labels_every_score(deployed: FullStack) -
 
 
 def test_a_comparison_question_gets_evidence_for_both_entities(deployed: FullStack) -> None:
-    ids = deployed.ids  # type: ignore[attr-defined]
+    ids = deployed.ids
     result = deployed.search("Which does the user prefer, green tea or strawberry?", "en", top_k=2)
     assert set(ranked(result)) == {ids["tea"], ids["strawberry"]}
 
 
 def test_inject_surfaces_the_right_memory_for_a_related_prompt(deployed: FullStack) -> None:
-    ids = deployed.ids  # type: ignore[attr-defined]
+    ids = deployed.ids
     injected = deployed.memory(
         "inject", {"prompt": "what snack should I buy, maybe strawberries?", "namespaces": ["en"]}
     )
@@ -106,9 +107,9 @@ def test_recall_degrades_service_by_service_and_never_hangs(tmp_path: Path) -> N
         running.remember(STRAWBERRY, ["strawberry", "fruit"])
         deadline_ms = 3_000
 
-        def search(query: str) -> dict[str, object]:
+        def search(query: str) -> dict[str, Any]:
             started = time.monotonic()
-            result: dict[str, object] = running.client.call(
+            result: dict[str, Any] = running.client.call(
                 "memory",
                 "search",
                 {"query": query, "min_seq": running.last_seq},
@@ -119,18 +120,18 @@ def test_recall_degrades_service_by_service_and_never_hangs(tmp_path: Path) -> N
 
         running.workers["reranker"].stop()
         result = search("Newton gravity")
-        assert set(result["degraded"]) == {"reranker"}, result["degraded"]  # type: ignore[arg-type]
+        assert set(result["degraded"]) == {"reranker"}, result["degraded"]
         assert ranked(result)[0] == newton
-        assert result["memories"][0]["score_kind"] == "rrf_fused_rank"  # type: ignore[index]
+        assert result["memories"][0]["score_kind"] == "rrf_fused_rank"
 
         running.workers["lexicon"].stop()
         result = search("Newton gravity")
-        assert set(result["degraded"]) == {"reranker", "lexicon"}  # type: ignore[arg-type]
+        assert set(result["degraded"]) == {"reranker", "lexicon"}
         assert ranked(result)[0] == newton  # keys alone still find it
 
         running.workers["embedder"].stop()
         result = search("what did Newton find?")
-        assert set(result["degraded"]) == {"reranker", "lexicon", "embedder"}  # type: ignore[arg-type]
+        assert set(result["degraded"]) == {"reranker", "lexicon", "embedder"}
         assert ranked(result)[0] == newton  # the literal name key still matches
 
         running.workers["graph"].stop()
