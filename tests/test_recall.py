@@ -139,3 +139,56 @@ def test_recall_degrades_service_by_service_and_never_hangs(tmp_path: Path) -> N
         with pytest.raises(Unavailable):
             search("Newton")
         assert time.monotonic() - started < deadline_ms / 1000
+
+
+def _key_id(result: dict[str, Any], concept: str) -> str:
+    for key in result["keys"]:
+        if key["concept"] == concept:
+            return str(key["key_id"])
+    raise AssertionError(f"{concept!r} not among {[k['concept'] for k in result['keys']]}")
+
+
+@pytest.mark.parametrize(
+    "namespace,start,bridge,hub,suffix",
+    [("en", "Newton", "apple", "fruit", ""), ("ko", "뉴턴", "사과", "과일", "_ko")],
+)
+def test_the_key_walk_reaches_the_strawberry_one_deliberate_step_at_a_time(
+    deployed: FullStack, namespace: str, start: str, bridge: str, hub: str, suffix: str
+) -> None:
+    ids = deployed.ids
+    found = deployed.memory("recall", {"query": start, "namespace": namespace})
+    assert found["status"] == "found" and found["keys"][0]["concept"] == start
+    (preview,) = found["memories"]
+    assert preview["id"] == ids["newton" + suffix]
+    assert preview["evidence"] == "passive_preview" and preview["reinforced"] is False
+    bridge_key = next(k for k in preview["connected_keys"] if k["concept"] == bridge)
+    handles = deployed.memory(
+        "read_key", {"key_id": bridge_key["key_id"], "query": "what kind of thing is it"}
+    )
+    assert ids["apples" + suffix] in [h["memory_id"] for h in handles["memories"]]
+    apples = deployed.memory(
+        "read_memory", {"memory_id": ids["apples" + suffix], "via_key_id": bridge_key["key_id"]}
+    )
+    hub_key = next(k for k in apples["memory"]["keys"] if k["concept"] == hub)
+    members = deployed.memory("read_key", {"key_id": hub_key["key_id"]})
+    assert ids["strawberry" + suffix] in [h["memory_id"] for h in members["memories"]]
+
+
+def test_recall_crosses_languages_through_key_vectors(deployed: FullStack) -> None:
+    found = deployed.memory("recall", {"query": "딸기", "namespace": "en"})
+    assert found["status"] == "found"
+    assert found["keys"][0]["concept"] == "strawberry"
+    assert found["keys"][0]["match_type"] == "semantic"
+    assert found["memories"][0]["id"] == deployed.ids["strawberry"]
+
+
+def test_recall_changes_nothing_and_a_miss_offers_the_nearest_keys(deployed: FullStack) -> None:
+    before = deployed.client.call("graph", "get_memories", {"ids": [deployed.ids["tea"]]})
+    found = deployed.memory("recall", {"query": "green tea", "namespace": "en", "explain": True})
+    assert found["memories"][0]["id"] == deployed.ids["tea"]
+    assert found["explain"]["empty_namespace"] is False
+    after = deployed.client.call("graph", "get_memories", {"ids": [deployed.ids["tea"]]})
+    assert after == before  # no access count, no weight, no freshness changed
+    missed = deployed.memory("recall", {"query": "quantum chromodynamics", "namespace": "en"})
+    assert missed["status"] == "no_match" and missed["memories"] == []
+    assert len(missed["nearest_keys"]) == 3 and "note" in missed

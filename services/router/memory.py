@@ -16,6 +16,7 @@ from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError, Unavailable
 from protocol.worker import Service, remaining_ms
 from services.router.inject import Inject
+from services.router.navigation import Navigation
 from services.router.recall import Recall
 
 # Budget for a call that arrives without a deadline of its own (only in-process callers).
@@ -25,7 +26,6 @@ EMBED_TEXTS_PER_CALL = 256
 
 # Graph methods the agent API exposes unchanged (they need no vectors).
 GRAPH_PASSTHROUGH = (
-    "read_key",
     "read_memory",
     "browse_keys",
     "confirm_memory",
@@ -36,7 +36,7 @@ GRAPH_PASSTHROUGH = (
     "get_memories",
 )
 # Of those, the ones that change nothing and may be retried after a worker dies.
-IDEMPOTENT = {"read_key", "browse_keys", "history", "counts", "get_memories"}
+IDEMPOTENT = {"browse_keys", "history", "counts", "get_memories"}
 
 
 class MemoryAPI:
@@ -126,7 +126,10 @@ class MemoryAPI:
 def make_service(router_endpoint: str) -> Service:
     api = MemoryAPI(router_endpoint)
     recall = Recall(api.client)
+    navigation = Navigation(api.client)
     service = Service("memory")
+    service.add("recall", navigation.recall, idempotent=True)
+    service.add("read_key", navigation.read_key, idempotent=True)
     service.add("search", recall.search, idempotent=True)
     service.add("inject", Inject(recall).inject, idempotent=True)
     service.add("remember", api.remember)

@@ -155,7 +155,7 @@ class Recall:
             "query": request.query,
             "namespace": found["namespace"],
             "memories": memories,
-            "keys": [_key_brief(k) for k in found["keys"]],
+            "keys": [key_summary(k) for k in found["keys"]],
             "anchor": found["anchor"],
             "degraded": degraded,
         }
@@ -249,7 +249,7 @@ def select_evidence(
     return chosen + [c for c in candidates if c not in chosen]
 
 
-def _key_brief(key: dict[str, Any]) -> dict[str, Any]:
+def key_summary(key: dict[str, Any]) -> dict[str, Any]:
     return {
         name: key.get(name)
         for name in (
