@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from services.cli import backup, bench, down, export, import_, status, up
+from services.cli import backup, bench, down, export, import_, migrate, status, up
 from services.config import ConfigError
 
-COMMANDS = (up, down, status, bench, backup, export, import_)
+COMMANDS = (up, down, status, bench, migrate, backup, export, import_)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,11 @@ import sys
 import time
 from typing import Any
 
+from protocol.client import Client
+from protocol.errors import KeymemError
+from services.cli.migrate import migrate_if_needed
 from services.config import Settings
+from services.router.migration import auto_migrate_enabled, spaces
 from services.supervision import READY_TIMEOUT_S, Supervision, SupervisionError
 
 
@@ -27,8 +31,21 @@ def run(args: argparse.Namespace) -> int:
         with supervision.lock():
             fresh = supervision.start()
             supervision.wait_ready(args.timeout)
+            with Client(settings.endpoints.frontend) as client:
+                found = spaces(client)
+                if found.mismatch and not auto_migrate_enabled():
+                    print(
+                        f"keymem up: {found.describe()}. Writes are refused until the keys are "
+                        "re-embedded: run `keymem migrate`, or unset KEYMEM_AUTO_MIGRATE=false.",
+                        file=sys.stderr,
+                    )
+                    return 1
+                migrate_if_needed(client)
     except SupervisionError as exc:
         print(f"keymem up: {exc}", file=sys.stderr)
+        return 1
+    except KeymemError as exc:
+        print(f"keymem up: services are up but the model check failed: {exc}", file=sys.stderr)
         return 1
     elapsed = time.monotonic() - started
     verb = "started" if fresh else "already running"

@@ -1,0 +1,100 @@
+"""Switching embedding models: re-embed every key into the embedder's vector space.
+
+The graph records which space its key vectors live in (fingerprint and dimension). When the
+embedder now serves another space, cosines between the two are meaningless, so the graph
+refuses writes from it; this module re-embeds every key through the graph's staged migration
+(``reembed_begin`` → pages of ``reembed_keys``/``reembed_put`` → ``reembed_commit``, which
+backs the file up first and swaps all vectors in one transaction). ``keymem up`` runs it when
+needed unless ``KEYMEM_AUTO_MIGRATE=false``; ``keymem migrate`` runs it on demand.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.client import Client
+
+PAGE_KEYS = 256  # one embed request's worth of texts
+STEP_TIMEOUT_MS = 30_000
+COMMIT_TIMEOUT_MS = 600_000
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Spaces:
+    embedder: dict[str, Any]  # {"fingerprint", "dim"}
+    graph: dict[str, Any] | None  # None: no vectors recorded yet
+
+    @property
+    def mismatch(self) -> bool:
+        if self.graph is None:
+            return False
+        return (self.graph.get("fingerprint"), self.graph.get("dim")) != (
+            self.embedder["fingerprint"],
+            self.embedder["dim"],
+        )
+
+    def describe(self) -> str:
+        recorded = self.graph or {}
+        return (
+            f"the graph's keys were embedded with {recorded.get('fingerprint')!r} "
+            f"({recorded.get('dim')}-d); the embedder now serves "
+            f"{self.embedder['fingerprint']!r} ({self.embedder['dim']}-d)"
+        )
+
+
+def auto_migrate_enabled() -> bool:
+    return os.environ.get("KEYMEM_AUTO_MIGRATE", "true").strip().lower() not in ("0", "false", "no")
+
+
+def spaces(client: Client) -> Spaces:
+    info = client.call("embedder", "info", timeout_ms=STEP_TIMEOUT_MS)
+    recorded = client.call("graph", "fingerprint", timeout_ms=STEP_TIMEOUT_MS)
+    return Spaces({"fingerprint": info["fingerprint"], "dim": info["dim"]}, recorded)
+
+
+def reembed_all(client: Client, progress: Progress | None = None) -> dict[str, Any]:
+    """Re-embed every key with the current embedder; returns the graph's commit report."""
+    target = spaces(client).embedder
+    begun = client.call("graph", "reembed_begin", target, timeout_ms=STEP_TIMEOUT_MS)
+    token, total = begun["token"], begun["total"]
+    done, after = 0, None
+    while True:
+        page = client.call(
+            "graph",
+            "reembed_keys",
+            {"after": after, "limit": PAGE_KEYS},
+            timeout_ms=STEP_TIMEOUT_MS,
+        )
+        keys = page["keys"]
+        if keys:
+            embedded = client.call(
+                "embedder",
+                "embed",
+                {"texts": [k["concept"] for k in keys], "kind": "key"},
+                timeout_ms=STEP_TIMEOUT_MS,
+            )
+            client.call(
+                "graph",
+                "reembed_put",
+                {
+                    "token": token,
+                    "key_ids": [k["key_id"] for k in keys],
+                    "vectors": embedded["vectors"],
+                },
+                timeout_ms=STEP_TIMEOUT_MS,
+            )
+            done += len(keys)
+            if progress is not None:
+                progress(done, max(total, done))
+        after = page["next"]
+        if after is None:
+            break
+    report: dict[str, Any] = client.call(
+        "graph", "reembed_commit", {"token": token}, timeout_ms=COMMIT_TIMEOUT_MS
+    )
+    return report
