@@ -153,6 +153,47 @@ def test_incremental_updates_equal_a_fresh_reference(
     assert len(space.slot_ids) < 3 * len(docs) + 2 * index.MIN_DEAD_SLOTS_TO_COMPACT
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_pruned_top_n_equals_full_scoring(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Max-score pruning (forced on for every term) returns exactly the full ranking."""
+    monkeypatch.setattr(index, "PRUNE_MIN_POSTINGS", 1)
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(200)]
+    weights = [1 / (i + 1) for i in range(len(vocabulary))]  # Zipf: long and short postings
+    space = NamespaceIndex()
+    for i in range(3000):
+        space.upsert(f"d{i:05d}", Counter(rng.choices(vocabulary, weights, k=rng.randint(1, 20))))
+    for i in range(0, 3000, 7):  # deletes and corrections leave dead entries behind
+        space.remove(f"d{i:05d}")
+        space.upsert(f"d{i + 1:05d}", Counter(rng.choices(vocabulary, weights, k=5)))
+    finishes: list[int] = []
+    finish = NamespaceIndex._finish
+
+    def counted(*args: Any) -> Any:
+        finishes.append(1)
+        return finish(*args)
+
+    monkeypatch.setattr(NamespaceIndex, "_finish", staticmethod(counted))
+    for _ in range(60):
+        query = Counter(rng.choices(vocabulary, weights, k=rng.randint(1, 6)))
+        slots, scores = space.scores(query)
+        full = sorted(
+            (
+                (space.slot_ids[s] or "", sc)
+                for s, sc in zip(slots.tolist(), scores.tolist(), strict=True)
+            ),
+            key=lambda hit: (-hit[1], hit[0]),
+        )
+        exact = dict(full)
+        for top_n in (1, 5, 10):
+            got = space.top(query, top_n)
+            # the same score at every rank, and each returned document's true score; ids may
+            # differ only between documents whose sums differ in the last bit (summation order)
+            assert [s for _, s in got] == pytest.approx([s for _, s in full[:top_n]], abs=1e-9)
+            assert all(exact[doc_id] == pytest.approx(score, abs=1e-9) for doc_id, score in got)
+    assert finishes  # the pruned path ran
+
+
 def test_tiny_namespaces_follow_the_reference_quirks() -> None:
     """With one or two documents rank-bm25's idf is <= 0; we match it and still return hits."""
     for corpus in ([["부산", "회의"]], [["부산", "회의"], ["부산"]], [["a"], ["b"], ["a", "b"]]):

@@ -39,12 +39,22 @@ MIN_DEAD_SLOTS_TO_COMPACT = 4096
 # A term's postings drop their dead entries when more than this share of them is dead.
 MAX_DEAD_SHARE = 0.25
 INITIAL_SLOTS = 64
+# Before scoring a term with at least this many postings, check whether pruning can skip it.
+PRUNE_MIN_POSTINGS = 2048
 
 IntArray = npt.NDArray[np.int32]
 FloatArray = npt.NDArray[np.float64]
 
 _NO_SLOTS: IntArray = np.zeros(0, dtype=np.int32)
 _NO_TFS: FloatArray = np.zeros(0, dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class _QueryTerm:
+    weight: float  # idf x repeats in the query
+    slots: IntArray
+    saturation: FloatArray
+    bound: float  # the most this term adds to any document's score
 
 
 class _Postings:
@@ -57,6 +67,7 @@ class _Postings:
         "pending_tfs",
         "saturation",
         "saturation_avgdl",
+        "saturation_max",
         "slots",
         "tfs",
     )
@@ -72,6 +83,7 @@ class _Postings:
         # often, it skips the gather and arithmetic until a write moves the average length.
         self.saturation: FloatArray | None = None
         self.saturation_avgdl = 0.0
+        self.saturation_max = 0.0
 
     def add(self, slot: int, tf: int) -> None:
         self.pending_slots.append(slot)
@@ -97,14 +109,16 @@ class _Postings:
 
     def saturations(
         self, alive: npt.NDArray[np.bool_], doc_len: FloatArray, avgdl: float
-    ) -> tuple[IntArray, FloatArray]:
-        """Slots and ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))`` per entry."""
+    ) -> tuple[IntArray, FloatArray, float]:
+        """Slots (ascending), ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))`` per
+        entry, and the largest of those (the term's bound, per unit of weight)."""
         slots, tfs = self.arrays(alive)
         if self.saturation is None or self.saturation_avgdl != avgdl:
             norm = (K1 * (1 - B)) + (K1 * B / avgdl) * doc_len[slots]
             self.saturation = tfs * (K1 + 1) / (tfs + norm)
             self.saturation_avgdl = avgdl
-        return slots, self.saturation
+            self.saturation_max = float(self.saturation.max()) if len(slots) else 0.0
+        return slots, self.saturation, self.saturation_max
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,30 +337,91 @@ class NamespaceIndex:
         raw = math.log(self.n_docs - df + 0.5) - math.log(df + 0.5)
         return EPSILON * self.average_idf() if raw < 0 else raw
 
+    def _terms(self, query: Mapping[str, int]) -> list[_QueryTerm]:
+        avgdl = self.total_len / self.n_docs
+        found = []
+        for term, repeats in query.items():
+            tid = self.vocab.get(term)
+            postings = None if tid is None else self.postings[tid]
+            if postings is not None:
+                weight = self.idf(postings.df) * repeats
+                slots, saturation, bound = postings.saturations(self.alive, self.doc_len, avgdl)
+                found.append(_QueryTerm(weight, slots, saturation, weight * bound))
+        return found
+
     def scores(self, query: Mapping[str, int]) -> tuple[IntArray, FloatArray]:
         """Slots of the live documents containing a query term, and their BM25 scores."""
         if not self.n_docs or not self.total_len:
             return _NO_SLOTS, _NO_TFS
         n = len(self.slot_ids)
-        alive = self.alive[:n]
         scores = np.zeros(n, dtype=np.float64)
         matched = np.zeros(n, dtype=np.bool_)
-        avgdl = self.total_len / self.n_docs
-        for term, repeats in query.items():
-            tid = self.vocab.get(term)
-            postings = None if tid is None else self.postings[tid]
-            if postings is None:
-                continue
-            weight = self.idf(postings.df) * repeats
-            slots, saturation = postings.saturations(self.alive, self.doc_len, avgdl)
-            scores[slots] += weight * saturation
-            matched[slots] = True
-        hits = np.flatnonzero(matched & alive).astype(np.int32)
+        for term in self._terms(query):
+            scores[term.slots] += term.weight * term.saturation
+            matched[term.slots] = True
+        hits = np.flatnonzero(matched & self.alive[:n]).astype(np.int32)
         return hits, scores[hits]
 
     def top(self, query: Mapping[str, int], top_n: int) -> list[tuple[str, float]]:
-        """The ``top_n`` best documents containing a query term, best first (ties by id)."""
-        slots, scores = self.scores(query)
+        """The ``top_n`` best documents containing a query term, best first (ties by id).
+
+        Max-score pruning: terms are scored rarest first; before a long postings list, if even
+        the sum of the remaining terms' bounds cannot lift a document to the current n-th best
+        partial score, the remaining terms are added only for the documents that still can
+        (looked up in the ascending postings). Scores only grow while every weight is positive,
+        so the result equals full scoring; with any weight <= 0 (tiny namespaces) it is full
+        scoring.
+        """
+        if not self.n_docs or not self.total_len:
+            return []
+        terms = self._terms(query)
+        if not terms:
+            return []
+        if min(t.weight for t in terms) <= 0:
+            return self._ranked(*self.scores(query), top_n)
+        terms.sort(key=lambda t: len(t.slots))
+        remaining_bound = [0.0] * (len(terms) + 1)
+        for i in range(len(terms) - 1, -1, -1):
+            remaining_bound[i] = remaining_bound[i + 1] + terms[i].bound
+        n = len(self.slot_ids)
+        alive = self.alive[:n]
+        scores = np.zeros(n, dtype=np.float64)
+        matched = np.zeros(n, dtype=np.bool_)
+        for i, term in enumerate(terms):
+            if i and len(term.slots) >= PRUNE_MIN_POSTINGS:
+                kept = self._survivors(scores, matched & alive, top_n, remaining_bound[i])
+                if kept is not None:
+                    return self._ranked(kept, self._finish(kept, scores, terms[i:]), top_n)
+            scores[term.slots] += term.weight * term.saturation
+            matched[term.slots] = True
+        hits = np.flatnonzero(matched & alive).astype(np.int32)
+        return self._ranked(hits, scores[hits], top_n)
+
+    @staticmethod
+    def _survivors(
+        scores: FloatArray, candidates: npt.NDArray[np.bool_], top_n: int, rest: float
+    ) -> IntArray | None:
+        """Documents that can still reach the top ``top_n``, or None if pruning cannot help."""
+        slots = np.flatnonzero(candidates)
+        if len(slots) < top_n:
+            return None
+        partial = scores[slots]
+        nth = np.partition(partial, len(partial) - top_n)[len(partial) - top_n]
+        if rest >= nth:
+            return None
+        kept: IntArray = slots[partial + rest >= nth].astype(np.int32)
+        return kept
+
+    @staticmethod
+    def _finish(kept: IntArray, scores: FloatArray, rest: list[_QueryTerm]) -> FloatArray:
+        final = scores[kept]
+        for term in rest:
+            at = np.minimum(np.searchsorted(term.slots, kept), len(term.slots) - 1)
+            present = term.slots[at] == kept
+            final[present] += term.weight * term.saturation[at[present]]
+        return final
+
+    def _ranked(self, slots: IntArray, scores: FloatArray, top_n: int) -> list[tuple[str, float]]:
         if len(slots) > top_n:
             # keep everything tied with the n-th score, so ties break by id, not by position
             nth = np.partition(scores, len(scores) - top_n)[len(scores) - top_n]
