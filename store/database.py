@@ -7,7 +7,6 @@ commit, not per row), inside one transaction together with their change-feed eve
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -27,6 +26,7 @@ from store.schema import migrate
 log = logging.getLogger("keymem.store")
 
 GRAPH_FILE_NAME = "graph.duckdb"
+DUCKDB_MEMORY_LIMIT = "256MB"
 # Up to this many rows an UPDATE runs per row through the primary-key index; more rows join.
 POINT_UPDATE_MAX_ROWS = 2
 
@@ -59,15 +59,12 @@ def graph_path(home: Path) -> Path:
     return home / GRAPH_FILE_NAME
 
 
-def _json_or_none(value: dict[str, Any] | None) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _dict_or_none(value: str | None) -> dict[str, Any] | None:
+def _float_or_none(value: Any) -> float | None:
+    """fetchnumpy turns SQL NULL in a DOUBLE column into NaN (or a masked value)."""
     if value is None:
         return None
-    parsed = json.loads(value)
-    return parsed if isinstance(parsed, dict) else None
+    number = float(value)
+    return None if number != number else number
 
 
 def memory_row(m: MemoryRecord) -> tuple[Any, ...]:
@@ -76,7 +73,7 @@ def memory_row(m: MemoryRecord) -> tuple[Any, ...]:
         m.namespace,
         m.content,
         m.created_at,
-        _json_or_none(m.source),
+        m.source,
         m.supersedes,
         m.superseded_by,
         m.depth,
@@ -87,7 +84,7 @@ def memory_row(m: MemoryRecord) -> tuple[Any, ...]:
         m.confirmation_count,
         m.decay_profile,
         m.last_confirmation_evidence,
-        _json_or_none(m.last_confirmation_source),
+        m.last_confirmation_source,
         m.last_confirmation_id,
     )
 
@@ -100,7 +97,7 @@ def vector_bytes(vector: np.ndarray) -> bytes:
 class LoadedGraph:
     keys: dict[str, KeyRecord] = field(default_factory=dict)
     memories: dict[str, MemoryRecord] = field(default_factory=dict)
-    links: list[LinkRecord] = field(default_factory=list)
+    links: list[LinkRecord] = field(default_factory=list)  # sorted by memory
     meta: dict[str, str] = field(default_factory=dict)
     head_seq: int = 0
     first_seq: int = 1
@@ -115,6 +112,9 @@ class GraphStore:
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {path}: {exc}") from exc
         self.closed = False
+        # DuckDB caches table data up to its memory limit (80% of RAM by default); the graph
+        # keeps its own copy in Python, so the cache only needs to serve writes and backups.
+        self.conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
         self._types: dict[str, list[str]] = {}
         self.migrated_from = migrate(self.conn)
         meta = self.read_meta()
@@ -137,7 +137,7 @@ class GraphStore:
         graph = LoadedGraph(meta=self.read_meta())
         dim = int(graph.meta.get("dim", "0") or 0)
         cols = self.conn.execute(
-            "SELECT id, namespace, concept, key_type, created_at, vector FROM keys ORDER BY id"
+            "SELECT id, namespace, concept, key_type, created_at, vector FROM keys"
         ).fetchnumpy()
         if len(cols["id"]):
             blob = b"".join(cols["vector"])
@@ -165,25 +165,29 @@ class GraphStore:
             if key is not None:
                 key.candidates[query_norm] = AliasCandidate(query, count, last_seen)
         names = ", ".join(name for name, _ in MEMORY_COLUMNS)
-        for row in self.conn.execute(f"SELECT {names} FROM memories").fetchall():
+        columns = self.conn.execute(f"SELECT {names} FROM memories").fetchnumpy()
+        lists = [columns[name].tolist() for name, _ in MEMORY_COLUMNS]
+        for row in zip(*lists, strict=True):
             memory = MemoryRecord(
                 id=row[0],
                 namespace=row[1],
                 content=row[2],
                 created_at=row[3],
-                source=_dict_or_none(row[4]),
+                source=row[4],
                 supersedes=row[5],
                 superseded_by=row[6],
                 depth=row[7],
                 access_count=row[8],
                 last_accessed=row[9],
-                expires_at=row[10],
+                expires_at=_float_or_none(row[10]),
                 last_confirmed_at=row[11],
                 confirmation_count=row[12],
                 decay_profile=row[13],
                 last_confirmation_evidence=row[14],
-                last_confirmation_source=_dict_or_none(row[15]),
+                last_confirmation_source=row[15],
                 last_confirmation_id=row[16],
+                related_to=[],
+                contradicts=[],
             )
             graph.memories[memory.id] = memory
         for memory_id, related_id in self.conn.execute(
@@ -196,13 +200,20 @@ class GraphStore:
         ).fetchall():
             if memory_id in graph.memories:
                 graph.memories[memory_id].contradicts.append(other_id)
-        links = self.conn.execute("SELECT key_id, memory_id, weight, auto FROM links").fetchnumpy()
-        graph.links = [
-            LinkRecord(k, m, float(w), bool(a))
-            for k, m, w, a in zip(
-                links["key_id"], links["memory_id"], links["weight"], links["auto"], strict=True
+        # Sorted by memory, so the service groups a memory's links with one slice.
+        links = self.conn.execute(
+            "SELECT key_id, memory_id, weight, auto FROM links ORDER BY memory_id"
+        ).fetchnumpy()
+        graph.links = list(
+            map(
+                LinkRecord,
+                links["key_id"].tolist(),
+                links["memory_id"].tolist(),
+                links["weight"].tolist(),
+                links["auto"].tolist(),
             )
-        ]
+        )
+
         lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
         pruned_through = int(graph.meta.get("pruned_through", "0") or 0)
         graph.head_seq = int(hi) if hi is not None else pruned_through

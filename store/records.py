@@ -6,6 +6,7 @@ and the service keeps them as its authoritative read state between commits.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,17 @@ import numpy as np
 KEY_TYPES = ("concept", "name", "proper_noun")
 DECAY_PROFILES = ("transient", "standard", "stable", "permanent")
 EVIDENCE_TYPES = ("user", "authoritative_source", "observation")
+
+
+def to_json(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def from_json(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    parsed = json.loads(text)
+    return parsed if isinstance(parsed, dict) else None
 
 
 @dataclass(slots=True)
@@ -58,7 +70,7 @@ class MemoryRecord:
     namespace: str
     content: str
     created_at: float
-    source: dict[str, Any] | None = None
+    source: str | None = None  # JSON text; parsed only when a view shows it
     supersedes: str | None = None
     superseded_by: str | None = None
     depth: float = 0.0
@@ -69,7 +81,7 @@ class MemoryRecord:
     confirmation_count: int = 1
     decay_profile: str = "standard"
     last_confirmation_evidence: str | None = "user"
-    last_confirmation_source: dict[str, Any] | None = None
+    last_confirmation_source: str | None = None  # JSON text
     last_confirmation_id: str | None = None
     related_to: list[str] = field(default_factory=list)
     contradicts: list[str] = field(default_factory=list)

@@ -28,7 +28,7 @@ from services.graph.text import is_short_concept
 from services.graph.validity import SECONDS_PER_DAY, validity_view
 from services.graph.views import memory_view
 from services.graph.writes import live_memory
-from store.records import AliasCandidate, KeyAlias
+from store.records import AliasCandidate, KeyAlias, to_json
 
 READ_REINFORCE_STEP = 0.1
 DISMISS_STEP = 0.3
@@ -162,14 +162,14 @@ def confirm_memory(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     memory.confirmation_count += 1
     memory.depth = clamp_depth(min(DEPTH_MAX, memory.depth + CONFIRM_DEPTH_STEP))
     memory.last_confirmation_evidence = evidence
-    memory.last_confirmation_source = source
+    memory.last_confirmation_source = to_json(source)
     memory.last_confirmation_id = confirmation_id
     state.touch_memory(memory)
     state.changes.confirm(
         memory.id,
         now,
         evidence,
-        None if source is None else str(source),
+        to_json(source),
         confirmation_id,
     )
     return {

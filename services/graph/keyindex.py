@@ -27,6 +27,23 @@ class KeyIndex:
         # stripped lower-case concept or alias -> key id (exact key resolution on write)
         self.exact: dict[str, str] = {}
 
+    @classmethod
+    def bulk(cls, dim: int, keys: list[KeyRecord]) -> KeyIndex:
+        """An index over ``keys`` built in one go (start-up), with room to grow."""
+        index = cls(dim)
+        capacity = max(INITIAL_CAPACITY, 2 * len(keys))
+        index.matrix = np.zeros((capacity, dim), dtype=np.float32)
+        if keys:
+            index.matrix[: len(keys)] = np.stack([k.vector for k in keys])
+        index.concept_mask = np.zeros(capacity, dtype=bool)
+        index.concept_mask[: len(keys)] = [not k.is_entity for k in keys]
+        index.ids = [k.id for k in keys]
+        index.pos = {key_id: i for i, key_id in enumerate(index.ids)}
+        for key in keys:
+            for surface in key.surfaces():
+                index.add_surface(key.id, surface)
+        return index
+
     def __len__(self) -> int:
         return len(self.ids)
 

@@ -8,8 +8,11 @@ service can write exactly what changed in one transaction.
 from __future__ import annotations
 
 import heapq
+import itertools
 import secrets
-from collections import defaultdict
+from collections import Counter, defaultdict
+
+import numpy as np
 
 from services.graph.keyindex import KeyIndex
 from services.graph.text import normalize_content
@@ -33,6 +36,16 @@ def clamp_depth(depth: float) -> float:
     return min(DEPTH_MAX, max(DEPTH_MIN, depth))
 
 
+def _runs(values: list[str]) -> list[tuple[int, int]]:
+    """[start, end) of each run of equal consecutive values."""
+    if not values:
+        return []
+    column = np.asarray(values, dtype=object)
+    cuts = (np.flatnonzero(column[1:] != column[:-1]) + 1).tolist()
+    edges = [0, *cuts, len(values)]
+    return list(itertools.pairwise(edges))
+
+
 class GraphState:
     def __init__(self, loaded: LoadedGraph) -> None:
         self.keys: dict[str, KeyRecord] = loaded.keys
@@ -45,29 +58,47 @@ class GraphState:
         self.head_seq = loaded.head_seq
         self.first_seq = loaded.first_seq
         self.indexes: dict[str, KeyIndex] = {}
-        self.dedup: dict[str, dict[str, str]] = defaultdict(dict)
+        # namespace -> normalised content -> active memory; built on first use (it costs a
+        # Unicode normalisation per memory, which start-up should not pay)
+        self._dedup: dict[str, dict[str, str]] | None = None
         self.active_count: dict[str, int] = defaultdict(int)
         self.ttl_heap: list[tuple[float, str]] = []
         # memory id -> memories whose related_to names it (kept loosely: readers re-check)
         self.related_by: dict[str, set[str]] = defaultdict(set)
         self.changes = Changes()
+        # The store deletes links with their key or memory in one transaction, so every
+        # loaded link has both ends.
+        for start, end in _runs([link.memory_id for link in loaded.links]):
+            group = loaded.links[start:end]
+            self.mem_links[group[0].memory_id] = {link.key_id: link for link in group}
+        key_links = self.key_links
         for link in loaded.links:
-            if link.key_id in self.keys and link.memory_id in self.memories:
-                self.key_links[link.key_id][link.memory_id] = link
-                self.mem_links[link.memory_id][link.key_id] = link
+            key_links[link.key_id][link.memory_id] = link
+        inactive = {m.id for m in self.memories.values() if m.superseded_by is not None}
+        self.active_count.update(
+            Counter(link.key_id for link in loaded.links if link.memory_id not in inactive)
+        )
+        by_namespace: dict[str, list[KeyRecord]] = defaultdict(list)
         for key in self.keys.values():
-            self.index_for(key.namespace, len(key.vector)).add(key)
+            by_namespace[key.namespace].append(key)
+        for namespace, keys in by_namespace.items():
+            self.indexes[namespace] = KeyIndex.bulk(len(keys[0].vector), keys)
         for memory in self.memories.values():
             if memory.expires_at is not None:
-                heapq.heappush(self.ttl_heap, (memory.expires_at, memory.id))
+                self.ttl_heap.append((memory.expires_at, memory.id))
             for related_id in memory.related_to:
                 self.related_by[related_id].add(memory.id)
-            if memory.superseded_by is None:
-                self.dedup[memory.namespace].setdefault(
-                    normalize_content(memory.content), memory.id
-                )
-                for key_id in self.mem_links.get(memory.id, {}):
-                    self.active_count[key_id] += 1
+        heapq.heapify(self.ttl_heap)
+
+    @property
+    def dedup(self) -> dict[str, dict[str, str]]:
+        if self._dedup is None:
+            table: dict[str, dict[str, str]] = defaultdict(dict)
+            for memory in self.memories.values():
+                if memory.superseded_by is None:
+                    table[memory.namespace].setdefault(normalize_content(memory.content), memory.id)
+            self._dedup = table
+        return self._dedup
 
     # -- ids and lookups -------------------------------------------------------------------
     def new_id(self) -> str:
@@ -92,7 +123,7 @@ class GraphState:
     # -- memories --------------------------------------------------------------------------
     def add_memory(self, memory: MemoryRecord) -> None:
         self.memories[memory.id] = memory
-        self.dedup[memory.namespace].setdefault(normalize_content(memory.content), memory.id)
+        self.index_content(memory)
         if memory.expires_at is not None:
             heapq.heappush(self.ttl_heap, (memory.expires_at, memory.id))
         for related_id in memory.related_to:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import time
 from typing import Any
 
 from protocol.errors import BadRequest, NotFound
@@ -21,7 +22,7 @@ from services.graph.requests import (
 )
 from services.graph.state import GraphState
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
-from store.records import KeyRecord, MemoryRecord
+from store.records import KeyRecord, MemoryRecord, from_json
 
 SCORE_DIGITS = 3
 READ_KEY_MAX_LIMIT = 50
@@ -79,7 +80,7 @@ def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str
         "access_count": memory.access_count,
         "last_accessed": memory.last_accessed,
         "created_at": memory.created_at,
-        "source": memory.source,
+        "source": from_json(memory.source),
         "expires_at": memory.expires_at,
         "supersedes": memory.supersedes,
         "superseded_by": memory.superseded_by,
@@ -168,11 +169,8 @@ def browse_keys(state: GraphState, raw: Any) -> dict[str, Any]:
             continue
         rows.append((count >= KEY_HUB_MIN_LINKS, count, state.keys[key_id].concept, key_id))
     rows.sort(key=lambda r: (not r[0], -r[1], r[2]))
-    active = sum(
-        1
-        for memory_id in state.dedup.get(namespace, {}).values()
-        if state.memories[memory_id].superseded_by is None
-    )
+    now = time.time()
+    active = sum(1 for m in state.memories.values() if m.namespace == namespace and m.active(now))
     return {
         "status": "ok" if rows else "empty_namespace",
         "namespace": namespace,

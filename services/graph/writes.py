@@ -29,7 +29,7 @@ from services.graph.requests import (
 )
 from services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
 from services.graph.text import normalize_content, normalize_namespace
-from store.records import MemoryRecord
+from store.records import MemoryRecord, to_json
 
 INHERITED_LINK_PENALTY = 0.15
 DEEP_DEPTH_MIN = 0.7
@@ -90,7 +90,7 @@ def _new_memory(
         namespace=namespace,
         content=content,
         created_at=now,
-        source=source,
+        source=to_json(source),
         supersedes=supersedes,
         last_accessed=now,
         expires_at=expires_at,
@@ -98,7 +98,7 @@ def _new_memory(
         confirmation_count=1,
         decay_profile=decay_profile,
         last_confirmation_evidence="user",
-        last_confirmation_source=source,
+        last_confirmation_source=to_json(source),
         related_to=[r for r in related_to if r in state.memories],
     )
     state.add_memory(memory)
