@@ -74,7 +74,7 @@ def snapshot(index: LexiconIndex, *, tokenizer: str, epoch: str, seq: int) -> Sn
     spaces = []
     for name, space in index.namespaces.items():
         frozen = space.freeze()
-        spaces.append((name, frozen, [index.docs[doc_id].digest for doc_id in frozen.ids]))
+        spaces.append((name, frozen, list(map(index.digest_of.__getitem__, frozen.ids))))
     return Snapshot(spaces, tokenizer, epoch, seq)
 
 

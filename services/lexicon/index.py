@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +40,7 @@ MIN_DEAD_SLOTS_TO_COMPACT = 4096
 # A term's postings drop their dead entries when more than this share of them is dead.
 MAX_DEAD_SHARE = 0.25
 INITIAL_SLOTS = 64
+RADIX_SORT_MAX_TERMS = 2**16 - 1
 # Before scoring a term with at least this many postings, check whether pruning can skip it.
 PRUNE_MIN_POSTINGS = 2048
 
@@ -304,7 +306,9 @@ class NamespaceIndex:
         pairs = np.stack((csr.tids, csr.tfs))
         bounds = csr.ptr.tolist()
         self.bags = {slot: pairs[:, bounds[slot] : bounds[slot + 1]] for slot in range(n)}
-        order = np.argsort(csr.tids, kind="stable")
+        # a stable sort of 16-bit keys is a radix sort: ~4x faster than sorting int32 keys
+        keys = csr.tids.astype(np.uint16) if len(csr.vocab) <= RADIX_SORT_MAX_TERMS else csr.tids
+        order = np.argsort(keys, kind="stable")
         by_term_slots = rows[order]
         by_term_tfs = csr.tfs[order].astype(np.float64)
         df = np.bincount(csr.tids, minlength=len(csr.vocab))
@@ -446,44 +450,40 @@ class NamespaceIndex:
         return sum(self.df_hist.values())
 
 
-@dataclass(slots=True)
-class DocState:
-    namespace: str
-    digest: bytes  # of the text the terms were made from: an unchanged document is skipped
-
-
 class LexiconIndex:
-    """All namespaces, and which namespace and text version each document id is indexed as."""
+    """All namespaces, and which namespace and text digest each document id is indexed with
+    (the digest of the text its terms came from: an unchanged document is not re-tokenized)."""
 
     def __init__(self) -> None:
         self.namespaces: dict[str, NamespaceIndex] = {}
-        self.docs: dict[str, DocState] = {}
+        self.namespace_of: dict[str, str] = {}
+        self.digest_of: dict[str, bytes] = {}
 
     def __len__(self) -> int:
-        return len(self.docs)
+        return len(self.namespace_of)
 
     def is_current(self, doc_id: str, namespace: str, digest: bytes) -> bool:
-        state = self.docs.get(doc_id)
-        return state is not None and state.namespace == namespace and state.digest == digest
+        return self.namespace_of.get(doc_id) == namespace and self.digest_of[doc_id] == digest
 
     def upsert(self, doc_id: str, namespace: str, digest: bytes, counts: Mapping[str, int]) -> None:
-        state = self.docs.get(doc_id)
-        if state is not None and state.namespace != namespace:
+        if self.namespace_of.get(doc_id, namespace) != namespace:
             self.remove(doc_id)
         space = self.namespaces.get(namespace)
         if space is None:
             space = self.namespaces[namespace] = NamespaceIndex()
         space.upsert(doc_id, counts)
-        self.docs[doc_id] = DocState(namespace, digest)
+        self.namespace_of[doc_id] = namespace
+        self.digest_of[doc_id] = digest
 
     def remove(self, doc_id: str) -> bool:
-        state = self.docs.pop(doc_id, None)
-        if state is None:
+        namespace = self.namespace_of.pop(doc_id, None)
+        if namespace is None:
             return False
-        space = self.namespaces[state.namespace]
+        del self.digest_of[doc_id]
+        space = self.namespaces[namespace]
         space.remove(doc_id)
         if not space.n_docs:
-            del self.namespaces[state.namespace]
+            del self.namespaces[namespace]
         return True
 
     def top(self, namespace: str, query: Mapping[str, int], top_n: int) -> list[tuple[str, float]]:
@@ -492,7 +492,7 @@ class LexiconIndex:
 
     def ids(self, namespace: str | None = None) -> Iterable[str]:
         if namespace is None:
-            return self.docs.keys()
+            return self.namespace_of.keys()
         space = self.namespaces.get(namespace)
         return () if space is None else space.slot_of.keys()
 
@@ -501,15 +501,16 @@ class LexiconIndex:
         csr.validate()
         if len(digests) != len(csr.ids):
             raise ValueError("digest count does not match the document count")
-        if namespace in self.namespaces or any(doc_id in self.docs for doc_id in csr.ids):
+        if namespace in self.namespaces or not self.namespace_of.keys().isdisjoint(csr.ids):
             raise ValueError(f"namespace {namespace!r} overlaps documents already loaded")
         space = NamespaceIndex()
         space.load(csr)
         if space.n_docs:
             self.namespaces[namespace] = space
-        for doc_id, digest in zip(csr.ids, digests, strict=True):
-            self.docs[doc_id] = DocState(namespace, digest)
+        self.namespace_of.update(zip(csr.ids, repeat(namespace)))
+        self.digest_of.update(zip(csr.ids, digests, strict=True))
 
     def clear(self) -> None:
         self.namespaces.clear()
-        self.docs.clear()
+        self.namespace_of.clear()
+        self.digest_of.clear()
