@@ -7,9 +7,10 @@ import sys
 from collections.abc import Sequence
 
 from services.cli import backup, bench, down, export, import_, migrate, status, up
+from services.cli import eval as eval_
 from services.config import ConfigError
 
-COMMANDS = (up, down, status, bench, migrate, backup, export, import_)
+COMMANDS = (up, down, status, bench, migrate, backup, export, import_, eval_)
 
 
 def build_parser() -> argparse.ArgumentParser:

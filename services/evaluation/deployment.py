@@ -1,0 +1,75 @@
+"""A throwaway keymem deployment for one eval run: real supervised services in a temp home.
+
+The eval must measure the product as users run it (supervisord, the five programs, ipc
+sockets), but must never touch the user's own memories: so it gets a fresh KEYMEM_HOME under
+/tmp (short, because ipc socket paths must fit in 107 bytes) and always stops what it started —
+on success, on error, on Ctrl-C and on SIGTERM — and removes the home.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+from protocol.endpoints import ipc_endpoints
+from services.config import Settings
+from services.supervision import READY_TIMEOUT_S, Supervision
+
+HOME_PARENT = "/tmp"
+HOME_PREFIX = "km-eval-"
+TRANSPORT_VARIABLE = "KEYMEM_TRANSPORT"
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C while inside, so cleanup in ``finally`` blocks runs."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def ipc_transport() -> Iterator[None]:
+    """Children inherit this environment: a user's KEYMEM_TRANSPORT=tcp would make the eval's
+    services bind the user's own TCP port. The throwaway deployment always uses ipc."""
+    previous = os.environ.get(TRANSPORT_VARIABLE)
+    os.environ[TRANSPORT_VARIABLE] = "ipc"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(TRANSPORT_VARIABLE, None)
+        else:
+            os.environ[TRANSPORT_VARIABLE] = previous
+
+
+@contextlib.contextmanager
+def temporary_deployment(ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[Settings]:
+    """Start keymem under a fresh temporary home, yield its settings, stop it and delete it."""
+    home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX, dir=HOME_PARENT))
+    base = Settings.from_env()
+    settings = dataclasses.replace(base, home=home, endpoints=ipc_endpoints(home))
+    supervision = Supervision(settings)
+    try:
+        with sigterm_as_interrupt(), ipc_transport():
+            try:
+                supervision.start()
+                supervision.wait_ready(ready_timeout_s)
+                yield settings
+            finally:
+                supervision.shutdown()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,201 @@
+"""One eval run: keymem through the real services, then the baselines, scored the same way.
+
+keymem goes first: a file that cannot be loaded (say ``--keys auto`` before auto-keys exist)
+fails in seconds instead of after minutes of baseline embedding, and the services are stopped
+before the in-process models load, so neither side's latency is measured while the other
+competes for the two cores. Every method sees the same queries, the same candidate scopes
+and the same metric code.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from protocol.client import Client
+from protocol.errors import KeymemError
+from services.evaluation.baselines import BASELINES, BaselineSuite, Ranked
+from services.evaluation.dataset import Benchmark, Query
+from services.evaluation.deployment import temporary_deployment
+from services.evaluation.loader import KeyMode, LoadedStore, load
+from services.evaluation.metrics import ScoreSheet
+from services.evaluation.progress import Progress
+from services.evaluation.recall import INJECT, SEARCH, KeymemRecall, MethodUnavailable, require
+from services.evaluation.tokens import tokenizer
+
+KEYMEM = "keymem"
+METHODS = (KEYMEM, *BASELINES)
+CLIENT_TIMEOUT_MS = 30_000
+
+
+@dataclass
+class MethodResult:
+    """One method's scores and latencies, or why it could not run."""
+
+    name: str
+    sheet: ScoreSheet
+    latencies_ms: list[float] = field(default_factory=list)
+    unavailable: str | None = None
+    errors: int = 0
+    first_error: str | None = None
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.latencies_ms) if self.latencies_ms else None
+
+    def record(self, query: Query, ranked: Ranked) -> None:
+        self.sheet.add(query.type, ranked.ids, query.gold)
+        self.latencies_ms.append(ranked.ms)
+
+    def failed(self, query: Query, error: KeymemError) -> None:
+        """A query whose call failed scores as an empty ranking (a miss) and is counted."""
+        self.sheet.add(query.type, [], query.gold)
+        self.errors += 1
+        self.first_error = self.first_error or f"query {query.id!r}: {error}"
+
+
+@dataclass
+class NotFoundResult:
+    """The inject path on ``gold: []`` queries: how often it rightly surfaced nothing."""
+
+    queries: int
+    silent: int = 0
+    unavailable: str | None = None
+    errors: int = 0
+
+    @property
+    def rate(self) -> float | None:
+        answered = self.queries - self.errors
+        if self.unavailable is not None or answered <= 0:
+            return None
+        return self.silent / answered
+
+
+@dataclass
+class EvalResult:
+    benchmark: Benchmark
+    source: str
+    ks: tuple[int, ...]
+    key_mode: KeyMode
+    tokenization: str
+    methods: list[MethodResult]
+    not_found: NotFoundResult
+    store: LoadedStore | None = None
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    ks: tuple[int, ...]
+    key_mode: KeyMode
+    methods: tuple[str, ...]
+    tokenization: str
+
+
+def _answerable(benchmark: Benchmark) -> list[tuple[int, Query]]:
+    return [(i, q) for i, q in enumerate(benchmark.queries) if q.answerable]
+
+
+def run_keymem(
+    client: Client,
+    benchmark: Benchmark,
+    options: EvalOptions,
+    progress: Progress,
+    result: MethodResult,
+    not_found: NotFoundResult,
+) -> LoadedStore:
+    """Load the benchmark into the running services, then query them."""
+    store = load(client, benchmark, options.key_mode, progress)
+    recall = KeymemRecall(client, store, max(options.ks))
+    try:
+        require(client, SEARCH)
+    except MethodUnavailable as exc:
+        result.unavailable = str(exc)
+        progress.note(f"keymem: {exc}; the baselines still run")
+    else:
+        for position, query in progress.over(_answerable(benchmark), "keymem: hybrid recall"):
+            try:
+                result.record(query, recall.search(query.query, store.namespaces[position]))
+            except KeymemError as exc:
+                result.failed(query, exc)
+    silent = [(i, q) for i, q in enumerate(benchmark.queries) if not q.answerable]
+    if not silent:
+        return store
+    try:
+        require(client, INJECT)
+    except MethodUnavailable as exc:
+        not_found.unavailable = str(exc)
+        return store
+    for position, query in progress.over(silent, "keymem: inject on unanswerable queries"):
+        try:
+            if not recall.surfaces_anything(query.query, store.namespaces[position]):
+                not_found.silent += 1
+        except KeymemError:
+            not_found.errors += 1
+    return store
+
+
+def run_baselines(
+    benchmark: Benchmark, options: EvalOptions, progress: Progress, results: dict[str, MethodResult]
+) -> None:
+    suite = BaselineSuite(
+        benchmark,
+        [m for m in options.methods if m in BASELINES],
+        progress,
+        tokenize=tokenizer(options.tokenization),
+    )
+    for _, query in progress.over(_answerable(benchmark), "baselines: ranking"):
+        for name, ranked in suite.rank(query).items():
+            results[name].record(query, ranked)
+
+
+def evaluate(
+    benchmark: Benchmark, source: str, options: EvalOptions, progress: Progress
+) -> EvalResult:
+    started = time.monotonic()
+    selected = [m for m in METHODS if m in options.methods]
+    results = {m: MethodResult(m, ScoreSheet(options.ks)) for m in selected}
+    silent_count = sum(1 for q in benchmark.queries if not q.answerable)
+    not_found = NotFoundResult(silent_count)
+    store = None
+    if KEYMEM in results:
+        progress.note("starting keymem's services in a temporary home ...")
+        with (
+            temporary_deployment() as settings,
+            Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
+        ):
+            store = run_keymem(client, benchmark, options, progress, results[KEYMEM], not_found)
+    else:
+        not_found.unavailable = "keymem not among --methods"
+    if any(m in results for m in BASELINES):
+        run_baselines(benchmark, options, progress, results)
+    return EvalResult(
+        benchmark=benchmark,
+        source=source,
+        ks=options.ks,
+        key_mode=options.key_mode,
+        tokenization=options.tokenization,
+        methods=[results[m] for m in selected],
+        not_found=not_found,
+        store=store,
+        wall_s=time.monotonic() - started,
+    )
+
+
+def parse_methods(raw: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(m.strip() for m in raw.split(",") if m.strip()))
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        raise ValueError(f"--methods takes a comma list of {', '.join(METHODS)}; got {raw!r}")
+    return names
+
+
+def parse_ks(raw: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(sorted({int(k) for k in raw.split(",") if k.strip()}))
+    except ValueError:
+        ks = ()
+    if not ks or ks[0] < 1:
+        raise ValueError(f"--k takes a comma list of positive integers; got {raw!r}")
+    return ks
