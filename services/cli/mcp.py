@@ -1,0 +1,69 @@
+"""``keymem mcp``: the stdio MCP server an agent host spawns.
+
+stdout belongs to the protocol, so everything else (start-up notes, logs, a model migration's
+progress) goes to stderr — during start-up stdout is even redirected there, so a stray print
+cannot corrupt the stream. The background services are started if they are not running (one
+supervisord however many agents start at once); if they cannot be, the server still runs and
+every tool answers the start-up failure, naming the log to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import KeymemError
+from services.config import Settings
+from services.launcher import ensure_up
+from services.supervision import READY_TIMEOUT_S, SupervisionError
+
+COUNTS_TIMEOUT_MS = 5_000
+LOG_FORMAT = "%(asctime)s keymem-mcp %(levelname)s %(name)s: %(message)s"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("mcp", help="run the MCP server on stdio (for agent hosts)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=READY_TIMEOUT_S,
+        help="seconds to wait for the services to become ready",
+    )
+    parser.set_defaults(run=run)
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=LOG_FORMAT)
+    # Imported here: the SDK is heavy and only this command needs it.
+    from services.mcp.backend import MemoryBackend
+    from services.mcp.prompt import hook_installed
+    from services.mcp.provenance import Provenance
+    from services.mcp.server import build_server
+
+    settings = Settings.from_env()
+    launch_error: str | None = None
+    counts: dict[str, Any] | None = None
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            ensure_up(settings, timeout_s=args.timeout, announce=say)
+            with Client(settings.endpoints.frontend, timeout_ms=COUNTS_TIMEOUT_MS) as client:
+                counts = client.call("memory", "counts", {})
+        except (SupervisionError, KeymemError) as exc:
+            launch_error = f"{exc} (logs in {settings.log_dir})"
+            say(f"keymem mcp: the services are not available; every tool will say so.\n{exc}")
+    backend = MemoryBackend(
+        settings.endpoints.frontend, settings.log_dir, launch_error=launch_error
+    )
+    server = build_server(
+        backend, counts=counts, provenance=Provenance.from_env(), hook=hook_installed()
+    )
+    server.run()
+    return 0

@@ -1,0 +1,100 @@
+"""The MCP server's one road to keymem: the router's ``memory`` service, errors translated.
+
+Every tool goes through ``MemoryBackend.ask``: one request to the router, the reply validated
+into the tool's output model, and any failure turned into a ``ToolError`` whose text an agent
+can act on (the SDK returns it as an ``is_error`` result; the server never crashes). Failures
+of keymem itself (unavailable, timeout, internal) also name the logs to read. When the services
+could not be started, each call first probes the router briefly, so a tool answers the start-up
+failure at once instead of waiting out a deadline — and works again once someone starts them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, ValidationError
+
+from protocol.async_client import AsyncClient
+from protocol.errors import ErrorCode, KeymemError
+
+log = logging.getLogger(__name__)
+
+TOOL_TIMEOUT_MS = 20_000  # one tool call, end to end through the router
+BATCH_TIMEOUT_MS = 60_000  # remember_batch: up to 200 items' keys to embed
+PROBE_TIMEOUT_MS = 1_000  # is the router there at all (after a failed start)
+# keymem-side failures, as opposed to a mistake in the agent's arguments.
+SERVICE_FAILURES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.INTERNAL}
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class MemoryBackend:
+    def __init__(self, endpoint: str, log_dir: Path, *, launch_error: str | None = None) -> None:
+        self.endpoint = endpoint
+        self.log_dir = log_dir
+        self.launch_error = launch_error
+        self._client: AsyncClient | None = None
+
+    @property
+    def client(self) -> AsyncClient:
+        # Created on first use, inside the server's event loop (zmq.asyncio binds to it).
+        if self._client is None:
+            self._client = AsyncClient(self.endpoint, timeout_ms=TOOL_TIMEOUT_MS)
+        return self._client
+
+    async def call(
+        self, method: str, body: dict[str, Any], *, timeout_ms: int = TOOL_TIMEOUT_MS
+    ) -> Any:
+        """The memory service's reply to ``method``, or a ``ToolError`` saying what failed."""
+        if self.launch_error is not None:
+            await self._probe()
+        try:
+            return await self.client.call("memory", method, body, timeout_ms=timeout_ms)
+        except KeymemError as exc:
+            raise ToolError(self._describe(method, exc)) from exc
+
+    async def ask(
+        self,
+        method: str,
+        body: dict[str, Any],
+        model: type[Model],
+        *,
+        timeout_ms: int = TOOL_TIMEOUT_MS,
+    ) -> Model:
+        """``call`` with the reply checked against the tool's output model."""
+        reply = await self.call(method, body, timeout_ms=timeout_ms)
+        try:
+            return model.model_validate(reply)
+        except ValidationError as exc:
+            log.error("memory.%s replied in an unexpected shape: %s", method, exc)
+            raise ToolError(
+                f"internal: keymem's {method} reply did not match its published shape; "
+                f"please report it (details in this server's stderr)"
+            ) from exc
+
+    async def _probe(self) -> None:
+        try:
+            await self.client.call("router", "ping", timeout_ms=PROBE_TIMEOUT_MS)
+        except KeymemError:
+            raise ToolError(
+                f"unavailable: keymem could not be started. {self.launch_error}"
+            ) from None
+        log.info("keymem's services answer now; the start-up failure is over")
+        self.launch_error = None
+
+    def _describe(self, method: str, exc: KeymemError) -> str:
+        text = f"{exc.code.value}: {exc.message}"
+        if exc.code in SERVICE_FAILURES:
+            text += (
+                f" (keymem's services failed on {method}; run `keymem status`, "
+                f"logs in {self.log_dir})"
+            )
+        return text
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

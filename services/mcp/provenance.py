@@ -1,0 +1,63 @@
+"""Provenance: which host conversation a saved memory came from.
+
+Claude Code and Codex inject their session id into every MCP server they spawn
+(CLAUDE_CODE_SESSION_ID, CODEX_THREAD_ID), so the link is exact and needs no transcript: we
+stamp ``host_agent`` and ``host_session`` from the environment and never open a transcript
+file. The original's gate still applies to the link itself: transcripts (and the sessions they
+name) are the owner's local history, so KEYMEM_TRANSCRIPT_ACCESS=false drops the host link even
+under a host. Its heuristic for hosts without a session id (the most recently modified
+transcript, enabled by KEYMEM_TRANSCRIPT_ACCESS=true) is deliberately not implemented: a guess
+can tie a memory to the wrong conversation, and reading transcripts only to guess is not worth
+the exposure. Nothing here is reachable through a tool.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# (environment variable, host_agent) for hosts that inject their session id.
+HOST_SESSION_ENV = (
+    ("CLAUDE_CODE_SESSION_ID", "claude-code"),
+    ("CODEX_THREAD_ID", "codex"),
+)
+ACCESS_ENV = "KEYMEM_TRANSCRIPT_ACCESS"
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    session: str  # this server process: memories saved through one `keymem mcp` share it
+    host_agent: str | None = None
+    host_session: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Provenance:
+        env = os.environ if environ is None else environ
+        session = uuid.uuid4().hex[:12]
+        if env.get(ACCESS_ENV, "").strip().lower() in FALSE_WORDS:
+            return cls(session)
+        for variable, agent in HOST_SESSION_ENV:
+            value = env.get(variable, "").strip()
+            if value:
+                return cls(session, agent, value)
+        return cls(session)
+
+    def stamp(self, tool: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``given`` (the agent's own source fields) with this process's provenance on top."""
+        source: dict[str, Any] = dict(given or {})
+        source.update(
+            session=self.session,
+            tool=tool,
+            saved_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        if self.host_session is not None:
+            source.update(host_agent=self.host_agent, host_session=self.host_session)
+        else:  # an agent cannot claim a host conversation the host did not vouch for
+            source.pop("host_agent", None)
+            source.pop("host_session", None)
+        return source
