@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from hooks.prompt_submit import FAILURE_LOG
 from protocol.client import Client
 from protocol.errors import KeymemError
 from services.config import ALL_PROGRAMS, Settings
@@ -50,6 +51,7 @@ def collect(settings: Settings) -> dict[str, Any]:
                 router = client.call("router", "stats")
         except KeymemError as exc:
             report["router_error"] = str(exc)
+    report["hook"] = hook_failures(settings)
     routed = router.get("services", {})
     for name in ALL_PROGRAMS:
         process = processes.get(name)
@@ -70,6 +72,21 @@ def collect(settings: Settings) -> dict[str, Any]:
             "log": str(supervision.log_path(name)),
         }
     return report
+
+
+def hook_failures(settings: Settings) -> dict[str, Any]:
+    """How often the prompt-submit hook gave up (it prints nothing then, by design)."""
+    try:
+        lines = (settings.log_dir / FAILURE_LOG).read_text().splitlines()
+    except OSError:
+        return {"failures": 0, "last": None}
+    last = None
+    if lines:
+        try:
+            last = json.loads(lines[-1])
+        except ValueError:
+            last = {"reason": lines[-1]}
+    return {"failures": len(lines), "last": last}
 
 
 def _uptime(seconds: float) -> str:
@@ -100,6 +117,10 @@ def render(report: dict[str, Any]) -> str:
         )
         padded = (cell.ljust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True))
         lines.append("  ".join(padded).rstrip())
+    hook = report["hook"]
+    if hook["failures"]:
+        last = hook["last"] or {}
+        lines.append(f"hook: {hook['failures']} failed call(s); last: {last.get('reason', '?')}")
     if "router_error" in report:
         lines.append(f"router did not answer: {report['router_error']}")
     return "\n".join(lines)

@@ -32,6 +32,11 @@ from services.graph.text import normalize_namespace
 DEFAULT_BUDGET_MS = 5_000
 ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
 RERANK_SHARE = 0.5  # of what is left after the graph, for the reranker
+RERANK_SEGMENT_CHARS = 600
+MIN_SEGMENT_CHARS = 8
+HEAD_SEGMENTS = 2
+TAIL_SEGMENTS = 4
+SENTENCE_END = re.compile(r"(?<=[.!?。？！])\s+|\n+")
 BM25_DEPTH = 50
 RRF_K = 60
 TOP_K_DEFAULT = 8
@@ -112,6 +117,28 @@ def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise BadRequest(f"{name} must be true or false")
     return value
+
+
+def rerank_segments(query: str) -> list[str]:
+    """What the reranker compares passages with: the query, or sentences of a long one.
+
+    A long prompt is mostly pasted material with the question somewhere, usually at an end;
+    scored whole, the question drowns (a 4,000-character log scores ~0 against the memory it
+    asks about). So a long query is cut into distinct sentences and the first and last few are
+    scored separately; a passage keeps its best score.
+    """
+    if len(query) <= RERANK_SEGMENT_CHARS:
+        return [query]
+    sentences = list(
+        dict.fromkeys(
+            part.strip()[:RERANK_SEGMENT_CHARS]
+            for part in SENTENCE_END.split(query)
+            if len(part.strip()) >= MIN_SEGMENT_CHARS
+        )
+    )
+    if len(sentences) <= HEAD_SEGMENTS + TAIL_SEGMENTS:
+        return sentences or [query[:RERANK_SEGMENT_CHARS]]
+    return sentences[:HEAD_SEGMENTS] + sentences[-TAIL_SEGMENTS:]
 
 
 def is_comparison(query: str) -> bool:
@@ -198,17 +225,21 @@ class Recall:
         self, query: str, candidates: list[dict[str, Any]], degraded: dict[str, str]
     ) -> list[dict[str, Any]]:
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
-        try:
-            scored = self.client.call(
-                "reranker",
-                "score",
-                {"query": query, "passages": [c["content"] for c in candidates]},
-                timeout_ms=budget,
-            )
-        except KeymemError as exc:
-            degraded["reranker"] = str(exc)
+        passages = [c["content"] for c in candidates]
+        outcomes = self.client.call_many(
+            [
+                ("reranker", "score", {"query": segment, "passages": passages})
+                for segment in rerank_segments(query)
+            ],
+            timeout_ms=budget,
+        )
+        scored = [o for o in outcomes if not isinstance(o, KeymemError)]
+        if not scored:
+            degraded["reranker"] = str(outcomes[0])
             return candidates
-        scores: list[float] = scored["scores"]
+        # a passage is as relevant as its best match with any part of the query
+        scores = [max(o["scores"][i] for o in scored) for i in range(len(candidates))]
+        kind = scored[0]["score_kind"]
         by_rerank = sorted(range(len(candidates)), key=lambda i: -scores[i])
         rerank_rank = {i: rank for rank, i in enumerate(by_rerank, 1)}
         fused = []
@@ -222,7 +253,7 @@ class Recall:
                     "score": round(final, SCORE_DIGITS),
                     "score_kind": "rrf_graph_and_rerank",
                     "rerank_score": round(scores[i], SCORE_DIGITS),
-                    "rerank_kind": scored["score_kind"],
+                    "rerank_kind": kind,
                 }
             )
         fused.sort(key=lambda c: -c["score"])

