@@ -125,3 +125,7 @@ def test_missing_reranker_dir_names_the_variable(tmp_path: Path) -> None:
         load_cross_encoder(None, tmp_path / "absent", tmp_path, 1)
     assert "KEYMEM_RERANK_MODEL_PATH" in str(raised.value)
     assert str(tmp_path / "absent") in str(raised.value)
+
+
+def test_warm_is_a_no_op_for_a_cross_encoder(scorer: CrossEncoderScorer) -> None:
+    assert scorer.warm(["strawberry"]) == 0

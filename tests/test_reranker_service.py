@@ -141,3 +141,24 @@ def test_scripts_and_gate_logic() -> None:
     assert gate.judge("q", ["a", "b"], [-1.0, -0.5])["passed"] is False
     assert gate.judge("q", ["a", "b"], [-1.0, 0.5])["top_index"] == 1
     assert Gate(None).judge("q", ["a"], [-9.0])["passed"] is True
+
+
+def test_warm_embeds_passages_ahead_of_the_query(stack: InprocStack, backend: Usem3Backend) -> None:
+    client = start(stack, backend)
+    passages = ["fresh memory one", "fresh memory two", "fresh memory one"]
+    assert client.call("reranker", "warm", {"passages": passages}) == {
+        "cached": 2,
+        "score_kind": "embedding_cosine",
+    }
+    assert client.call("reranker", "warm", {"passages": passages})["cached"] == 0
+    warmed = score(client, "memory", passages)["scores"]
+    cold = EmbeddingCosineScorer(backend, cache_entries=0).score("memory", passages)[0]
+    assert warmed == pytest.approx(cold, abs=1e-6)
+    with pytest.raises(BadRequest, match="unknown field"):
+        client.call("reranker", "warm", {"passages": ["x"], "query": "q"})
+
+
+def test_disabled_reranker_refuses_warm_too(stack: InprocStack) -> None:
+    stack.add_worker(build(Settings.from_env(), RerankerSettings(enabled=False)))
+    with pytest.raises(Unavailable):
+        stack.client().call("reranker", "warm", {"passages": ["p"]})

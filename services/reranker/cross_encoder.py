@@ -47,6 +47,9 @@ class CrossEncoderScorer:
             scores[group] = self._run([encodings[i] for i in group], longest)
         return scores.tolist(), truncated
 
+    def warm(self, passages: list[str]) -> int:
+        return 0  # a cross-encoder reads each pair whole: nothing to compute ahead of the query
+
     def _run(self, encodings: list[Any], length: int) -> Any:
         feed = model_inputs(encodings, length, self._inputs)
         (logits,) = self._session.run([self._output], feed)

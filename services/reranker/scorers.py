@@ -27,6 +27,10 @@ class Scorer(Protocol):
         """One score per passage (higher is more relevant), and which passages it truncated."""
         ...
 
+    def warm(self, passages: list[str]) -> int:
+        """Precompute what scoring these passages later needs; how many were new."""
+        ...
+
 
 # The cosine default reads the head of each passage: USE-m costs ~20 µs per character, so a
 # pool of 30 full paragraphs would cost 150 ms cold; the opening carries the topic.
@@ -42,23 +46,31 @@ class EmbeddingCosineScorer:
         self.model = fingerprint(backend)
         self.cache = VectorCache(cache_entries)
 
-    def score(self, query: str, passages: list[str]) -> tuple[list[float], set[int]]:
+    def _rows(self, passages: list[str]) -> tuple[dict[str, Cached], int]:
+        """A cached vector for every passage, embedding the missing ones in one call."""
         rows: dict[str, Cached] = {}
-        missing: list[str] = []
+        missing: dict[str, None] = {}
         for passage in passages:
             found = self.cache.get("passage", passage)
             if found is not None:
                 rows[passage] = found
-            elif passage not in rows and passage not in missing:
-                missing.append(passage)
-        # query and new passages in one model call when the model has no prefixes
-        query_vector = self.backend.encode([query], "query").vectors[0]
+            else:
+                missing[passage] = None
         if missing:
-            encoded = self.backend.encode(missing, "passage")
-            for i, passage in enumerate(missing):
+            texts = list(missing)
+            encoded = self.backend.encode(texts, "passage")
+            for i, passage in enumerate(texts):
                 entry = Cached(encoded.vectors[i].copy(), i in encoded.truncated)
                 rows[passage] = entry
                 self.cache.put("passage", passage, entry)
+        return rows, len(missing)
+
+    def score(self, query: str, passages: list[str]) -> tuple[list[float], set[int]]:
+        rows, _ = self._rows(passages)
+        query_vector = self.backend.encode([query], "query").vectors[0]
         matrix = np.stack([rows[p].vector for p in passages])
         scores = (matrix @ query_vector).astype(float).tolist()
         return scores, {i for i, p in enumerate(passages) if rows[p].truncated}
+
+    def warm(self, passages: list[str]) -> int:
+        return self._rows(passages)[1]

@@ -36,15 +36,19 @@ class Reranker:
         self.gate = Gate(config.min_score)
         self.load_seconds = load_seconds
 
-    def score(self, body: Any) -> dict[str, Any]:
-        body = require_map(body, '"query" and "passages"')
-        unknown = set(body) - {"query", "passages"}
+    def _passages(self, body: Any, fields: set[str]) -> tuple[dict[str, Any], list[str], set[int]]:
+        body = require_map(body, " and ".join(f'"{f}"' for f in sorted(fields)))
+        unknown = set(body) - fields
         if unknown:
             raise BadRequest(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
-        query = check_text(body.get("query"), "query")[:MAX_QUERY_CHARS]
         passages, cut_at = cut(
             check_texts(body.get("passages"), "passages", MAX_PASSAGES), self.scorer.max_chars
         )
+        return body, passages, cut_at
+
+    def score(self, body: Any) -> dict[str, Any]:
+        body, passages, cut_at = self._passages(body, {"query", "passages"})
+        query = check_text(body.get("query"), "query")[:MAX_QUERY_CHARS]
         scores, truncated = self.scorer.score(query, passages)
         return {
             "scores": scores,
@@ -53,6 +57,12 @@ class Reranker:
             "gate": self.gate.judge(query, passages, scores),
             "truncated": sorted(cut_at | truncated),
         }
+
+    def warm(self, body: Any) -> dict[str, Any]:
+        """Prepare passages before any query needs them (e.g. right after a memory is written),
+        so the first recall that pools them pays no model time for them."""
+        _, passages, _ = self._passages(body, {"passages"})
+        return {"cached": self.scorer.warm(passages), "score_kind": self.scorer.score_kind}
 
     def info(self, body: Any = None) -> dict[str, Any]:
         return {
@@ -85,6 +95,7 @@ def load_scorer(settings: Settings, config: RerankerSettings) -> Scorer:
 def make_service(reranker: Reranker) -> Service:
     service = Service("reranker")
     service.add("score", reranker.score, idempotent=True)
+    service.add("warm", reranker.warm, idempotent=True)
     service.add("info", reranker.info, idempotent=True)
     return service
 
@@ -102,6 +113,7 @@ def disabled_service(config: RerankerSettings) -> Service:
         return {"enabled": False, "reason": "KEYMEM_RERANK=false", "pool": config.pool}
 
     service.add("score", score, idempotent=True)
+    service.add("warm", score, idempotent=True)
     service.add("info", info, idempotent=True)
     return service
 
