@@ -62,6 +62,9 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
             "all-MiniLM-L6-v2", "embedder", "sentence-transformers/all-MiniLM-L6-v2", max_tokens=256
         ),
         ModelSpec("ms-marco-MiniLM-L-6-v2", "reranker", "cross-encoder/ms-marco-MiniLM-L-6-v2"),
+        # The official repository publishes PyTorch weights; if it carries no ONNX export the
+        # download stops with that message, and an exported directory works through
+        # KEYMEM_RERANK_MODEL_PATH.
         ModelSpec("bge-reranker-v2-m3", "reranker", "BAAI/bge-reranker-v2-m3"),
     )
 }
