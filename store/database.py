@@ -59,6 +59,17 @@ def graph_path(home: Path) -> Path:
     return home / GRAPH_FILE_NAME
 
 
+# Links with their latest weight (appended changes not yet folded in win).
+EFFECTIVE_LINKS = (
+    "SELECT l.key_id, l.memory_id, coalesce(w.weight, l.weight) AS weight, l.auto "
+    "FROM links l LEFT JOIN (SELECT key_id, memory_id, arg_max(weight, serial) AS weight "
+    "FROM link_weights GROUP BY key_id, memory_id) w "
+    "ON l.key_id = w.key_id AND l.memory_id = w.memory_id"
+)
+# Fold appended weight changes into ``links`` once this many are waiting (and the service idles).
+FOLD_LINK_WEIGHTS_MIN_ROWS = 1_000
+
+
 def _float_or_none(value: Any) -> float | None:
     """fetchnumpy turns SQL NULL in a DOUBLE column into NaN (or a masked value)."""
     if value is None:
@@ -117,6 +128,9 @@ class GraphStore:
         self.conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
         self._types: dict[str, list[str]] = {}
         self.migrated_from = migrate(self.conn)
+        self.serial = int(
+            self.conn.execute("SELECT coalesce(max(serial), 0) FROM link_weights").fetchall()[0][0]
+        )
         meta = self.read_meta()
         if "epoch" not in meta:
             self.set_meta({"epoch": uuid.uuid4().hex, "created_at": str(time.time())})
@@ -201,9 +215,7 @@ class GraphStore:
             if memory_id in graph.memories:
                 graph.memories[memory_id].contradicts.append(other_id)
         # Sorted by memory, so the service groups a memory's links with one slice.
-        links = self.conn.execute(
-            "SELECT key_id, memory_id, weight, auto FROM links ORDER BY memory_id"
-        ).fetchnumpy()
+        links = self.conn.execute(f"{EFFECTIVE_LINKS} ORDER BY memory_id").fetchnumpy()
         graph.links = list(
             map(
                 LinkRecord,
@@ -246,6 +258,7 @@ class GraphStore:
             for table, column in (
                 ("memories", "id"),
                 ("links", "memory_id"),
+                ("link_weights", "memory_id"),
                 ("related", "memory_id"),
                 ("contradictions", "memory_id"),
             ):
@@ -257,6 +270,7 @@ class GraphStore:
                 ("key_aliases", "key_id"),
                 ("alias_candidates", "key_id"),
                 ("links", "key_id"),
+                ("link_weights", "key_id"),
             ):
                 self._delete_in(table, column, ids)
         self.insert_rows(
@@ -309,12 +323,16 @@ class GraphStore:
             4,
             [(ln.key_id, ln.memory_id, ln.weight, ln.auto) for ln in c.new_links.values()],
         )
-        self._update(
-            "links",
-            ("key_id", "memory_id"),
-            (("key_id", "VARCHAR"), ("memory_id", "VARCHAR"), ("weight", "DOUBLE")),
-            [(ln.key_id, ln.memory_id, ln.weight) for ln in c.touched_links.values()],
-        )
+        if c.touched_links:
+            self.serial += 1
+            self.insert_rows(
+                "link_weights",
+                4,
+                [
+                    (ln.key_id, ln.memory_id, ln.weight, self.serial)
+                    for ln in c.touched_links.values()
+                ],
+            )
         rewrite_related = sorted(set(c.related_rewrite) - set(c.new_memories))
         if rewrite_related:
             self._delete_in("related", "memory_id", rewrite_related)
@@ -399,6 +417,25 @@ class GraphStore:
                 [list(ids)],
             )
 
+    def fold_link_weights(self, min_rows: int = FOLD_LINK_WEIGHTS_MIN_ROWS) -> int:
+        """Apply appended weight changes to ``links`` in one bulk UPDATE; returns rows folded."""
+        waiting = int(self.conn.execute("SELECT count(*) FROM link_weights").fetchall()[0][0])
+        if waiting < min_rows or waiting == 0:
+            return 0
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            self.conn.execute(
+                "UPDATE links SET weight = w.weight FROM (SELECT key_id, memory_id, "
+                "arg_max(weight, serial) AS weight FROM link_weights GROUP BY key_id, memory_id) w "
+                "WHERE links.key_id = w.key_id AND links.memory_id = w.memory_id"
+            )
+            self.conn.execute("DELETE FROM link_weights")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return waiting
+
     # -- change feed -----------------------------------------------------------------------
     def events_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:
         rows = self.conn.execute(
@@ -469,6 +506,7 @@ class GraphStore:
             return
         self.closed = True
         try:
+            self.fold_link_weights(min_rows=1)
             self.checkpoint()
         except duckdb.Error:
             log.exception("checkpoint at close failed")

@@ -20,7 +20,7 @@ import numpy as np
 
 from protocol.errors import BadRequest, Conflict
 from store.changes import OP_UPSERT
-from store.database import GraphStore
+from store.database import EFFECTIVE_LINKS, GraphStore
 from store.schema import SCHEMA_VERSION
 
 EXPORT_FORMAT = "keymem-graph-export"
@@ -74,7 +74,8 @@ def export_graph(conn: duckdb.DuckDBPyConnection, out: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
     for table in EXPORTED_TABLES:
         columns = _columns(conn, table)
-        rows = conn.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall()
+        source = f"({EFFECTIVE_LINKS})" if table == "links" else table
+        rows = conn.execute(f"SELECT * FROM {source} ORDER BY ALL").fetchall()
         tables[table] = {
             "columns": [name for name, _ in columns],
             "rows": [

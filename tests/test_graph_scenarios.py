@@ -332,3 +332,22 @@ def test_a_new_key_near_an_existing_one_comes_back_as_a_hint(graph: GraphService
     assert 0.45 <= hints[0]["similarity"] < 0.98
     again = graph.remember(remember_body("More caffeine", ["caffeine"]))
     assert "hints" not in again  # reusing a key coins nothing
+
+
+def test_weight_changes_survive_a_crash_before_they_are_folded(tmp_path: Path) -> None:
+    graph = open_graph(tmp_path)
+    saved = graph.remember(remember_body("Frank runs the CI", ["Frank", "CI"]))["saved"]
+    frank, ci = key_id_of(graph, "Frank"), key_id_of(graph, "CI")
+    graph.read_memory({"memory_id": saved, "via_key_id": frank})
+    graph.read_memory({"memory_id": saved, "via_key_id": frank})
+    graph.dismiss({"memory_id": saved, "key_id": ci})
+    graph.store.conn.close()  # no fold, no checkpoint: what kill -9 leaves behind
+    reopened = open_graph(tmp_path)
+    try:
+        weights = {k: ln.weight for k, ln in reopened.state.mem_links[saved].items()}
+        assert weights == {frank: pytest.approx(1.2), ci: pytest.approx(0.7)}
+        assert reopened.store.fold_link_weights(min_rows=1) == 3
+        rows = reopened.store.conn.execute("SELECT key_id, weight FROM links").fetchall()
+        assert dict(rows) == {frank: pytest.approx(1.2), ci: pytest.approx(0.7)}
+    finally:
+        reopened.close()

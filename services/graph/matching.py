@@ -223,13 +223,7 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
             for key_id in state.mem_links.get(memory_id, {}):
                 key = state.keys[key_id]
                 idf = key_idf(key, state.active_count.get(key_id, 0))
-                members = state.key_links.get(key_id, {})
-                strongest = (
-                    heapq.nlargest(per_key, members.values(), key=lambda ln: ln.weight)
-                    if len(members) > per_key
-                    else members.values()
-                )
-                for link in strongest:
+                for link in state.strongest(key_id, per_key):
                     other = link.memory_id
                     if other in visited or not usable(other):
                         continue

@@ -208,6 +208,7 @@ class GraphService:
             return
         idle = time.monotonic() - self.last_write
         if self.dirty_since_checkpoint and idle >= IDLE_CHECKPOINT_AFTER_S:
+            self.store.fold_link_weights()
             self.store.checkpoint()
             self.dirty_since_checkpoint = False
 

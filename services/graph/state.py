@@ -36,6 +36,13 @@ def clamp_depth(depth: float) -> float:
     return min(DEPTH_MAX, max(DEPTH_MIN, depth))
 
 
+STRONGEST_CACHED = 256
+
+
+def _weight(link: LinkRecord) -> float:
+    return link.weight
+
+
 def _runs(values: list[str]) -> list[tuple[int, int]]:
     """[start, end) of each run of equal consecutive values."""
     if not values:
@@ -66,6 +73,8 @@ class GraphState:
         # memory id -> memories whose related_to names it (kept loosely: readers re-check)
         self.related_by: dict[str, set[str]] = defaultdict(set)
         self.changes = Changes()
+        # key id -> its strongest links, weight-descending (hub expansion reads these often)
+        self._strongest: dict[str, list[LinkRecord]] = {}
         # The store deletes links with their key or memory in one transaction, so every
         # loaded link has both ends.
         for start, end in _runs([link.memory_id for link in loaded.links]):
@@ -120,6 +129,19 @@ class GraphState:
     def is_active(self, memory: MemoryRecord, now: float) -> bool:
         return memory.active(now)
 
+    def strongest(self, key_id: str, count: int) -> list[LinkRecord]:
+        """A key's ``count`` strongest links (cached up to STRONGEST_CACHED per key)."""
+        members = self.key_links.get(key_id, {})
+        if len(members) <= count:
+            return list(members.values())
+        if count > STRONGEST_CACHED:
+            return heapq.nlargest(count, members.values(), key=_weight)
+        cached = self._strongest.get(key_id)
+        if cached is None:
+            cached = heapq.nlargest(STRONGEST_CACHED, members.values(), key=_weight)
+            self._strongest[key_id] = cached
+        return cached[:count]
+
     # -- memories --------------------------------------------------------------------------
     def add_memory(self, memory: MemoryRecord) -> None:
         self.memories[memory.id] = memory
@@ -159,6 +181,7 @@ class GraphState:
             self.changes.delete_event(memory)
         orphaned: list[str] = []
         for key_id in self.mem_links.pop(memory.id, {}):
+            self._strongest.pop(key_id, None)
             if was_active:
                 self.active_count[key_id] -= 1
             holders = self.key_links.get(key_id)
@@ -225,6 +248,7 @@ class GraphState:
         if self.link(key_id, memory_id) is not None:
             return
         record = LinkRecord(key_id, memory_id, clamp_weight(weight), auto)
+        self._strongest.pop(key_id, None)
         self.key_links[key_id][memory_id] = record
         self.mem_links[memory_id][key_id] = record
         if self.memories[memory_id].superseded_by is None:
@@ -233,4 +257,5 @@ class GraphState:
 
     def set_weight(self, link: LinkRecord, weight: float) -> None:
         link.weight = clamp_weight(weight)
+        self._strongest.pop(link.key_id, None)
         self.changes.touch_link(link)
