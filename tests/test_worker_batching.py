@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -74,6 +74,14 @@ def _concurrently(stack: InprocStack, bodies: list[Any], timeout_ms: int = 5_000
         thread.join()
     hold_thread.join()
     return results
+
+
+@pytest.fixture
+def stack() -> Iterator[InprocStack]:
+    """The default heartbeat: the conftest's fast one (300 ms) is as short as ``HOLD_S``, and a
+    worker held that long would be declared dead by the router."""
+    with InprocStack() as running:
+        yield running
 
 
 @pytest.fixture
