@@ -1,0 +1,172 @@
+"""Recall and hook figures for docs/BENCHMARKS.md at a given store size.
+
+    python -m benchmarks.recall_bench --memories 10000 [--seconds 10] [--hook-runs 40]
+
+Builds a synthetic store (benchmarks.graph_bench.Synthetic: 3-6 Zipf-shared keys per memory,
+4 namespaces) straight into a temporary home's graph file, then starts the real deployment
+(`keymem up`: supervisord and the five processes; its model check re-embeds every key with the
+default embedder, so key vectors are real), waits until the lexicon has indexed every memory,
+and measures through the router, in the same run:
+
+- hybrid recall (`memory.search`, hops 2, rerank on) from one closed-loop client: p50/p99 of
+  the round trip and of each stage (analyse = embedder ∥ lexicon, graph, rerank);
+- the same with rerank off;
+- the hook as a host runs it: spawn `keymem-hook`'s module, feed host JSON, read stdout —
+  p50/p95 — next to the floor `python -c "import zmq, msgpack"` measured the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.graph_bench import Synthetic, build
+from protocol.client import Client
+from protocol.endpoints import ipc_endpoints
+
+INDEX_WAIT_S = 1_800
+QUERY_POOL = 200
+
+
+def _keymem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=INDEX_WAIT_S,
+    )
+
+
+def _pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 3)
+
+
+def _queries(data: Synthetic) -> list[dict[str, Any]]:
+    out = []
+    for _ in range(QUERY_POOL):
+        q = data.query()
+        out.append({"query": q["text"], "namespace": q["namespace"]})
+    return out
+
+
+def _wait_indexed(client: Client, memories: int) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < INDEX_WAIT_S:
+        stats = client.call("lexicon", "index_stats", {}, timeout_ms=5_000)
+        if stats["documents"] >= memories:
+            return time.monotonic() - started
+        time.sleep(1.0)
+    raise TimeoutError("the lexicon did not index every memory in time")
+
+
+def _search_loop(
+    client: Client, queries: list[dict[str, Any]], seconds: float, rerank: bool
+) -> dict[str, Any]:
+    totals: list[float] = []
+    stages: dict[str, list[float]] = {}
+    end = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < end:
+        body = {**queries[i % len(queries)], "timing": True, "rerank": rerank, "top_k": 10}
+        started = time.perf_counter()
+        reply = client.call("memory", "search", body, timeout_ms=10_000)
+        totals.append((time.perf_counter() - started) * 1000)
+        for stage, ms in reply["timing_ms"].items():
+            stages.setdefault(stage, []).append(ms)
+        i += 1
+    return {
+        "n": len(totals),
+        "round_trip": {"p50_ms": _pct(totals, 50), "p99_ms": _pct(totals, 99)},
+        "stages": {s: {"p50_ms": _pct(v, 50), "p99_ms": _pct(v, 99)} for s, v in stages.items()},
+    }
+
+
+def _spawn_times(argv: list[str], stdin: bytes, env: dict[str, str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=30, check=True)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def _hook(env: dict[str, str], queries: list[dict[str, Any]], runs: int) -> dict[str, Any]:
+    payload = json.dumps(
+        {
+            "session_id": "bench",
+            "cwd": "/tmp",
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": queries[0]["query"],
+        }
+    ).encode()
+    hook = _spawn_times([sys.executable, "-m", "hooks.prompt_submit"], payload, env, runs)
+    floor = _spawn_times([sys.executable, "-c", "import zmq, msgpack"], b"", env, runs)
+    return {
+        "runs": runs,
+        "hook": {"p50_ms": _pct(hook, 50), "p95_ms": _pct(hook, 95)},
+        "floor_import_zmq_msgpack": {"p50_ms": _pct(floor, 50), "p95_ms": _pct(floor, 95)},
+    }
+
+
+def measure(memories: int, seconds: float, hook_runs: int) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="km-rb-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    env["KEYMEM_HOME"] = str(home)
+    data = Synthetic(memories)
+    try:
+        built = build(home, data, memories)
+        started = time.perf_counter()
+        _keymem(env, "up", "--timeout", "600")
+        up_s = time.perf_counter() - started
+        with Client(ipc_endpoints(home).frontend) as client:
+            index_s = _wait_indexed(client, built["memories"])
+            queries = _queries(data)
+            for query in queries[:20]:  # warm caches
+                client.call("memory", "search", query, timeout_ms=10_000)
+            rerank_on = _search_loop(client, queries, seconds, rerank=True)
+            rerank_off = _search_loop(client, queries, seconds / 2, rerank=False)
+        hook = _hook(env, queries, hook_runs)
+        return {
+            "store": built,
+            "up_with_migration_s": round(up_s, 1),
+            "lexicon_index_wait_s": round(index_s, 1),
+            "search_rerank_on": rerank_on,
+            "search_rerank_off": rerank_off,
+            "hook_round_trip": hook,
+            "load_average": os.getloadavg(),
+        }
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "services.cli", "down"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--hook-runs", type=int, default=40)
+    args = parser.parse_args()
+    report = measure(args.memories, args.seconds, args.hook_runs)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
