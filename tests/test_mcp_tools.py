@@ -1,0 +1,338 @@
+"""keymem's MCP tools in process: the SDK's client against the real server over every real service.
+
+The services run as threads (tests/full_stack.py); the MCP server is the one ``keymem mcp``
+builds, reached through the SDK's in-process ``Client``. These check the tool logic — shapes,
+provenance, error translation, the prompt — quickly; tests/test_mcp_stdio.py runs the same
+server as a real subprocess over stdio against supervised services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from mcp import Client
+from mcp_types import CallToolResult
+
+from services.mcp.backend import MemoryBackend
+from services.mcp.prompt import RULES, memory_system_prompt
+from services.mcp.provenance import Provenance
+from services.mcp.server import build_server
+from tests.full_stack import FullStack, full_stack
+
+TOOLS = {
+    "recall",
+    "browse_keys",
+    "read_key",
+    "read_memory",
+    "confirm_memory",
+    "remember",
+    "correct",
+    "dismiss",
+    "forget",
+    "remember_batch",
+    "history",
+}
+SKILL = Path(__file__).parent.parent / "hooks" / "claude-code" / "skills" / "keymem" / "SKILL.md"
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FullStack]:
+    with full_stack(tmp_path_factory.mktemp("mcp")) as running:
+        yield running
+
+
+def session(
+    stack: FullStack,
+    work: Callable[[Client], Awaitable[T]],
+    *,
+    provenance: Provenance | None = None,
+    hook: bool = False,
+    launch_error: str | None = None,
+    endpoint: str | None = None,
+) -> T:
+    """Run ``work`` in one MCP session with a freshly built server."""
+    backend = MemoryBackend(
+        endpoint or stack.stack.endpoints.frontend, Path("/km/logs"), launch_error=launch_error
+    )
+    counts = None if launch_error else stack.memory("counts", {})
+    server = build_server(
+        backend,
+        counts=counts,
+        provenance=provenance or Provenance("test-session"),
+        hook=hook,
+    )
+
+    async def run() -> T:
+        async with Client(server) as client:
+            return await work(client)
+
+    return asyncio.run(run())
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    structured: dict[str, Any] | None = result.structured_content
+    assert structured is not None
+    return structured
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error
+    text: str = getattr(result.content[0], "text", "")
+    return text
+
+
+def test_lists_the_tools_with_input_and_output_schemas(stack: FullStack) -> None:
+    async def work(client: Client) -> Any:
+        return (await client.list_tools()).tools
+
+    tools = {tool.name: tool for tool in session(stack, work)}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description and tool.output_schema, tool.name
+        assert tool.input_schema["type"] == "object"
+    recall = tools["recall"].input_schema
+    assert recall["required"] == ["query"]
+    assert recall["properties"]["top_k"] | {"description": ""} == {
+        "default": 8,
+        "description": "",
+        "maximum": 20,
+        "minimum": 1,
+        "title": "Top K",
+        "type": "integer",
+    }
+    assert tools["read_key"].input_schema["properties"]["limit"]["maximum"] == 50
+    assert tools["browse_keys"].input_schema["properties"]["limit"]["maximum"] == 100
+    evidence = tools["confirm_memory"].input_schema["properties"]["evidence"]
+    assert evidence["enum"] == ["user", "authoritative_source", "observation"]
+    assert set(tools["remember"].input_schema["required"]) == {"content", "keys"}
+    assert tools["remember"].input_schema["properties"]["keys"]["maxItems"] == 32
+    assert "status" in tools["recall"].output_schema["properties"]
+    assert tools["recall"].annotations is not None and tools["recall"].annotations.read_only_hint
+    assert tools["forget"].annotations is not None and tools["forget"].annotations.destructive_hint
+
+
+def test_key_walk_and_every_write_through_the_tools(stack: FullStack) -> None:
+    async def work(client: Client) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        newton = ok(
+            await client.call_tool(
+                "remember",
+                {
+                    "content": "Newton discovered gravity when an apple fell",
+                    "keys": ["Newton", "apple", "gravity"],
+                    "namespace": "walk",
+                    "key_types": {"Newton": "name"},
+                },
+            )
+        )
+        batch = ok(
+            await client.call_tool(
+                "remember_batch",
+                {
+                    "items": [
+                        {
+                            "content": "apples are a fruit",
+                            "keys": ["apple", "fruit"],
+                            "namespace": "walk",
+                        },
+                        {
+                            "content": "the user likes strawberries",
+                            "keys": ["strawberry", "fruit", "딸기"],
+                            "decay_profile": "stable",
+                            "namespace": "walk",
+                        },
+                    ]
+                },
+            )
+        )
+        out["batch"] = batch
+        out["recall"] = ok(
+            await client.call_tool("recall", {"query": "Newton", "namespace": "walk"})
+        )
+        out["miss"] = ok(
+            await client.call_tool(
+                "recall", {"query": "quantum chromodynamics", "namespace": "walk", "explain": True}
+            )
+        )
+        preview = out["recall"]["memories"][0]
+        apple = next(k for k in preview["connected_keys"] if k["concept"] == "apple")
+        out["read_key"] = ok(
+            await client.call_tool(
+                "read_key", {"key_id": apple["key_id"], "query": "gravity", "namespace": "walk"}
+            )
+        )
+        out["read_memory"] = ok(
+            await client.call_tool(
+                "read_memory",
+                {"memory_id": newton["saved"], "via_key_id": apple["key_id"], "namespace": "walk"},
+            )
+        )
+        out["browse"] = ok(await client.call_tool("browse_keys", {"namespace": "walk"}))
+        out["confirm"] = ok(
+            await client.call_tool(
+                "confirm_memory",
+                {"memory_id": newton["saved"], "evidence": "user", "namespace": "walk"},
+            )
+        )
+        fruit_id = batch["results"][0]["saved"]
+        out["correct"] = ok(
+            await client.call_tool(
+                "correct", {"memory_id": fruit_id, "content": "apples are a red fruit"}
+            )
+        )
+        out["history"] = ok(
+            await client.call_tool("history", {"memory_id": out["correct"]["new_id"]})
+        )
+        out["dismiss"] = ok(
+            await client.call_tool(
+                "dismiss",
+                {"memory_id": newton["saved"], "key_id": apple["key_id"], "namespace": "walk"},
+            )
+        )
+        out["forget"] = ok(await client.call_tool("forget", {"memory_id": newton["saved"]}))
+        out["gone"] = error_text(
+            await client.call_tool("read_memory", {"memory_id": newton["saved"]})
+        )
+        out["newton"] = newton["saved"]
+        return out
+
+    out = session(stack, work)
+    recall = out["recall"]
+    assert recall["status"] == "found" and recall["keys"][0]["concept"] == "Newton"
+    preview = recall["memories"][0]
+    assert preview["content"] == "Newton discovered gravity when an apple fell"
+    assert preview["evidence"] == "passive_preview" and preview["reinforced"] is False
+    assert preview["validity"]["status"] == "fresh"
+    miss = out["miss"]
+    assert miss["status"] == "no_match" and miss["nearest_keys"] and miss["note"]
+    assert miss["explain"]["namespaces"]["walk"]["memories"] == 3
+    handles = out["read_key"]["memories"]
+    assert out["read_key"]["key"]["concept"] == "apple" and out["read_key"]["total"] == 2
+    assert {h["evidence"] for h in handles} == {"unread"}
+    assert handles[0]["memory_id"] == out["newton"]  # ranked by the query "gravity"
+    memory = out["read_memory"]["memory"]
+    assert out["read_memory"]["evidence"] == "read" and memory["access_count"] == 1
+    traversed = [k for k in memory["keys"] if k["traversed_from"]]
+    assert [k["concept"] for k in traversed] == ["apple"] and traversed[0]["link_weight"] == 1.1
+    assert out["browse"]["key_count"] == 6 and out["browse"]["keys"][0]["memory_count"] == 2
+    assert out["confirm"]["confirmed"] and out["confirm"]["depth"] == pytest.approx(0.05)
+    assert len(out["batch"]["results"]) == 2 and out["batch"]["batch_id"]
+    assert out["correct"]["superseded"] == out["batch"]["results"][0]["saved"]
+    versions = out["history"]["versions"]
+    assert [v["content"] for v in versions] == ["apples are a fruit", "apples are a red fruit"]
+    assert out["history"]["current"] == out["correct"]["new_id"]
+    assert out["dismiss"]["previous_link_weight"] == 1.1 and out["dismiss"]["link_weight"] == 0.8
+    assert out["forget"]["deleted"] == [out["newton"]]
+    assert out["gone"].endswith(f"not_found: memory {out['newton']} not found")
+
+
+def test_saved_memories_carry_the_host_session_unless_gated_off(stack: FullStack) -> None:
+    def saved_source(provenance: Provenance, source: dict[str, Any] | None) -> Any:
+        async def work(client: Client) -> Any:
+            body: dict[str, Any] = {"content": f"provenance {provenance}", "keys": ["provenance"]}
+            if source is not None:
+                body["source"] = source
+            saved = ok(await client.call_tool("remember", body))
+            read = ok(await client.call_tool("read_memory", {"memory_id": saved["saved"]}))
+            return read["memory"]["source"]
+
+        return session(stack, work, provenance=provenance)
+
+    claude = Provenance.from_env({"CLAUDE_CODE_SESSION_ID": "cc-42"})
+    source = saved_source(claude, {"host_turn": "7", "host_session": "forged"})
+    assert source["host_agent"] == "claude-code" and source["host_session"] == "cc-42"
+    assert source["host_turn"] == "7" and source["tool"] == "remember"
+    assert source["session"] == claude.session and source["saved_at"].startswith("20")
+
+    codex = Provenance.from_env({"CODEX_THREAD_ID": "th-9"})
+    assert saved_source(codex, None)["host_agent"] == "codex"
+
+    gated = Provenance.from_env(
+        {"CLAUDE_CODE_SESSION_ID": "cc-42", "KEYMEM_TRANSCRIPT_ACCESS": "false"}
+    )
+    source = saved_source(gated, {"host_session": "forged"})
+    assert "host_session" not in source and "host_agent" not in source
+    assert source["session"] == gated.session
+    # No host id and an opt-in: we never guess a session from transcript files.
+    plain = Provenance.from_env({"KEYMEM_TRANSCRIPT_ACCESS": "true"})
+    assert plain.host_session is None
+
+
+def test_bad_arguments_and_keymem_errors_are_tool_errors(stack: FullStack) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("recall", {"query": ""}),
+        ("recall", {"query": "x", "top_k": 21}),
+        ("remember", {"content": "no keys", "keys": []}),
+        ("remember", {"content": "one letter key", "keys": ["a"]}),
+        ("confirm_memory", {"memory_id": "abc", "evidence": "a hunch"}),
+        ("read_key", {"key_id": "nope"}),
+        ("read_memory", {}),
+        ("remember", {"content": "x" * 20_001, "keys": ["long"]}),
+    ]
+
+    async def work(client: Client) -> list[str]:
+        return [error_text(await client.call_tool(name, args)) for name, args in calls]
+
+    texts = session(stack, work)
+    assert "String should have at least 1 character" in texts[0]
+    assert "less than or equal to 20" in texts[1]
+    assert "keys" in texts[2] and "at least 1 item" in texts[2]
+    assert "bad_request: no usable key" in texts[3]
+    assert "'user', 'authoritative_source' or 'observation'" in texts[4]
+    assert "not_found" in texts[5]
+    assert "memory_id" in texts[6] and "Field required" in texts[6]
+    assert "at most 20000 characters" in texts[7]
+
+
+def test_services_down_every_tool_names_the_log(stack: FullStack) -> None:
+    failure = "router did not become ready; its log: /km/logs/router.log"
+
+    async def work(client: Client) -> tuple[str | None, list[str]]:
+        texts = [
+            error_text(await client.call_tool("recall", {"query": "anything"})),
+            error_text(await client.call_tool("remember", {"content": "c", "keys": ["kk"]})),
+            error_text(await client.call_tool("forget", {"memory_id": "abc"})),
+        ]
+        return client.instructions, texts
+
+    instructions, texts = session(
+        stack, work, launch_error=failure, endpoint="ipc:///tmp/km-nothing-listens-here.sock"
+    )
+    assert instructions is not None and "not available" in instructions
+    for text in texts:
+        assert "unavailable: keymem could not be started" in text and "router.log" in text
+
+
+def test_instructions_carry_live_counts_and_the_prompt_follows_the_hook(
+    stack: FullStack,
+) -> None:
+    stack.memory("remember", {"content": "counted memory", "keys": ["counted"]})
+    counts = stack.memory("counts", {})
+
+    async def work(client: Client) -> tuple[str | None, str, list[str]]:
+        prompts = [p.name for p in (await client.list_prompts()).prompts]
+        got = await client.get_prompt("memory_system_prompt")
+        return client.instructions, getattr(got.messages[0].content, "text", ""), prompts
+
+    instructions, prompt, prompts = session(stack, work, hook=False)
+    assert prompts == ["memory_system_prompt"]
+    assert instructions is not None
+    assert (
+        f"{counts['memories']} memories under {counts['keys']} keys ({counts['links']} links)"
+        in instructions
+    )
+    assert "call `recall` silently 3 times" in prompt and "<keymem-surfaced>" not in prompt
+    _, hooked, _ = session(stack, work, hook=True)
+    assert "<keymem-surfaced>" in hooked and "3 times" not in hooked
+
+
+def test_the_claude_code_skill_carries_the_same_protocol() -> None:
+    skill = " ".join(SKILL.read_text().split())
+    for rule in [*RULES, memory_system_prompt(hook=True).splitlines()[1]]:
+        assert " ".join(rule.split()) in skill, rule
