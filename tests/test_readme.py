@@ -16,7 +16,7 @@ def test_the_first_screen_has_the_run_and_test_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     first_screen = "\n".join(readme.splitlines()[:25])
     run, test = _shell_blocks(first_screen)[:2]
-    assert "keymem up" in run and "pip install ." in run
+    assert "keymem demo" in run and "pip install ." in run
     assert test.endswith(".venv/bin/pytest") and "'.[dev]'" in test
 
 

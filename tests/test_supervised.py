@@ -265,3 +265,13 @@ def test_bench_measures_router_and_direct_paths(running: Deployment) -> None:
     assert report["router_over_direct_p50"] == pytest.approx(
         paths["router"]["p50_ms"] / paths["direct"]["p50_ms"], rel=0.01
     )
+
+
+def test_demo_shows_the_association_story_end_to_end(deployment: Deployment) -> None:
+    shown = deployment.keymem("demo").stdout
+    assert 'read_key(fruit) → "The user likes strawberries more than any other fruit"' in shown
+    assert "[hop 1 via a shared key]" in shown
+    assert "<keymem-surfaced>" in shown and "strawberries" in shown.split("<keymem-surfaced>")[1]
+    assert "→ 0 memories (it stays silent)" in shown
+    again = deployment.keymem("demo").stdout  # rerunnable: the same story supersedes itself
+    assert 'read_key(fruit) → "The user likes strawberries' in again
