@@ -275,3 +275,21 @@ def test_demo_shows_the_association_story_end_to_end(deployment: Deployment) -> 
     assert "→ 0 memories (it stays silent)" in shown
     again = deployment.keymem("demo").stdout  # rerunnable: the same story supersedes itself
     assert 'read_key(fruit) → "The user likes strawberries' in again
+
+
+def test_doctor_checks_everything_and_names_the_fix(running: Deployment) -> None:
+    import json
+
+    report = {c["name"]: c for c in json.loads(running.keymem("doctor", "--json").stdout)}
+    for name in ALL_PROGRAMS:
+        assert report[f"service {name}"]["status"] == "ok", report[f"service {name}"]
+    assert report["embedding model"]["status"] == "ok"
+    assert report["graph schema"]["status"] == "ok"
+    run_dir = running.home / "run"
+    run_dir.chmod(0o755)
+    try:
+        loose = running.keymem("doctor", check=False)
+        assert loose.returncode == 1
+        assert "[fail] socket directory" in loose.stdout and f"chmod 700 {run_dir}" in loose.stdout
+    finally:
+        run_dir.chmod(0o700)

@@ -6,11 +6,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from services.cli import backup, bench, demo, down, export, import_, mcp, migrate, status, up
+from services.cli import (
+    backup,
+    bench,
+    demo,
+    doctor,
+    down,
+    export,
+    import_,
+    mcp,
+    migrate,
+    status,
+    up,
+)
 from services.cli import eval as eval_
 from services.config import ConfigError
 
-COMMANDS = (up, down, status, demo, mcp, bench, migrate, backup, export, import_, eval_)
+COMMANDS = (up, down, status, demo, doctor, mcp, bench, migrate, backup, export, import_, eval_)
 
 
 def build_parser() -> argparse.ArgumentParser:
