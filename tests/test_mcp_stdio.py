@@ -1,0 +1,317 @@
+"""``keymem mcp`` as an agent host runs it: a real subprocess over stdio, real supervised services.
+
+Each session is the SDK's stdio client spawning ``python -m services.cli mcp`` in a temporary
+KEYMEM_HOME; the server's stderr goes to a file the test reads. Covers the tool and prompt
+listing with their schemas, the key walk, argument errors, concurrent writers from two
+servers, a cold start by several servers at once (one supervisord), and services that cannot
+start (every tool names the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp_types import CallToolResult
+
+from protocol.client import Client as RouterClient
+from protocol.endpoints import ipc_endpoints
+from services.config import ALL_PROGRAMS
+from tests.supervised import Deployment, deployment_env
+
+pytestmark = pytest.mark.supervised
+
+HOST_ENV = ("CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "KEYMEM_HOOK_INSTALLED")
+WRITES_PER_CLIENT = 25
+COLD_STARTERS = 3
+
+
+def fresh_home() -> Path:
+    return Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))  # ipc paths must stay short
+
+
+def host_free_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in deployment_env(home, **extra).items() if k not in HOST_ENV}
+    return {**env, **extra}
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[Deployment]:
+    home = fresh_home()
+    deployed = Deployment(home, host_free_env(home))
+    try:
+        deployed.keymem("up")
+        yield deployed
+    finally:
+        deployed.keymem("down", check=False)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def cold(short_home: Path) -> Iterator[Deployment]:
+    deployed = Deployment(short_home, host_free_env(short_home))
+    yield deployed
+    deployed.keymem("down", check=False)
+
+
+@asynccontextmanager
+async def mcp_session(
+    deployment: Deployment, errlog: TextIO, *args: str, **env: str
+) -> AsyncIterator[Client]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "services.cli", "mcp", *args],
+        env={**deployment.env, **env},
+    )
+    async with Client(stdio_client(params, errlog=errlog)) as client:
+        yield client
+
+
+def run(deployment: Deployment, work: Any, *args: str, **env: str) -> Any:
+    """Run ``work(client)`` in one stdio session; returns its result and the server's stderr."""
+    with tempfile.TemporaryFile("w+") as errlog:
+
+        async def session() -> Any:
+            async with mcp_session(deployment, errlog, *args, **env) as client:
+                return await work(client)
+
+        result = asyncio.run(session())
+        errlog.seek(0)
+        return result, errlog.read()
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    structured: dict[str, Any] | None = result.structured_content
+    assert structured is not None
+    return structured
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error, result.structured_content
+    text: str = getattr(result.content[0], "text", "")
+    return text
+
+
+def router(deployment: Deployment) -> RouterClient:
+    return RouterClient(ipc_endpoints(deployment.home).frontend, timeout_ms=10_000)
+
+
+def supervisords(deployment: Deployment) -> int:
+    return sum("supervisord" in " ".join(p.cmdline()) for p in deployment.processes())
+
+
+def test_lists_tools_prompt_and_schemas(running: Deployment) -> None:
+    async def work(client: Client) -> Any:
+        tools = (await client.list_tools()).tools
+        prompts = (await client.list_prompts()).prompts
+        prompt = await client.get_prompt("memory_system_prompt")
+        return client.instructions, tools, prompts, getattr(prompt.messages[0].content, "text", "")
+
+    (instructions, tools, prompts, prompt), stderr = run(running, work)
+    assert stderr.strip() == "", stderr  # services already up: nothing to say, nothing on stdout
+    assert sorted(t.name for t in tools) == sorted(
+        [
+            "recall",
+            "browse_keys",
+            "read_key",
+            "read_memory",
+            "confirm_memory",
+            "remember",
+            "correct",
+            "dismiss",
+            "forget",
+            "remember_batch",
+            "history",
+        ]
+    )
+    schemas = {t.name: (t.input_schema, t.output_schema) for t in tools}
+    recall_in, recall_out = schemas["recall"]
+    assert recall_in["required"] == ["query"]
+    assert (
+        recall_in["properties"]["top_k"]["minimum"],
+        recall_in["properties"]["top_k"]["maximum"],
+    ) == (1, 20)
+    assert set(recall_out["required"]) >= {"status", "query", "namespace", "keys", "memories"}
+    remember_in, remember_out = schemas["remember"]
+    assert remember_in["required"] == ["content", "keys"]
+    assert remember_out["properties"]["saved"]["type"] == "string"
+    assert all(output is not None for _, output in schemas.values())
+    assert [p.name for p in prompts] == ["memory_system_prompt"]
+    assert "recall" in prompt and "remember" in prompt
+    assert instructions is not None and "memories under" in instructions and "links" in instructions
+
+    hooked, _ = run(running, work, KEYMEM_HOOK_INSTALLED="true")
+    assert "<keymem-surfaced>" in hooked[3] and "<keymem-surfaced>" not in prompt
+
+
+def test_remember_recall_read_key_read_memory_walk(running: Deployment) -> None:
+    async def work(client: Client) -> dict[str, Any]:
+        saved = [
+            ok(
+                await client.call_tool(
+                    "remember", {"content": content, "keys": keys, "namespace": "story"}
+                )
+            )
+            for content, keys in [
+                ("Newton discovered gravity when an apple fell", ["Newton", "apple", "gravity"]),
+                ("apples are a fruit", ["apple", "fruit", "사과"]),
+                ("the user likes strawberries", ["strawberry", "fruit", "딸기"]),
+            ]
+        ]
+        recalled = ok(await client.call_tool("recall", {"query": "Newton", "namespace": "story"}))
+        preview = recalled["memories"][0]
+        apple = next(k for k in preview["connected_keys"] if k["concept"] == "apple")
+        under_apple = ok(
+            await client.call_tool(
+                "read_key", {"key_id": apple["key_id"], "query": "fruit", "namespace": "story"}
+            )
+        )
+        fruit_memory = under_apple["memories"][0]["memory_id"]
+        read = ok(
+            await client.call_tool(
+                "read_memory",
+                {"memory_id": fruit_memory, "via_key_id": apple["key_id"], "namespace": "story"},
+            )
+        )
+        fruit = next(k for k in read["memory"]["keys"] if k["concept"] == "fruit")
+        onward = ok(
+            await client.call_tool(
+                "read_key",
+                {"key_id": fruit["key_id"], "query": "strawberries", "namespace": "story"},
+            )
+        )
+        return {
+            "saved": [s["saved"] for s in saved],
+            "recalled": recalled,
+            "under_apple": under_apple,
+            "read": read,
+            "onward": onward,
+        }
+
+    out, _ = run(running, work, CLAUDE_CODE_SESSION_ID="cc-walk")
+    newton, fruit, strawberry = out["saved"]
+    recalled = out["recalled"]
+    assert recalled["status"] == "found" and recalled["keys"][0]["concept"] == "Newton"
+    assert recalled["memories"][0]["id"] == newton
+    assert out["under_apple"]["total"] == 2
+    assert out["under_apple"]["memories"][0]["memory_id"] == fruit  # ranked by "fruit"
+    memory = out["read"]["memory"]
+    assert memory["content"] == "apples are a fruit" and memory["access_count"] == 1
+    assert memory["source"]["host_agent"] == "claude-code"
+    assert memory["source"]["host_session"] == "cc-walk" and memory["source"]["tool"] == "remember"
+    # Newton -> apple -> fruit -> strawberry: the graph connects what no query word names
+    assert strawberry in [h["memory_id"] for h in out["onward"]["memories"]]
+
+
+def test_invalid_arguments_come_back_as_tool_errors(running: Deployment) -> None:
+    async def work(client: Client) -> tuple[list[str], dict[str, Any]]:
+        texts = [
+            error_text(await client.call_tool("recall", {"query": "x", "top_k": 0})),
+            error_text(await client.call_tool("remember", {"content": "c", "keys": "not a list"})),
+            error_text(await client.call_tool("read_memory", {"memory_id": "000000000000"})),
+            error_text(
+                await client.call_tool("correct", {"memory_id": "000000000000", "content": "c"})
+            ),
+            error_text(await client.call_tool("no_such_tool", {})),
+        ]
+        still = ok(await client.call_tool("browse_keys", {}))  # the server is still serving
+        return texts, still
+
+    (texts, still), stderr = run(running, work)
+    assert "greater than or equal to 1" in texts[0]
+    assert "keys" in texts[1] and "valid list" in texts[1]
+    assert "not_found" in texts[2] and "000000000000" in texts[2]
+    assert "not_found" in texts[3]
+    assert "no_such_tool" in texts[4]
+    assert still["namespace"] == "default"
+    assert "Traceback" not in stderr
+
+
+def test_two_concurrent_clients_writing_at_once_lose_nothing(running: Deployment) -> None:
+    async def writer(name: str) -> list[str]:
+        with tempfile.TemporaryFile("w+") as errlog:
+            async with mcp_session(running, errlog) as client:
+                results = await asyncio.gather(
+                    *(
+                        client.call_tool(
+                            "remember",
+                            {
+                                "content": f"{name} wrote fact number {i}",
+                                "keys": [f"{name} topic", f"fact {i}"],
+                                "namespace": "concurrent",
+                            },
+                        )
+                        for i in range(WRITES_PER_CLIENT)
+                    )
+                )
+        return [ok(r)["saved"] for r in results]
+
+    async def both() -> list[list[str]]:
+        return list(await asyncio.gather(writer("alice"), writer("bob")))
+
+    saved = [memory_id for ids in asyncio.run(both()) for memory_id in ids]
+    assert len(set(saved)) == 2 * WRITES_PER_CLIENT
+    with router(running) as client:
+        counts = client.call("memory", "counts", {})
+        found = client.call("memory", "get_memories", {"ids": saved})
+    assert counts["namespaces"]["concurrent"]["memories"] == 2 * WRITES_PER_CLIENT
+    assert found["missing"] == [] and len(found["memories"]) == 2 * WRITES_PER_CLIENT
+
+
+def test_cold_start_by_several_servers_starts_one_supervisord(cold: Deployment) -> None:
+    assert supervisords(cold) == 0
+
+    async def starter(i: int, errlog: TextIO) -> str:
+        async with mcp_session(cold, errlog) as client:
+            saved = ok(
+                await client.call_tool("remember", {"content": f"cold fact {i}", "keys": ["cold"]})
+            )
+            return str(saved["saved"])
+
+    async def all_at_once() -> tuple[list[str], list[str]]:
+        with contextlib.ExitStack() as files:
+            logs = [files.enter_context(tempfile.TemporaryFile("w+")) for _ in range(COLD_STARTERS)]
+            ids = await asyncio.gather(*(starter(i, log) for i, log in enumerate(logs)))
+            texts = []
+            for log in logs:
+                log.seek(0)
+                texts.append(log.read())
+            return list(ids), texts
+
+    ids, stderrs = asyncio.run(all_at_once())
+    assert len(set(ids)) == COLD_STARTERS
+    assert supervisords(cold) == 1
+    announced = [text for text in stderrs if "starting the background services" in text]
+    assert len(announced) == 1, stderrs
+    assert str(cold.home / "logs") in announced[0]
+    with router(cold) as client:
+        assert client.call("memory", "counts", {})["memories"] == COLD_STARTERS
+
+
+def test_services_that_cannot_start_make_every_tool_name_the_log(cold: Deployment) -> None:
+    async def work(client: Client) -> tuple[str | None, list[str]]:
+        texts = [
+            error_text(await client.call_tool("recall", {"query": "anything"})),
+            error_text(await client.call_tool("remember", {"content": "c", "keys": ["kk"]})),
+        ]
+        return client.instructions, texts
+
+    # read by the services, not by the CLI: every program exits at start
+    (instructions, texts), stderr = run(cold, work, "--timeout", "10", KEYMEM_LOG_LEVEL="LOUD")
+    assert instructions is not None and "not available" in instructions
+    for text in texts:
+        assert "keymem could not be started" in text
+        for name in ALL_PROGRAMS:
+            assert str(cold.home / "logs" / f"{name}.log") in text
+    assert "every tool will say so" in stderr
