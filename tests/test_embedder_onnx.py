@@ -197,3 +197,19 @@ def test_missing_models_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatc
         runtime.require_models_extra("EMBEDDING_BACKEND=onnx")
     assert "keymem_absent_module" in str(raised.value)
     assert "onnxruntime" not in str(raised.value).split("needs")[1].split(":")[0]
+
+
+def test_download_command_reports_failure_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from services.embedder.models import download
+
+    monkeypatch.setenv("KEYMEM_HOME", str(tmp_path))
+
+    def offline(spec: ModelSpec, home: Path) -> Path:
+        raise ModelDirError(f"no network for {spec.name}")
+
+    monkeypatch.setattr(download, "ensure_downloaded", offline)
+    assert download.main([MINILM]) == 1
+    assert f"no network for {MINILM}" in capsys.readouterr().err
+    assert download.main(["not-a-model"]) == 2

@@ -101,8 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         names = ",".join(KNOWN_MODELS)
         print(f"usage: python -m services.embedder.models.download {{{names}}}", file=sys.stderr)
         return 2
+    from services.embedder.models.local import ModelDirError
+
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    print(ensure_downloaded(KNOWN_MODELS[args[0]], keymem_home()))
+    try:
+        print(ensure_downloaded(KNOWN_MODELS[args[0]], keymem_home()))
+    except ModelDirError as exc:
+        print(f"download failed: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
