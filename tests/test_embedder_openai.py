@@ -163,3 +163,34 @@ def test_upstream_outage_fails_a_batch_once_and_spares_cached_texts(
     assert isinstance(results[0], Unavailable) and isinstance(results[2], Unavailable)
     assert results[1]["vectors"].shape == (1, DIM)
     assert len(server.requests) - before == 1  # one upstream call for the whole batch
+
+
+def test_services_build_from_the_environment(
+    server: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What supervisord runs: ``build(Settings.from_env())`` with only variables set."""
+    import services.embedder
+    import services.reranker
+    from services.config import Settings
+
+    host, port = server.server_address[:2]
+    monkeypatch.setenv("EMBEDDING_BACKEND", "openai")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://{host!s}:{port}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_EMBEDDING_MODEL", "env-model")
+    monkeypatch.setenv("KEYMEM_RERANK_MIN_SCORE", "0.25")
+    embedder_service = services.embedder.build(Settings.from_env())
+    assert embedder_service.capacity > 1 and embedder_service.methods["embed"].batch
+    reranker_service = services.reranker.build(Settings.from_env())
+    with InprocStack() as stack:
+        stack.add_worker(embedder_service)
+        stack.add_worker(reranker_service)
+        client = stack.client()
+        assert client.call("embedder", "info")["fingerprint"] == "openai:env-model:d8"
+        # the reranker's offline-style default follows the configured embedding backend
+        result = client.call("reranker", "score", {"query": "q", "passages": ["a", "b"]})
+        assert result["score_kind"] == "embedding_cosine"
+        assert result["model"] == "openai:env-model:d8"
+        assert result["gate"]["min_score"] == 0.25
+    monkeypatch.setenv("KEYMEM_RERANK", "false")
+    assert services.reranker.build(Settings.from_env()).name == "reranker"
