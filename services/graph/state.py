@@ -126,9 +126,6 @@ class GraphState:
     def link(self, key_id: str, memory_id: str) -> LinkRecord | None:
         return self.key_links.get(key_id, {}).get(memory_id)
 
-    def is_active(self, memory: MemoryRecord, now: float) -> bool:
-        return memory.active(now)
-
     def strongest(self, key_id: str, count: int) -> list[LinkRecord]:
         """A key's ``count`` strongest links (cached up to STRONGEST_CACHED per key)."""
         members = self.key_links.get(key_id, {})

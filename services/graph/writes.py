@@ -42,7 +42,6 @@ DEFAULT_DECAY_PROFILE = "standard"
 class RememberItem:
     content: str
     keys: list[KeyInput]
-    raw_keys: list[str]
     namespace: str
     ttl_seconds: float | None
     decay_profile: str | None
@@ -57,7 +56,6 @@ def parse_remember(raw: Any, dim: int | None) -> RememberItem:
     return RememberItem(
         content=content_of(body),
         keys=keys,
-        raw_keys=[k for k in body["keys"] if isinstance(k, str)],
         namespace=namespace_of(body),
         ttl_seconds=ttl_of(body),
         decay_profile=decay_profile_of(body),
