@@ -18,7 +18,7 @@ from protocol.errors import KeymemError
 from services.evaluation.baselines import BASELINES, BaselineSuite, Ranked
 from services.evaluation.dataset import Benchmark, Query
 from services.evaluation.deployment import temporary_deployment
-from services.evaluation.loader import KeyMode, LoadedStore, load
+from services.evaluation.loader import KeyMode, LoadedStore, check_key_mode, load
 from services.evaluation.metrics import ScoreSheet
 from services.evaluation.progress import Progress
 from services.evaluation.recall import INJECT, SEARCH, KeymemRecall, MethodUnavailable, require
@@ -154,6 +154,8 @@ def evaluate(
     benchmark: Benchmark, source: str, options: EvalOptions, progress: Progress
 ) -> EvalResult:
     started = time.monotonic()
+    if KEYMEM in options.methods:
+        check_key_mode(benchmark, options.key_mode)  # before minutes of starting and loading
     selected = [m for m in METHODS if m in options.methods]
     results = {m: MethodResult(m, ScoreSheet(options.ks)) for m in selected}
     silent_count = sum(1 for q in benchmark.queries if not q.answerable)

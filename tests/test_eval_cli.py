@@ -1,0 +1,113 @@
+"""``keymem eval`` as users run it: argument and file errors fail fast (before any service
+starts), and a real run on the fixture goes through supervised services and cleans up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from services.cli import main
+from services.evaluation.deployment import HOME_PARENT, HOME_PREFIX
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PER_QUERY = FIXTURES / "eval_tiny_per_query.json"
+E2E_TIMEOUT_S = 120
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--k", "0"], "--k takes"),
+        (["--k", "two"], "--k takes"),
+        (["--methods", "keymem,magic"], "--methods takes"),
+        (["--limit", "0"], "--limit must be"),
+    ],
+)
+def test_bad_arguments_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", str(PER_QUERY), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_file_exits_2_naming_the_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(PER_QUERY.read_text())
+    document["queries"][0]["gold"] = ["nope"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    assert main(["eval", str(bad)]) == 2
+    assert "gold memory 'nope' does not exist" in capsys.readouterr().err
+
+
+def test_provided_keys_on_a_keyless_file_fail_before_starting_services(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(PER_QUERY.read_text())
+    for memory in document["memories"]:
+        memory["keys"] = None
+    keyless = tmp_path / "keyless.json"
+    keyless.write_text(json.dumps(document))
+    assert main(["eval", str(keyless), "--keys", "provided", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "has no keys" in err and "starting keymem" not in err
+
+
+def eval_homes() -> set[Path]:
+    return set(Path(HOME_PARENT).glob(f"{HOME_PREFIX}*"))
+
+
+def eval_processes() -> set[int]:
+    found = set()
+    for proc in psutil.process_iter(["environ"]):
+        try:
+            home = (proc.info["environ"] or {}).get("KEYMEM_HOME", "")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if home.startswith(f"{HOME_PARENT}/{HOME_PREFIX}"):
+            found.add(proc.pid)
+    return found
+
+
+@pytest.mark.supervised
+def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
+    homes_before, processes_before = eval_homes(), eval_processes()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY), "--k", "1,2", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=E2E_TIMEOUT_S,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "loading into keymem (--keys provided)" in completed.stderr  # the progress bar
+    report = json.loads(completed.stdout)
+    assert report["setting"] == "per_query" and report["scored_queries"] == 4
+    assert report["load"]["written"] == 20 and report["load"]["keyless"] == 0  # 5 stores x 4
+    methods = report["methods"]
+    assert list(methods) == ["keymem", "bm25", "dense", "hybrid"]
+    for name in ("bm25", "dense", "hybrid"):  # every gold in the top 2 on this fixture
+        overall = methods[name]["overall"]
+        assert overall["all"]["2"] == 1.0 and overall["mrr"] == 1.0, name
+        assert methods[name]["median_ms"] > 0
+    keymem = methods["keymem"]
+    if keymem["unavailable"] is not None:  # a build without hybrid recall yet
+        assert "memory.search" in keymem["unavailable"]
+    else:
+        assert keymem["errors"] == 0, keymem["first_error"]
+        assert 0.0 <= keymem["overall"]["recall"]["2"] <= 1.0 and keymem["median_ms"] > 0
+        assert set(keymem["by_type"]) == {"single-hop", "comparison"}
+    not_found = report["not_found"]
+    assert not_found["queries"] == 1
+    assert not_found["unavailable"] is not None or not_found["rate"] in (0.0, 1.0)
+    # the temporary deployment is gone: no home left, no process of it running
+    assert eval_homes() == homes_before
+    assert eval_processes() <= processes_before
