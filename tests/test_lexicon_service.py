@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from protocol.errors import BadRequest, TooLarge
+from protocol.worker import Service
 from services.lexicon import cache
 from services.lexicon import service as service_module
 from services.stack import InprocStack
@@ -324,3 +325,17 @@ def test_periodic_cache_save_survives_a_crash(
     wait_until(synced_to(client, feed.seq), "resume after the crash")
     assert_mirrors(second, feed.docs, client)
     assert second.lexicon.follower.stats.tokenized == 30
+
+
+def test_a_graph_off_the_feed_contract_is_an_error_not_a_crash(
+    stack: InprocStack, start_lexicon: Callable[[], Running]
+) -> None:
+    broken = Service("graph")
+    broken.add("feed_head", lambda body: {"sequence": 1})  # wrong field name
+    stack.add_worker(broken)
+    running = start_lexicon()
+    client = stack.client()
+    wait_until(lambda: running.lexicon.follower.stats.errors > 0, "the malformed reply")
+    assert "KeyError" in (client.call("lexicon", "index_stats")["sync"]["last_error"] or "")
+    assert search(client, "부산") == []
+    assert client.call("lexicon", "ping")["pong"] is True

@@ -239,6 +239,10 @@ class Lexicon:
             "documents": len(self.index),
             "namespaces": spaces,
             "tokenizer": TOKENIZER_VERSION,
+            "kiwi": {
+                "load_s": round(self.tokenizer.load_s, 3),
+                "warm_s": round(self.tokenizer.warm_s, 3),
+            },
             "sync": self.follower.describe(),
             "cache": dict(self.cache_state),
         }

@@ -111,7 +111,6 @@ class FeedFollower:
         self._snapshot_epoch = ""
         self._snapshot_seq = 0
         self._snapshot_after: str | None = None
-        self._snapshot_paged = False
         self._seen: set[str] = set()
         self._retry_at = 0.0
 
@@ -154,6 +153,8 @@ class FeedFollower:
             self._failed(exc, quiet=True)
         except KeymemError as exc:
             self._failed(exc, quiet=False)
+        except (KeyError, TypeError, ValueError) as exc:  # a reply off the feed contract
+            self._failed(FeedError(f"{type(exc).__name__}: {exc}"), quiet=False)
         return False
 
     def _failed(self, exc: KeymemError, *, quiet: bool) -> None:
@@ -217,7 +218,6 @@ class FeedFollower:
         self._snapshot_epoch = epoch
         self._snapshot_seq = seq
         self._snapshot_after = None
-        self._snapshot_paged = False
         self._seen = set()
         self.stats.snapshots += 1
 
