@@ -340,6 +340,8 @@ def measure_service(
             report["restart_to_ready_s"] = round(time.perf_counter() - spawned, 2)
             stats = client.call("lexicon", "index_stats")
             report["cache_load_s"] = stats["cache"].get("load_s")
+            report["kiwi_load_s"] = stats["kiwi"]["load_s"]
+            report["kiwi_warm_s"] = stats["kiwi"]["warm_s"]
             report["rss_mb"] = round(client.call("lexicon", "stats")["rss_bytes"] / 2**20, 1)
             report["router"] = [
                 _load(endpoints.frontend, corpus.queries, c, seconds) for c in CLIENT_COUNTS
