@@ -14,6 +14,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -315,3 +316,56 @@ def test_services_that_cannot_start_make_every_tool_name_the_log(cold: Deploymen
         for name in ALL_PROGRAMS:
             assert str(cold.home / "logs" / f"{name}.log") in text
     assert "every tool will say so" in stderr
+
+
+SEED_MEMORIES = 1_000
+BATCH_SEED = 200
+TIMED_CALLS = 100
+ROUND_TRIP_P50_CEILING_MS = 250  # generous: a regression guard, not the goal
+
+
+@pytest.mark.slow
+def test_tool_round_trip_p50_for_recall_and_remember(running: Deployment) -> None:
+    """MCP tool round trip over stdio (client call → server → router → services → reply).
+
+    Run with ``pytest -m slow -s tests/test_mcp_stdio.py -k round_trip``; prints p50/p95.
+    """
+    topics = ["coffee", "tea", "Python", "Rust", "Seoul", "Busan", "strawberry", "apple"]
+
+    async def timed(client: Client, name: str, args: list[dict[str, Any]]) -> list[float]:
+        elapsed = []
+        for arguments in args:
+            started = time.perf_counter()
+            ok(await client.call_tool(name, arguments))
+            elapsed.append((time.perf_counter() - started) * 1000)
+        return sorted(elapsed)
+
+    async def work(client: Client) -> dict[str, list[float]]:
+        for start in range(0, SEED_MEMORIES, BATCH_SEED):
+            items = [
+                {
+                    "content": f"note {i}: the user mentioned {topics[i % 8]} on day {i}",
+                    "keys": [topics[i % 8], f"day {i}", f"note {i}"],
+                    "namespace": "timing",
+                }
+                for i in range(start, start + BATCH_SEED)
+            ]
+            ok(await client.call_tool("remember_batch", {"items": items}))
+        recalls = [{"query": topics[i % 8], "namespace": "timing"} for i in range(TIMED_CALLS)]
+        remembers = [
+            {"content": f"timed fact {i}", "keys": [f"timed {i}", "timing"], "namespace": "timing"}
+            for i in range(TIMED_CALLS)
+        ]
+        return {
+            "recall": await timed(client, "recall", recalls),
+            "remember": await timed(client, "remember", remembers),
+        }
+
+    measured, _ = run(running, work)
+    for name, elapsed in measured.items():
+        p50, p95 = elapsed[len(elapsed) // 2], elapsed[int(len(elapsed) * 0.95)]
+        print(
+            f"\nMCP {name} round trip at {SEED_MEMORIES} memories: "
+            f"p50 {p50:.1f} ms, p95 {p95:.1f} ms"
+        )
+        assert p50 < ROUND_TRIP_P50_CEILING_MS, (name, p50)
