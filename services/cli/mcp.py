@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import subprocess
 import sys
 from typing import Any
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             ensure_up(settings, timeout_s=args.timeout, announce=say)
             with Client(settings.endpoints.frontend, timeout_ms=COUNTS_TIMEOUT_MS) as client:
                 counts = client.call("memory", "counts", {})
-        except (SupervisionError, KeymemError) as exc:
+        except (SupervisionError, KeymemError, OSError, subprocess.SubprocessError) as exc:
             launch_error = f"{exc} (logs in {settings.log_dir})"
             say(f"keymem mcp: the services are not available; every tool will say so.\n{exc}")
     backend = MemoryBackend(
