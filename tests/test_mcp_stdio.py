@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -369,3 +371,50 @@ def test_tool_round_trip_p50_for_recall_and_remember(running: Deployment) -> Non
             f"p50 {p50:.1f} ms, p95 {p95:.1f} ms"
         )
         assert p50 < ROUND_TRIP_P50_CEILING_MS, (name, p50)
+
+
+HOOK_SETTLE_S = 10.0  # the lexicon indexes writes asynchronously; the hook may ask before that
+
+
+def hook(deployment: Deployment, prompt: str) -> str:
+    """``keymem-hook`` as a host runs it: host JSON on stdin; its additionalContext (or "")."""
+    payload = {
+        "session_id": "story",
+        "cwd": str(deployment.home),
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": prompt,
+    }
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("keymem-hook"))],
+        input=json.dumps(payload),
+        env=deployment.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert completed.returncode == 0, completed.stderr
+    if not completed.stdout.strip():
+        return ""
+    context: str = json.loads(completed.stdout)["hookSpecificOutput"]["additionalContext"]
+    return context
+
+
+def test_facts_saved_through_mcp_surface_in_a_later_hook_call(running: Deployment) -> None:
+    story = [
+        ("Newton discovered gravity when an apple fell", ["Newton", "apple", "gravity", "뉴턴"]),
+        ("apples are a fruit", ["apple", "fruit", "사과", "과일"]),
+        ("the user likes strawberries", ["strawberry", "fruit", "딸기", "과일"]),
+    ]
+
+    async def work(client: Client) -> list[str]:
+        return [
+            ok(await client.call_tool("remember", {"content": content, "keys": keys}))["saved"]
+            for content, keys in story
+        ]
+
+    (newton, _, _), _ = run(running, work)
+    give_up = time.monotonic() + HOOK_SETTLE_S
+    while newton not in (context := hook(running, "What did Newton discover about gravity?")):
+        assert time.monotonic() < give_up, f"the hook never surfaced {newton}: {context!r}"
+        time.sleep(0.2)
+    assert "<keymem-surfaced>" in context and "Newton discovered gravity" in context
