@@ -32,6 +32,9 @@ READY_TIMEOUT_S = float(os.environ.get("KEYMEM_UP_TIMEOUT_S", "60"))
 PING_TIMEOUT_MS = 500
 SHUTDOWN_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 8
+# supervisord states in which a program will not come up without help: FATAL (it kept dying
+# during start-up) and EXITED (it exited with an expected code: 78, a configuration error).
+GAVE_UP_STATES = ("FATAL", "EXITED")
 
 
 class SupervisionError(RuntimeError):
@@ -187,7 +190,7 @@ class Supervision:
 
     def _gave_up(self, programs: list[str]) -> bool:
         """True once supervisord stopped retrying one of ``programs`` (no point waiting on)."""
-        return any(p.state == "FATAL" for p in self.processes() if p.name in programs)
+        return any(p.state in GAVE_UP_STATES for p in self.processes() if p.name in programs)
 
     def _not_ready_report(self, missing: list[str], timeout_s: float) -> str:
         states = {p.name: p for p in self.processes()}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -37,11 +39,19 @@ def deployment(short_home: Path) -> Iterator[Deployment]:
     deployed.keymem("down", check=False)
 
 
-@pytest.fixture
-def running(deployment: Deployment) -> Deployment:
-    deployment.keymem("up")
-    deployment.wait_all_running()
-    return deployment
+@pytest.fixture(scope="module")
+def running() -> Iterator[Deployment]:
+    """One deployment shared by the tests that only need keymem up (each leaves it healthy):
+    starting the real services costs seconds of model loading."""
+    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))
+    deployed = Deployment(home, deployment_env(home))
+    deployed.keymem("up")
+    deployed.wait_all_running()
+    try:
+        yield deployed
+    finally:
+        deployed.keymem("down", check=False)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def frontend(deployment: Deployment) -> str:
