@@ -192,3 +192,23 @@ def test_recall_changes_nothing_and_a_miss_offers_the_nearest_keys(deployed: Ful
     missed = deployed.memory("recall", {"query": "quantum chromodynamics", "namespace": "en"})
     assert missed["status"] == "no_match" and missed["memories"] == []
     assert len(missed["nearest_keys"]) == 3 and "note" in missed
+
+
+def test_only_a_reinforcing_search_strengthens_the_path_it_used(tmp_path: Path) -> None:
+    with full_stack(tmp_path) as running:
+        hit = running.remember("Newton discovered gravity", ["Newton", "gravity"])
+        other = running.remember("Gravity bends light", ["gravity", "light"])
+
+        def weights() -> dict[str, float]:
+            found = running.memory("recall", {"query": "gravity"})
+            key_id = next(k["key_id"] for k in found["keys"] if k["concept"] == "gravity")
+            handles = running.memory("read_key", {"key_id": key_id})["memories"]
+            return {h["memory_id"]: h["link_weight"] for h in handles}
+
+        before = weights()
+        running.search("Newton gravity", top_k=1)
+        assert weights() == before  # a plain search changes nothing
+        running.search("Newton gravity", top_k=1, reinforce=True)
+        after = weights()
+        assert after[hit] == pytest.approx(before[hit] + 0.05, abs=1e-3)
+        assert after[other] == pytest.approx(before[other] - 0.005, abs=1e-3)

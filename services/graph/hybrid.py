@@ -16,13 +16,14 @@ with every score component labelled (the router reranks it and decides what to s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from protocol.errors import BadRequest
+from protocol.errors import BadRequest, NotFound
 from services.graph import matching
 from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds
-from services.graph.requests import body_of, namespace_of, opt_bool, opt_int
+from services.graph.requests import body_of, id_list, namespace_of, opt_bool, opt_int, req_str
 from services.graph.state import GraphState
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
 
@@ -134,7 +135,8 @@ def recall_candidates(
     total = dict(fused)
     for memory_id, row in hop_score.items():
         total[memory_id] = total.get(memory_id, 0.0) + row["score"]
-    ranked = sorted(total, key=lambda m: (-total[m], m))[:pool]
+    # RRF ties whenever two lists swap ranks; the graph's own evidence breaks them.
+    ranked = sorted(total, key=lambda m: (-total[m], -key_path.get(m, 0.0), m))[:pool]
 
     candidates = []
     for memory_id in ranked:
@@ -170,3 +172,43 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
+
+
+RECALL_REINFORCE_STEP = 0.05
+EXPLORED_DECAY_STEP = 0.005
+MAX_EXPLORED = 200
+
+
+def prepare_reinforce(state: GraphState, raw: Any, now: float) -> Callable[[float], dict[str, Any]]:
+    """Hebbian feedback from a hybrid recall: the links that led to the top hit grow (+0.05),
+    links from the same keys to candidates that were explored but not returned shrink (−0.005).
+
+    Everything is validated before anything changes, as every write must be.
+    """
+    body = body_of(raw)
+    namespace = namespace_of(body)
+    hit = req_str(body, "hit")
+    key_ids = id_list(body, "keys", KEYS_DEFAULT * 5)
+    explored = id_list(body, "explored", MAX_EXPLORED) if body.get("explored") else []
+    memory = state.memories.get(hit)
+    if memory is None or memory.namespace != namespace or not memory.active(now):
+        raise NotFound(f"memory {hit} is not an active memory of namespace {namespace!r}")
+    links = [state.link(key_id, hit) for key_id in key_ids]
+    if any(link is None for link in links):
+        raise BadRequest("every key must be linked to the hit")
+    decayed = [
+        link
+        for key_id in key_ids
+        for other in explored
+        if other != hit and (link := state.link(key_id, other)) is not None
+    ]
+
+    def action(now: float) -> dict[str, Any]:
+        for link in links:
+            assert link is not None
+            state.set_weight(link, link.weight + RECALL_REINFORCE_STEP)
+        for link in decayed:
+            state.set_weight(link, link.weight - EXPLORED_DECAY_STEP)
+        return {"reinforced": len(links), "decayed": len(decayed)}
+
+    return action

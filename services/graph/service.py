@@ -55,6 +55,7 @@ WRITE_METHODS = (
     "read_memory",
     "confirm_memory",
     "dismiss",
+    "reinforce",
     "set_fingerprint",
     "reembed_begin",
     "reembed_put",
@@ -313,6 +314,10 @@ class GraphService:
     def prepare_match_keys(self, raw: Any) -> Action:
         # Learned-alias hits are soft state: they ride along with this call's commit.
         return lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
+
+    def reinforce(self, raw: Any) -> dict[str, Any]:
+        """Hebbian feedback of a hybrid recall (services/graph/hybrid.py)."""
+        return self.write(lambda body: hybrid.prepare_reinforce(self.state, body, time.time()), raw)
 
     def recall_candidates(self, raw: Any) -> dict[str, Any]:
         """Hybrid recall's graph half (services/graph/hybrid.py); a write only if it learns."""

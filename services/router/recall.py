@@ -76,6 +76,7 @@ class SearchRequest:
     hops: int
     pool: int
     rerank: bool
+    reinforce: bool
     timing: bool
     min_seq: int | None
 
@@ -98,6 +99,7 @@ class SearchRequest:
             hops=_int(body, "hops", 2, 0, 5),
             pool=_int(body, "pool", POOL_DEFAULT, 1, 64),
             rerank=_bool(body, "rerank", True),
+            reinforce=_bool(body, "reinforce", False),
             timing=_bool(body, "timing", False),
             min_seq=_int(body, "min_seq", 0, 0, 2**62) or None,
         )
@@ -177,6 +179,8 @@ class Recall:
         if is_comparison(request.query):
             candidates = select_evidence(candidates, found["keys"], request.top_k)
         memories = candidates[: request.top_k]
+        if request.reinforce and memories and memories[0]["matched_keys"]:
+            self._reinforce(request.namespace, memories[0], candidates[request.top_k :])
         reply: dict[str, Any] = {
             "status": "found" if memories else "no_match",
             "query": request.query,
@@ -189,6 +193,22 @@ class Recall:
         if request.timing:
             reply["timing_ms"] = timing.report()
         return reply
+
+    def _reinforce(
+        self, namespace: str, hit: dict[str, Any], explored: list[dict[str, Any]]
+    ) -> None:
+        """Hebbian feedback: the top hit's matched links grow, explored-but-unused ones shrink."""
+        self.client.call(
+            "graph",
+            "reinforce",
+            {
+                "namespace": namespace,
+                "hit": hit["memory_id"],
+                "keys": hit["matched_keys"],
+                "explored": [c["memory_id"] for c in explored],
+            },
+            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
+        )
 
     def _analyse(
         self, request: SearchRequest, degraded: dict[str, str]
@@ -256,7 +276,8 @@ class Recall:
                     "rerank_kind": kind,
                 }
             )
-        fused.sort(key=lambda c: -c["score"])
+        # ties (swapped ranks) go to the passage the reranker prefers
+        fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
         return fused
 
 
