@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from protocol.client import Client
 from protocol.errors import KeymemError
 from services.config import Settings
-from services.router.migration import auto_migrate_enabled, spaces
+from services.router.migration import auto_migrate_enabled, migrate_if_needed, spaces
 from services.supervision import READY_TIMEOUT_S, Supervision, SupervisionError
 
 
@@ -42,9 +42,6 @@ def ensure_up(
     print it on stderr). Raises ``SupervisionError`` (a ``ModelMismatch`` for the model check)
     with a message naming the log to read; a keymem error during the model check is wrapped.
     """
-    # Imported here: services.cli imports every command, ``keymem up`` (and so this module).
-    from services.cli.migrate import migrate_if_needed
-
     supervision = Supervision(settings)
     begun = time.monotonic()
     with supervision.lock():

@@ -9,7 +9,7 @@ from typing import Any
 from protocol.client import Client
 from protocol.errors import KeymemError
 from services.config import Settings
-from services.router.migration import Spaces, reembed_all, spaces
+from services.router.migration import migrate_if_needed
 
 
 def add_parser(subparsers: Any) -> None:
@@ -20,22 +20,6 @@ def add_parser(subparsers: Any) -> None:
         "--force", action="store_true", help="re-embed even when the recorded model matches"
     )
     parser.set_defaults(run=run)
-
-
-def show_progress(done: int, total: int) -> None:
-    end = "\n" if done >= total else ""
-    print(f"\rre-embedding keys: {done}/{total}", end=end, file=sys.stderr, flush=True)
-
-
-def migrate_if_needed(
-    client: Client, *, force: bool = False
-) -> tuple[Spaces, dict[str, Any] | None]:
-    """Re-embed when the spaces differ (or ``force``); returns the spaces and the report."""
-    found = spaces(client)
-    if not (found.mismatch or (force and found.graph is not None)):
-        return found, None
-    print(f"keymem: {found.describe()}; re-embedding every key", file=sys.stderr)
-    return found, reembed_all(client, show_progress)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ needed unless ``KEYMEM_AUTO_MIGRATE=false``; ``keymem migrate`` runs it on deman
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -98,3 +99,19 @@ def reembed_all(client: Client, progress: Progress | None = None) -> dict[str, A
         "graph", "reembed_commit", {"token": token}, timeout_ms=COMMIT_TIMEOUT_MS
     )
     return report
+
+
+def stderr_progress(done: int, total: int) -> None:
+    end = "\n" if done >= total else ""
+    print(f"\rre-embedding keys: {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+
+def migrate_if_needed(
+    client: Client, *, force: bool = False, progress: Progress | None = stderr_progress
+) -> tuple[Spaces, dict[str, Any] | None]:
+    """Re-embed when the spaces differ (or ``force``); returns the spaces and the report."""
+    found = spaces(client)
+    if not (found.mismatch or (force and found.graph is not None)):
+        return found, None
+    print(f"keymem: {found.describe()}; re-embedding every key", file=sys.stderr)
+    return found, reembed_all(client, progress)
