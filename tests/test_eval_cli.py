@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -109,5 +111,38 @@ def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
     assert not_found["queries"] == 1
     assert not_found["unavailable"] is not None or not_found["rate"] in (0.0, 1.0)
     # the temporary deployment is gone: no home left, no process of it running
+    assert eval_homes() == homes_before
+    assert eval_processes() <= processes_before
+    assert eval_processes() <= processes_before
+
+
+@pytest.mark.supervised
+def test_sigterm_stops_the_services_and_removes_the_home() -> None:
+    homes_before, processes_before = eval_homes(), eval_processes()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY), "--quiet"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        give_up = time.monotonic() + E2E_TIMEOUT_S
+        pidfiles: list[Path] = []
+        while not pidfiles:  # supervisord is up (its pidfile written): services are starting
+            assert time.monotonic() < give_up and process.poll() is None
+            pidfiles = [p for h in eval_homes() - homes_before for p in h.glob("run/*.pid")]
+            time.sleep(0.1)
+        supervisord = int(pidfiles[0].read_text())
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=E2E_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert not psutil.pid_exists(supervisord) or (
+        psutil.Process(supervisord).status() == psutil.STATUS_ZOMBIE
+    )
     assert eval_homes() == homes_before
     assert eval_processes() <= processes_before
