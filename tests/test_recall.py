@@ -212,3 +212,18 @@ def test_only_a_reinforcing_search_strengthens_the_path_it_used(tmp_path: Path) 
         after = weights()
         assert after[hit] == pytest.approx(before[hit] + 0.05, abs=1e-3)
         assert after[other] == pytest.approx(before[other] - 0.005, abs=1e-3)
+
+
+def test_a_previews_connected_keys_come_most_relevant_first(deployed: FullStack) -> None:
+    found = deployed.memory("recall", {"query": "Newton and the fruit", "namespace": "en"})
+    connected = found["memories"][0]["connected_keys"]
+    relevances = [k["relevance"] for k in connected]
+    assert all(isinstance(r, float) for r in relevances)
+    assert relevances == sorted(relevances, reverse=True)
+
+
+def test_an_empty_store_answers_no_match_instead_of_an_error(tmp_path: Path) -> None:
+    with full_stack(tmp_path) as running:
+        assert running.memory("recall", {"query": "Newton"})["status"] == "no_match"
+        assert running.search("Newton")["status"] == "no_match"
+        assert running.memory("inject", {"prompt": "what did Newton discover?"})["memories"] == []

@@ -40,6 +40,24 @@ EXPAND_PER_KEY_DEFAULT = 50
 SCORE_DIGITS = 4
 
 
+def query_vector(state: GraphState, body: dict[str, Any]) -> np.ndarray | None:
+    """The body's ``vector`` as a unit float32 vector of the graph's dimension, if given."""
+    vector = body.get("vector")
+    if vector is None:
+        return None
+    if not isinstance(vector, np.ndarray) or vector.ndim != 1:
+        raise BadRequest("vector must be a one-dimensional float32 array")
+    if state.dim is None:
+        return None  # an empty graph: no key to compare with, whatever the dimension
+    if vector.shape[0] != state.dim:
+        raise BadRequest(f"vector must be a float32 array of shape ({state.dim},)")
+    norm = float(np.linalg.norm(vector))
+    if norm == 0 or not np.isfinite(norm):
+        raise BadRequest("vector must be finite and non-zero")
+    unit: np.ndarray = (vector / norm).astype(np.float32)
+    return unit
+
+
 def match_keys(
     state: GraphState, buffer: RecallBuffer, base: Thresholds, raw: Any, now: float
 ) -> dict[str, Any]:
@@ -49,11 +67,7 @@ def match_keys(
     top_k = opt_int(body, "top_k", 10, 1, MATCH_MAX_TOP_K)
     text = opt_str(body, "text", MAX_CONTENT_CHARS)
     learn = opt_bool(body, "learn", True)
-    vector = body.get("vector")
-    if vector is not None and (
-        not isinstance(vector, np.ndarray) or vector.ndim != 1 or vector.shape[0] != state.dim
-    ):
-        raise BadRequest(f"vector must be a float32 array of shape ({state.dim},)")
+    unit = query_vector(state, body)
     min_cosine = thresholds.key_recall
     if body.get("min_cosine") is not None:
         value = body["min_cosine"]
@@ -63,12 +77,7 @@ def match_keys(
     index = state.indexes.get(namespace)
     if index is None or len(index) == 0:
         return {"namespace": namespace, "keys": []}
-    sims: np.ndarray | None = None
-    if vector is not None:
-        norm = float(np.linalg.norm(vector))
-        if norm == 0 or not np.isfinite(norm):
-            raise BadRequest("vector must be finite and non-zero")
-        sims = index.cosines((vector / norm).astype(np.float32))
+    sims = None if unit is None else index.cosines(unit)
     literal: dict[str, str] = {}  # key id -> "concept" | "alias"
     if text:
         for phrase in query_phrases(text):
@@ -167,6 +176,8 @@ def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     body = body_of(raw)
     ids = id_list(body, "memory_ids")
     namespace = namespace_of(body)
+    unit = query_vector(state, body)  # given: each key also gets its cosine to it
+    index = state.indexes.get(namespace)
     out: dict[str, list[dict[str, Any]]] = {}
     for memory_id in ids:
         memory = state.memories.get(memory_id)
@@ -178,6 +189,9 @@ def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
             view = key_view(state, state.keys[key_id])
             view["weight"] = round(link.weight, SCORE_DIGITS)
             view["auto"] = link.auto
+            if unit is not None and index is not None and key_id in index.pos:
+                cosine = float(index.matrix[index.pos[key_id]] @ unit)
+                view["relevance"] = round(cosine, SCORE_DIGITS)
             rows.append(view)
         out[memory_id] = rows
     return {"namespace": namespace, "memories": out}

@@ -54,6 +54,9 @@ class KeyRef(BaseModel):
 
 
 class ConnectedKey(KeyRef):
+    relevance: float | None = Field(
+        default=None, description="cosine between the query and this key (None without a vector)"
+    )
     link_weight: float = Field(description="the link's weight, 0.1..3.0")
 
 

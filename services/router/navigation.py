@@ -151,7 +151,7 @@ class Navigation:
                 "nearest_keys": [key_summary(k) for k in nearest],
                 "note": MISS_NOTE,
             }
-        preview = self._preview(keys[0], context or query, max_chars)
+        preview = self._preview(keys[0], context or query, vector, max_chars)
         return {
             **reply,
             "status": "found",
@@ -180,7 +180,9 @@ class Navigation:
                     extra.append({**key, "score": round(relevance, 4), "match_type": "content"})
         return (keys + extra)[:top_k]
 
-    def _preview(self, key: dict[str, Any], query: str, max_chars: int) -> dict[str, Any] | None:
+    def _preview(
+        self, key: dict[str, Any], query: str, vector: Any, max_chars: int
+    ) -> dict[str, Any] | None:
         handles = self._call("graph", "read_key", {"key_id": key["key_id"], "limit": RERANK_POOL})[
             "memories"
         ]
@@ -192,10 +194,17 @@ class Navigation:
             key=lambda h: (relevance.get(h["memory_id"], 1.0) * h["score"], h["created_at"]),
         )
         full = self._call("graph", "get_memories", {"ids": [best["memory_id"]]})["memories"][0]
-        connected = sorted(
-            (k for k in full["keys"] if k["key_id"] != key["key_id"]),
-            key=lambda k: -k["link_weight"],
-        )
+        connected = [k for k in full["keys"] if k["key_id"] != key["key_id"]]
+        cosines: dict[str, float] = {}
+        if vector is not None:
+            linked = self._call(
+                "graph",
+                "memory_keys",
+                {"namespace": full["namespace"], "memory_ids": [full["id"]], "vector": vector},
+            )["memories"][full["id"]]
+            cosines = {k["key_id"]: k["relevance"] for k in linked if "relevance" in k}
+        # the keys most related to the query first, so the agent's next hop is obvious
+        connected.sort(key=lambda k: (-cosines.get(k["key_id"], 0.0), -k["link_weight"]))
         return {
             "id": full["id"],
             "content": full["content"][:max_chars],
@@ -208,7 +217,12 @@ class Navigation:
             "content_relevance": relevance.get(full["id"]),
             "matched_key": {"key_id": key["key_id"], "concept": key["concept"]},
             "connected_keys": [
-                {"key_id": k["key_id"], "concept": k["concept"], "link_weight": k["link_weight"]}
+                {
+                    "key_id": k["key_id"],
+                    "concept": k["concept"],
+                    "relevance": cosines.get(k["key_id"]),
+                    "link_weight": k["link_weight"],
+                }
                 for k in connected
             ],
         }
