@@ -20,33 +20,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.deployment import bench_home
 from benchmarks.graph_bench import Synthetic, build
 from protocol.client import Client
 from protocol.endpoints import ipc_endpoints
 
 INDEX_WAIT_S = 1_800
 QUERY_POOL = 200
-
-
-def _keymem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=INDEX_WAIT_S,
-    )
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -121,23 +108,20 @@ def _hook(env: dict[str, str], queries: list[dict[str, Any]], runs: int) -> dict
 
 
 def measure(memories: int, seconds: float, hook_runs: int) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix="km-rb-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
-    env["KEYMEM_HOME"] = str(home)
     data = Synthetic(memories)
-    try:
-        built = build(home, data, memories)
+    with bench_home("km-rb-") as deployment:
+        built = build(deployment.home, data, memories)
         started = time.perf_counter()
-        _keymem(env, "up", "--timeout", "600")
+        deployment.keymem("up", "--timeout", "600")
         up_s = time.perf_counter() - started
-        with Client(ipc_endpoints(home).frontend) as client:
+        with Client(ipc_endpoints(deployment.home).frontend) as client:
             index_s = _wait_indexed(client, built["memories"])
             queries = _queries(data)
             for query in queries[:20]:  # warm caches
                 client.call("memory", "search", query, timeout_ms=10_000)
             rerank_on = _search_loop(client, queries, seconds, rerank=True)
             rerank_off = _search_loop(client, queries, seconds / 2, rerank=False)
-        hook = _hook(env, queries, hook_runs)
+        hook = _hook(deployment.env, queries, hook_runs)
         return {
             "store": built,
             "up_with_migration_s": round(up_s, 1),
@@ -147,14 +131,6 @@ def measure(memories: int, seconds: float, hook_runs: int) -> dict[str, Any]:
             "hook_round_trip": hook,
             "load_average": os.getloadavg(),
         }
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "services.cli", "down"],
-            env=env,
-            capture_output=True,
-            timeout=120,
-        )
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def main() -> int:

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from benchmarks.deployment import bench_home
 from protocol.client import Client
 from protocol.endpoints import ipc_endpoints
 from services.loadtest import run_load
@@ -30,29 +26,15 @@ CLIENT_COUNTS = (1, 8)
 TARGET_SERVICE = "embedder"
 
 
-def _keymem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-
-
 def measure(seconds: float) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix="km-bench-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
-    env["KEYMEM_HOME"] = str(home)
-    try:
+    with bench_home("km-bench-") as deployment:
         started = time.perf_counter()
-        _keymem(env, "up")
+        deployment.keymem("up")
         up_s = time.perf_counter() - started
         time.sleep(IDLE_SETTLE_S)
-        status = json.loads(_keymem(env, "status", "--json").stdout)
+        status = json.loads(deployment.keymem("status", "--json").stdout)
         rss_mb = {n: round((s["rss_bytes"] or 0) / 2**20, 1) for n, s in status["services"].items()}
-        endpoints = ipc_endpoints(home)
+        endpoints = ipc_endpoints(deployment.home)
         with Client(endpoints.frontend) as client:
             stats = client.call("router", "stats")
         direct = stats["services"][TARGET_SERVICE]["workers"][0]["direct"]
@@ -74,14 +56,6 @@ def measure(seconds: float) -> dict[str, Any]:
                 }
             )
         return {"up_to_ready_s": round(up_s, 2), "idle_rss_mb": rss_mb, "ping": rows}
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "services.cli", "down"],
-            env=env,
-            capture_output=True,
-            timeout=120,
-        )
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def render(report: dict[str, Any]) -> str:

@@ -1,0 +1,50 @@
+"""A throwaway real deployment for benchmarks: a fresh short KEYMEM_HOME, `keymem` as a
+subprocess, and `keymem down` plus cleanup however the measurement ends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+CLI_TIMEOUT_S = 1_800
+DOWN_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class BenchHome:
+    home: Path
+    env: dict[str, str]
+
+    def keymem(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=CLI_TIMEOUT_S,
+        )
+
+
+@contextlib.contextmanager
+def bench_home(prefix: str) -> Iterator[BenchHome]:
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: ipc paths < 107 bytes
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    env["KEYMEM_HOME"] = str(home)
+    try:
+        yield BenchHome(home, env)
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "services.cli", "down"],
+            env=env,
+            capture_output=True,
+            timeout=DOWN_TIMEOUT_S,
+        )
+        shutil.rmtree(home, ignore_errors=True)
