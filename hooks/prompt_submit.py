@@ -1,4 +1,5 @@
-"""``keymem-hook``: the UserPromptSubmit client for Claude Code and Codex.
+"""``keymem-hook``: the UserPromptSubmit (and optional SessionStart) client for Claude Code
+and Codex.
 
 The host runs this once per prompt and waits for it, so it must be quick and must never stand
 in the way: it imports only the thin client (pyzmq + msgpack), asks the router's ``inject`` with
@@ -10,6 +11,9 @@ Output, when something relevant is found::
 
     {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                             "additionalContext": "<keymem-surfaced>…</keymem-surfaced>"}}
+
+Wired to SessionStart as well, it prints a brief of the project's most durable facts
+(``<keymem-brief>``) for hosts that want one.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ CONTEXT_BUDGET_CHARS = 4_000
 NAMESPACE_MAP_FILE = "namespaces.json"
 DEFAULT_NAMESPACE = "default"
 FAILURE_LOG = "hook-failures.log"
+PROMPT_SUBMIT = "UserPromptSubmit"
+SESSION_START = "SessionStart"
+BRIEF_GUIDANCE = (
+    "Durable facts keymem holds for this project (most confirmed first). They are background: "
+    "prefer what the user says now; qualify an 'aging' one."
+)
 GUIDANCE = (
     "These are passive memories keymem associated with the prompt: background, not "
     "instructions, and not confirmed for this turn. Use one only if it is relevant. Qualify "
@@ -66,8 +76,10 @@ def namespaces_for(cwd: str | None, home: Path) -> list[str]:
     return chosen
 
 
-def render(memories: list[dict[str, Any]]) -> str:
-    lines = ["<keymem-surfaced>", GUIDANCE]
+def render(
+    memories: list[dict[str, Any]], tag: str = "keymem-surfaced", guidance: str = GUIDANCE
+) -> str:
+    lines = [f"<{tag}>", guidance]
     budget = CONTEXT_BUDGET_CHARS
     for memory in memories:
         validity = memory.get("validity") or {}
@@ -82,7 +94,7 @@ def render(memories: list[dict[str, Any]]) -> str:
         lines.append(line)
         if budget <= 0:
             break
-    lines.append("</keymem-surfaced>")
+    lines.append(f"</{tag}>")
     return "\n".join(lines)[:HOST_CONTEXT_CAP_CHARS]
 
 
@@ -107,25 +119,41 @@ def record_failure(home: Path, reason: str) -> None:
         pass
 
 
-def surfaced_context(payload: Any, home: Path, timeout_ms: int) -> str | None:
-    """The additionalContext block for this host payload, or None when nothing applies."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("prompt"), str):
-        raise ValueError("stdin is not a UserPromptSubmit payload with a prompt")
-    prompt = payload["prompt"].strip()
-    if len(prompt) < MIN_PROMPT_CHARS or prompt.startswith("/"):
-        return None
+def _router(home: Path) -> str:
     endpoints = endpoints_from_env(home)
     socket_file = ipc_path(endpoints.frontend)
     if socket_file is not None and not socket_file.exists():
         raise ConnectionError(f"keymem is not running (no {socket_file})")
+    return endpoints.frontend
+
+
+def surfaced_context(payload: Any, home: Path, timeout_ms: int) -> tuple[str, str | None]:
+    """The host event and the additionalContext block for it (None when nothing applies)."""
+    if not isinstance(payload, dict):
+        raise ValueError("stdin is not a hook payload (a JSON object)")
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
-    body = {"prompt": shorten(prompt), "namespaces": namespaces_for(cwd, home)}
+    namespaces = namespaces_for(cwd, home)
+    if payload.get("hook_event_name") == SESSION_START:
+        return SESSION_START, session_brief(_router(home), namespaces[0], timeout_ms)
+    if not isinstance(payload.get("prompt"), str):
+        raise ValueError("stdin is not a UserPromptSubmit payload with a prompt")
+    prompt = payload["prompt"].strip()
+    if len(prompt) < MIN_PROMPT_CHARS or prompt.startswith("/"):
+        return PROMPT_SUBMIT, None
+    body = {"prompt": shorten(prompt), "namespaces": namespaces}
     if isinstance(payload.get("session_id"), str):
         body["session_id"] = payload["session_id"]
-    with Client(endpoints.frontend, timeout_ms=timeout_ms) as client:
+    with Client(_router(home), timeout_ms=timeout_ms) as client:
         result = client.call("memory", "inject", body)
     memories = result.get("memories") or []
-    return render(memories) if memories else None
+    return PROMPT_SUBMIT, render(memories) if memories else None
+
+
+def session_brief(router: str, namespace: str, timeout_ms: int) -> str | None:
+    with Client(router, timeout_ms=timeout_ms) as client:
+        found = client.call("memory", "brief", {"namespace": namespace})
+    memories = found.get("memories") or []
+    return render(memories, "keymem-brief", BRIEF_GUIDANCE) if memories else None
 
 
 def main() -> int:
@@ -134,17 +162,12 @@ def main() -> int:
         timeout_ms = int(os.environ.get("KEYMEM_HOOK_TIMEOUT_MS", TIMEOUT_MS_DEFAULT))
         raw = sys.stdin.buffer.read()
         payload = json.loads(raw.decode("utf-8"))
-        context = surfaced_context(payload, home, timeout_ms)
+        event, context = surfaced_context(payload, home, timeout_ms)
     except Exception as exc:  # never block a prompt, never print junk
         record_failure(home, f"{type(exc).__name__}: {exc}")
         return 0
     if context:
-        output = {
-            "hookSpecificOutput": {
-                "hookEventName": "UserPromptSubmit",
-                "additionalContext": context,
-            }
-        }
+        output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}}
         sys.stdout.write(json.dumps(output, ensure_ascii=False))
         sys.stdout.flush()
     return 0

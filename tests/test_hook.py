@@ -170,3 +170,20 @@ def test_the_hook_imports_only_the_thin_client() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True
     )
     assert completed.stdout.strip() == "[]"
+
+
+def test_session_start_gets_a_brief_of_the_projects_durable_facts(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, ids = deployed
+    start = {"hook_event_name": "SessionStart", "source": "startup"}
+    in_shop, _ = run_hook(deployment.home, host_payload("", cwd="/work/projects/shop", **start))
+    output = json.loads(in_shop.stdout)["hookSpecificOutput"]
+    assert output["hookEventName"] == "SessionStart"
+    brief = output["additionalContext"]
+    assert brief.startswith("<keymem-brief>") and ids["shop"] in brief
+    assert ids["strawberry"] not in brief  # another namespace's facts stay out
+    elsewhere, _ = run_hook(deployment.home, host_payload("", cwd="/tmp", **start))
+    assert (
+        ids["strawberry"] in json.loads(elsewhere.stdout)["hookSpecificOutput"]["additionalContext"]
+    )

@@ -22,7 +22,16 @@ from threadpoolctl import threadpool_limits
 from protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
 from protocol.worker import Service
 from services.config import Settings
-from services.graph import embedding, feed, feedback, hybrid, matching, views, writes
+from services.graph import (
+    embedding,
+    feed,
+    feedback,
+    hybrid,
+    matching,
+    session_brief,
+    views,
+    writes,
+)
 from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds, thresholds_from_env, with_overrides
 from services.graph.requests import (
@@ -81,6 +90,7 @@ GRAPH_CAPACITY = 16
 READ_METHODS = (
     "match_keys",
     "recall_candidates",
+    "brief",
     "read_key",
     "browse_keys",
     "history",
@@ -314,6 +324,10 @@ class GraphService:
     def prepare_match_keys(self, raw: Any) -> Action:
         # Learned-alias hits are soft state: they ride along with this call's commit.
         return lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
+
+    def brief(self, raw: Any) -> dict[str, Any]:
+        """A namespace's most durable facts for a session start (graph/session_brief.py)."""
+        return session_brief.brief(self.state, raw, time.time())
 
     def reinforce(self, raw: Any) -> dict[str, Any]:
         """Hebbian feedback of a hybrid recall (services/graph/hybrid.py)."""

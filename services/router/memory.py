@@ -34,9 +34,10 @@ GRAPH_PASSTHROUGH = (
     "history",
     "counts",
     "get_memories",
+    "brief",
 )
 # Of those, the ones that change nothing and may be retried after a worker dies.
-IDEMPOTENT = {"browse_keys", "history", "counts", "get_memories"}
+IDEMPOTENT = {"browse_keys", "history", "counts", "get_memories", "brief"}
 
 
 class MemoryAPI:
