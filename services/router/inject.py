@@ -66,7 +66,8 @@ class Inject:
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise BadRequest("prompt must be a non-empty string")
-        namespaces = body.get("namespaces", ["default"])
+        single = body.get("namespace")
+        namespaces = body.get("namespaces", [single] if isinstance(single, str) else ["default"])
         if (
             not isinstance(namespaces, list)
             or not namespaces
