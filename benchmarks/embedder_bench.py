@@ -19,10 +19,8 @@ import argparse
 import json
 import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +30,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.deployment import bench_home
 from protocol.client import Client
 from protocol.endpoints import ipc_endpoints
 from protocol.errors import KeymemError
@@ -97,31 +96,29 @@ def deployment(
 ) -> Iterator[tuple[Deployment, dict[str, float]]]:
     """A router plus the given workers (name -> extra env) as real processes.
 
+    Only what is measured runs (no supervisord, lexicon or graph competing for the two cores).
     Yields the deployment and, per service, seconds from spawn until it answered via the router.
     """
-    home = Path(tempfile.mkdtemp(prefix="km-eb-", dir="/tmp"))
-    base = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
-    base["KEYMEM_HOME"] = str(home)
-    (home / "logs").mkdir(parents=True, exist_ok=True)
-    processes = [_spawn("router", base, home / "logs")]
-    frontend = ipc_endpoints(home).frontend
-    ready: dict[str, float] = {}
-    try:
-        for name, extra in services.items():
-            started = time.perf_counter()
-            processes.append(_spawn(name, {**base, **extra}, home / "logs"))
-            _wait_ready(frontend, name)
-            ready[name] = round(time.perf_counter() - started, 2)
-        yield Deployment(home, frontend, base, processes), ready
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        shutil.rmtree(home, ignore_errors=True)
+    with bench_home("km-eb-") as bench:
+        (bench.home / "logs").mkdir(parents=True, exist_ok=True)
+        processes = [_spawn("router", bench.env, bench.home / "logs")]
+        frontend = ipc_endpoints(bench.home).frontend
+        ready: dict[str, float] = {}
+        try:
+            for name, extra in services.items():
+                started = time.perf_counter()
+                processes.append(_spawn(name, {**bench.env, **extra}, bench.home / "logs"))
+                _wait_ready(frontend, name)
+                ready[name] = round(time.perf_counter() - started, 2)
+            yield Deployment(bench.home, frontend, bench.env, processes), ready
+        finally:
+            for process in reversed(processes):
+                process.terminate()
+            for process in processes:
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
 
 
 def _wait_ready(frontend: str, service: str) -> None:
