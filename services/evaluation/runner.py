@@ -105,35 +105,56 @@ def run_keymem(
     result: MethodResult,
     not_found: NotFoundResult,
 ) -> LoadedStore:
-    """Load the benchmark into the running services, then query them."""
+    """Load the benchmark into the running services, then ask them every query."""
     store = load(client, benchmark, options.key_mode, progress)
     recall = KeymemRecall(client, store, max(options.ks))
+    _search_answerable(client, benchmark, recall, progress, result)
+    if not_found.queries:
+        _inject_unanswerable(client, benchmark, recall, progress, not_found)
+    return store
+
+
+def _search_answerable(
+    client: Client,
+    benchmark: Benchmark,
+    recall: KeymemRecall,
+    progress: Progress,
+    result: MethodResult,
+) -> None:
     try:
         require(client, SEARCH)
     except MethodUnavailable as exc:
         result.unavailable = str(exc)
         progress.note(f"keymem: {exc}; the baselines still run")
-    else:
-        for position, query in progress.over(_answerable(benchmark), "keymem: hybrid recall"):
-            try:
-                result.record(query, recall.search(query.query, store.namespaces[position]))
-            except KeymemError as exc:
-                result.failed(query, exc)
-    silent = [(i, q) for i, q in enumerate(benchmark.queries) if not q.answerable]
-    if not silent:
-        return store
+        return
+    namespaces = recall.store.namespaces
+    for position, query in progress.over(_answerable(benchmark), "keymem: hybrid recall"):
+        try:
+            result.record(query, recall.search(query.query, namespaces[position]))
+        except KeymemError as exc:
+            result.failed(query, exc)
+
+
+def _inject_unanswerable(
+    client: Client,
+    benchmark: Benchmark,
+    recall: KeymemRecall,
+    progress: Progress,
+    not_found: NotFoundResult,
+) -> None:
     try:
         require(client, INJECT)
     except MethodUnavailable as exc:
         not_found.unavailable = str(exc)
-        return store
-    for position, query in progress.over(silent, "keymem: inject on unanswerable queries"):
+        return
+    namespaces = recall.store.namespaces
+    unanswerable = [(i, q) for i, q in enumerate(benchmark.queries) if not q.answerable]
+    for position, query in progress.over(unanswerable, "keymem: inject on unanswerable queries"):
         try:
-            if not recall.surfaces_anything(query.query, store.namespaces[position]):
+            if not recall.surfaces_anything(query.query, namespaces[position]):
                 not_found.silent += 1
         except KeymemError:
             not_found.errors += 1
-    return store
 
 
 def run_baselines(
