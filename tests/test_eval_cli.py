@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import psutil
 import pytest
 
 from services.cli import main
-from services.evaluation.deployment import HOME_PARENT, HOME_PREFIX
+from services.evaluation.deployment import STARTING
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PER_QUERY = FIXTURES / "eval_tiny_per_query.json"
@@ -62,29 +63,37 @@ def test_provided_keys_on_a_keyless_file_fail_before_starting_services(
     assert "has no keys" in err and "starting keymem" not in err
 
 
-def eval_homes() -> set[Path]:
-    return set(Path(HOME_PARENT).glob(f"{HOME_PREFIX}*"))
+def announced_home(stderr: str) -> Path:
+    """The temporary home the run printed (other runs may be going on beside this test)."""
+    match = re.search(rf"{re.escape(STARTING)} (\S+) \.\.\.", stderr)
+    assert match is not None, stderr
+    return Path(match.group(1))
 
 
-def eval_processes() -> set[int]:
-    found = set()
-    for proc in psutil.process_iter(["environ"]):
+def processes_of(home: Path) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["environ", "cmdline", "status"]):
         try:
-            home = (proc.info["environ"] or {}).get("KEYMEM_HOME", "")
+            environ = proc.info["environ"] or {}
+            cmdline = " ".join(proc.info["cmdline"] or [])
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if home.startswith(f"{HOME_PARENT}/{HOME_PREFIX}"):
-            found.add(proc.pid)
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if environ.get("KEYMEM_HOME") == str(home) or str(home) in cmdline:
+            found.append(proc.pid)
     return found
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
 
 
 @pytest.mark.supervised
 def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
-    homes_before, processes_before = eval_homes(), eval_processes()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
     completed = subprocess.run(
         [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY), "--k", "1,2", "--json"],
-        env=env,
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=E2E_TIMEOUT_S,
@@ -111,38 +120,31 @@ def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
     assert not_found["queries"] == 1
     assert not_found["unavailable"] is not None or not_found["rate"] in (0.0, 1.0)
     # the temporary deployment is gone: no home left, no process of it running
-    assert eval_homes() == homes_before
-    assert eval_processes() <= processes_before
-    assert eval_processes() <= processes_before
+    home = announced_home(completed.stderr)
+    assert not home.exists() and processes_of(home) == []
 
 
 @pytest.mark.supervised
 def test_sigterm_stops_the_services_and_removes_the_home() -> None:
-    homes_before, processes_before = eval_homes(), eval_processes()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY), "--quiet"],
-        env=env,
+        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY)],
+        env=clean_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
+        assert process.stderr is not None
+        home = announced_home(process.stderr.readline())
+        pidfile = home / "run" / "supervisord.pid"
         give_up = time.monotonic() + E2E_TIMEOUT_S
-        pidfiles: list[Path] = []
-        while not pidfiles:  # supervisord is up (its pidfile written): services are starting
+        while not pidfile.exists():  # supervisord is up: services are starting
             assert time.monotonic() < give_up and process.poll() is None
-            pidfiles = [p for h in eval_homes() - homes_before for p in h.glob("run/*.pid")]
-            time.sleep(0.1)
-        supervisord = int(pidfiles[0].read_text())
+            time.sleep(0.05)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=E2E_TIMEOUT_S)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, err
-    assert not psutil.pid_exists(supervisord) or (
-        psutil.Process(supervisord).status() == psutil.STATUS_ZOMBIE
-    )
-    assert eval_homes() == homes_before
-    assert eval_processes() <= processes_before
+    assert not home.exists() and processes_of(home) == []

@@ -15,7 +15,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -26,6 +26,7 @@ from services.supervision import READY_TIMEOUT_S, Supervision
 HOME_PARENT = "/tmp"
 HOME_PREFIX = "km-eval-"
 TRANSPORT_VARIABLE = "KEYMEM_TRANSPORT"
+STARTING = "starting keymem's services in the temporary home"
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -64,9 +65,15 @@ def ipc_transport() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def temporary_deployment(ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[Settings]:
-    """Start keymem under a fresh temporary home, yield its settings, stop it and delete it."""
+def temporary_deployment(
+    announce: Callable[[str], None], ready_timeout_s: float = READY_TIMEOUT_S
+) -> Iterator[Settings]:
+    """Start keymem under a fresh temporary home, yield its settings, stop it and delete it.
+
+    ``announce`` is told the home before anything starts (logs live there while it runs).
+    """
     home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX, dir=HOME_PARENT))
+    announce(f"{STARTING} {home} ...")
     base = Settings.from_env()
     settings = dataclasses.replace(base, home=home, endpoints=ipc_endpoints(home))
     supervision = Supervision(settings)

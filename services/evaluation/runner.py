@@ -183,9 +183,8 @@ def evaluate(
     not_found = NotFoundResult(silent_count)
     store = None
     if KEYMEM in results:
-        progress.note("starting keymem's services in a temporary home ...")
         with (
-            temporary_deployment() as settings,
+            temporary_deployment(progress.note) as settings,
             Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
         ):
             store = run_keymem(client, benchmark, options, progress, results[KEYMEM], not_found)
