@@ -26,6 +26,7 @@ from services.graph.profile import Thresholds
 from services.graph.requests import body_of, id_list, namespace_of, opt_bool, opt_int, req_str
 from services.graph.state import GraphState
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
+from store.records import MemoryRecord
 
 RRF_K = 60
 # A memory under a literally named key counts as if it ranked first in one more list.
@@ -36,6 +37,9 @@ POOL_DEFAULT = 30
 POOL_MAX = 200
 BM25_MAX = 1_000
 SCORE_DIGITS = 6
+# How a memory under several matched keys combines their evidence: "sum" rewards a memory that
+# many of the query's keys point to; "max" counts only its best key.
+KEY_AGGREGATES = ("sum", "max")
 
 
 def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
@@ -63,6 +67,9 @@ def recall_candidates(
     n_seeds = opt_int(body, "seeds", SEEDS_DEFAULT, 1, 100)
     per_key = opt_int(body, "per_key", matching.EXPAND_PER_KEY_DEFAULT, 1, 1_000)
     bm25 = _bm25_of(body)
+    key_agg = body.get("key_agg", "sum")
+    if key_agg not in KEY_AGGREGATES:
+        raise BadRequest(f"key_agg must be one of {KEY_AGGREGATES}")
 
     match_body = {
         "namespace": namespace,
@@ -85,8 +92,10 @@ def recall_candidates(
             memory = state.memories.get(link.memory_id)
             if memory is None or not memory.active(now):
                 continue
+            evidence = key["score"] * key["idf"] * link.weight
+            before = key_path.get(link.memory_id, 0.0)
             key_path[link.memory_id] = (
-                key_path.get(link.memory_id, 0.0) + key["score"] * key["idf"] * link.weight
+                before + evidence if key_agg == "sum" else max(before, evidence)
             )
             via_keys.setdefault(link.memory_id, []).append(key["key_id"])
             if key["literal"]:
@@ -103,6 +112,7 @@ def recall_candidates(
     key_rank = {m: r for r, m in enumerate(sorted(key_path, key=lambda m: -key_path[m]), 1)}
     bm25_rank = {memory_id: rank for rank, (memory_id, _) in enumerate(active_bm25, 1)}
     fused: dict[str, float] = {}
+    factors: dict[str, float] = {}
     for memory_id in key_rank.keys() | bm25_rank.keys():
         score = sum(
             1.0 / (RRF_K + ranks[memory_id])
@@ -112,8 +122,8 @@ def recall_candidates(
         if memory_id in literal:
             score += LITERAL_BONUS
         memory = state.memories[memory_id]
-        score *= depth_factor(memory.depth) * freshness_factor(freshness(memory, now))
-        fused[memory_id] = score
+        factors[memory_id] = _factor(memory, now)
+        fused[memory_id] = score * factors[memory_id]
 
     # 3. hops from the best fused memories
     hop_score: dict[str, dict[str, Any]] = {}
@@ -161,6 +171,7 @@ def recall_candidates(
                     "hop": hop["hop"] if hop else 0,
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
                     "via": hop["via"] if hop else None,
+                    "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
                 },
                 "matched_keys": via_keys.get(memory_id, []),
             }
@@ -172,6 +183,11 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
+
+
+def _factor(memory: MemoryRecord, now: float) -> float:
+    """Depth × freshness: how much a memory's own standing scales its evidence."""
+    return depth_factor(memory.depth) * freshness_factor(freshness(memory, now))
 
 
 RECALL_REINFORCE_STEP = 0.05

@@ -68,6 +68,74 @@ class Timing:
         return {**self.stages_ms, "total": round((time.perf_counter() - self.started) * 1000, 3)}
 
 
+FUSIONS = ("graph_then_rerank", "lists")
+HOP_GATES = ("none", "relevance")
+KEY_AGGREGATES = ("sum", "max")
+WEIGHT_MAX = 10.0
+# A memory under a literally named key counts as if it ranked first in one more list.
+LITERAL_BONUS = 1.0 / (RRF_K + 1)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How the evidence lists combine; the defaults are what the recall-quality ablation kept
+    (docs/BENCHMARKS.md, "Recall quality (issue 8)"), the rest stay for re-measuring.
+
+    * ``fusion`` — ``graph_then_rerank``: RRF of the graph's rank (itself key path ⊕ BM25 plus
+      raw hop scores) and the reranker's rank; ``lists``: one RRF over every evidence list —
+      key path, BM25, reranker (dense) and hops — each a rank, so no scale swamps another.
+    * ``hop_gate`` — ``relevance`` scales a hop's list entry by the reached memory's reranker
+      relevance (min–max over the pool): a hop must also look relevant to the query.
+    * ``hop_weight``, ``dense_weight`` — the weight of those lists in ``lists`` fusion.
+    * ``key_agg`` — a memory under several matched keys: ``sum`` or ``max`` of their evidence.
+    * ``evidence`` — comparison questions put one candidate per named entity first.
+    """
+
+    fusion: str = "graph_then_rerank"
+    hop_gate: str = "none"
+    hop_weight: float = 1.0
+    dense_weight: float = 1.0
+    key_agg: str = "sum"
+    evidence: bool = True
+
+    @classmethod
+    def parse(cls, raw: Any) -> Tuning:
+        if raw is None:
+            return cls()
+        if not isinstance(raw, dict):
+            raise BadRequest("tuning must be a map")
+        unknown = set(raw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise BadRequest(f"unknown tuning options {sorted(unknown)}")
+        base = cls()
+        return cls(
+            fusion=_choice(raw, "fusion", base.fusion, FUSIONS),
+            hop_gate=_choice(raw, "hop_gate", base.hop_gate, HOP_GATES),
+            hop_weight=_weight(raw, "hop_weight", base.hop_weight),
+            dense_weight=_weight(raw, "dense_weight", base.dense_weight),
+            key_agg=_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
+            evidence=_bool(raw, "evidence", base.evidence),
+        )
+
+
+def _choice(body: dict[str, Any], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = body.get(name, default)
+    if value not in allowed:
+        raise BadRequest(f"{name} must be one of {allowed}")
+    return str(value)
+
+
+def _weight(body: dict[str, Any], name: str, default: float) -> float:
+    value = body.get(name, default)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= WEIGHT_MAX
+    ):
+        raise BadRequest(f"{name} must be a number in [0, {WEIGHT_MAX}]")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class SearchRequest:
     query: str
@@ -79,6 +147,7 @@ class SearchRequest:
     reinforce: bool
     timing: bool
     min_seq: int | None
+    tuning: Tuning = field(default_factory=Tuning)
 
     @classmethod
     def parse(cls, body: Any, *, top_k_default: int = TOP_K_DEFAULT) -> SearchRequest:
@@ -102,6 +171,7 @@ class SearchRequest:
             reinforce=_bool(body, "reinforce", False),
             timing=_bool(body, "timing", False),
             min_seq=_int(body, "min_seq", 0, 0, 2**62) or None,
+            tuning=Tuning.parse(body.get("tuning")),
         )
 
 
@@ -166,17 +236,24 @@ class Recall:
         }
         if vector is not None:
             graph_body["vector"] = vector
+        if request.tuning.key_agg != Tuning.key_agg:
+            graph_body["key_agg"] = request.tuning.key_agg
         found = self.client.call(
             "graph", "recall_candidates", graph_body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
         )
         timing.lap("graph")
         candidates: list[dict[str, Any]] = found["candidates"]
+        relevance = None
         if request.rerank and candidates:
-            candidates = self._rerank(request.query, candidates, degraded)
+            relevance = self._relevance(request.query, candidates, degraded)
         elif not request.rerank:
             degraded["reranker"] = "disabled for this request"
+        if request.tuning.fusion == "lists":
+            candidates = fuse_lists(candidates, relevance, request.tuning)
+        elif relevance is not None:
+            candidates = fuse_graph_then_rerank(candidates, relevance)
         timing.lap("rerank")
-        if is_comparison(request.query):
+        if request.tuning.evidence and is_comparison(request.query):
             candidates = select_evidence(candidates, found["keys"], request.top_k)
         memories = candidates[: request.top_k]
         if request.reinforce and memories and memories[0]["matched_keys"]:
@@ -241,9 +318,10 @@ class Recall:
             bm25 = lexical["hits"]
         return vector, bm25
 
-    def _rerank(
+    def _relevance(
         self, query: str, candidates: list[dict[str, Any]], degraded: dict[str, str]
-    ) -> list[dict[str, Any]]:
+    ) -> Relevance | None:
+        """The reranker's score of every candidate against the query, or None if it is down."""
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
         passages = [c["content"] for c in candidates]
         outcomes = self.client.call_many(
@@ -256,29 +334,101 @@ class Recall:
         scored = [o for o in outcomes if not isinstance(o, KeymemError)]
         if not scored:
             degraded["reranker"] = str(outcomes[0])
-            return candidates
+            return None
         # a passage is as relevant as its best match with any part of the query
         scores = [max(o["scores"][i] for o in scored) for i in range(len(candidates))]
-        kind = scored[0]["score_kind"]
-        by_rerank = sorted(range(len(candidates)), key=lambda i: -scores[i])
-        rerank_rank = {i: rank for rank, i in enumerate(by_rerank, 1)}
-        fused = []
-        for graph_rank, candidate in enumerate(candidates, 1):
-            i = graph_rank - 1
-            final = 1.0 / (RRF_K + graph_rank) + 1.0 / (RRF_K + rerank_rank[i])
-            fused.append(
-                {
-                    **candidate,
-                    "graph_score": candidate["score"],
-                    "score": round(final, SCORE_DIGITS),
-                    "score_kind": "rrf_graph_and_rerank",
-                    "rerank_score": round(scores[i], SCORE_DIGITS),
-                    "rerank_kind": kind,
-                }
-            )
-        # ties (swapped ranks) go to the passage the reranker prefers
-        fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
+        return Relevance(scores, str(scored[0]["score_kind"]))
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """The reranker's verdict on a pool, in pool order, and what kind of score it is."""
+
+    scores: list[float]
+    kind: str
+
+    def ranks(self) -> list[int]:
+        order = sorted(range(len(self.scores)), key=lambda i: -self.scores[i])
+        ranks = [0] * len(self.scores)
+        for rank, i in enumerate(order, 1):
+            ranks[i] = rank
+        return ranks
+
+    def labelled(self, candidate: dict[str, Any], i: int, score: float) -> dict[str, Any]:
+        return {
+            **candidate,
+            "graph_score": candidate["score"],
+            "score": round(score, SCORE_DIGITS),
+            "score_kind": "rrf_graph_and_rerank",
+            "rerank_score": round(self.scores[i], SCORE_DIGITS),
+            "rerank_kind": self.kind,
+        }
+
+
+def fuse_graph_then_rerank(
+    candidates: list[dict[str, Any]], relevance: Relevance
+) -> list[dict[str, Any]]:
+    """RRF of the graph's rank and the reranker's rank (the scores' scales differ, ranks do not)."""
+    ranks = relevance.ranks()
+    fused = [
+        relevance.labelled(c, i, 1.0 / (RRF_K + i + 1) + 1.0 / (RRF_K + ranks[i]))
+        for i, c in enumerate(candidates)
+    ]
+    # ties (swapped ranks) go to the passage the reranker prefers
+    fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
+    return fused
+
+
+def _rrf(rank: int | None, weight: float = 1.0) -> float:
+    return 0.0 if rank is None else weight / (RRF_K + rank)
+
+
+def fuse_lists(
+    candidates: list[dict[str, Any]], relevance: Relevance | None, tuning: Tuning
+) -> list[dict[str, Any]]:
+    """One RRF over every evidence list: key path, BM25, the reranker's (dense) and hops.
+
+    Each list contributes through its ranks only, so raw hop scores cannot swamp direct
+    evidence; a hop-only memory has at most two entries (hop, dense) against a direct hit's
+    three. With ``hop_gate=relevance`` a hop's entry is scaled by how relevant the reranker
+    finds the memory it reached (min–max over the pool), so a walk into unrelated territory
+    adds nothing. The literal bonus and the depth × freshness factor apply as in the graph.
+    """
+    hopped = sorted(
+        (i for i, c in enumerate(candidates) if c["components"]["hop"]),
+        key=lambda i: -candidates[i]["components"]["hop_score"],
+    )
+    hop_rank = {i: rank for rank, i in enumerate(hopped, 1)}
+    dense_rank = relevance.ranks() if relevance is not None else None
+    gate = [1.0] * len(candidates)
+    if relevance is not None and tuning.hop_gate == "relevance":
+        low, high = min(relevance.scores), max(relevance.scores)
+        spread = high - low
+        gate = [(s - low) / spread if spread > 0 else 1.0 for s in relevance.scores]
+    scored = []
+    for i, candidate in enumerate(candidates):
+        parts = candidate["components"]
+        score = _rrf(parts["key_rank"]) + _rrf(parts["bm25_rank"])
+        score += LITERAL_BONUS if parts["literal"] else 0.0
+        score += _rrf(hop_rank.get(i), tuning.hop_weight * gate[i])
+        if dense_rank is not None:
+            score += _rrf(dense_rank[i], tuning.dense_weight)
+        score *= parts.get("factor", 1.0)
+        scored.append((score, i))
+    if relevance is None:
+        fused = [
+            {
+                **candidates[i],
+                "graph_score": candidates[i]["score"],
+                "score": round(v, SCORE_DIGITS),
+            }
+            for v, i in scored
+        ]
+        fused.sort(key=lambda c: -c["score"])
         return fused
+    fused = [relevance.labelled(candidates[i], i, v) for v, i in scored]
+    fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
+    return fused
 
 
 def select_evidence(

@@ -1,0 +1,212 @@
+"""Recall ablation: one benchmark load, many ``memory.search`` variants, one table.
+
+    python -m benchmarks.recall_ablation FILE [--keys provided|title] [--limit N]
+        [--variants a,b,...] [--no-baselines] [--json OUT]
+
+``keymem eval`` answers "how good is recall as shipped"; tuning needs "which of these ideas
+helps", and reloading a file into a fresh deployment for every idea costs minutes each. So this
+driver loads a dev file ONCE into a real throwaway deployment (``services.evaluation``'s
+deployment, loader, metrics and baselines, used read-only, so the numbers compare with
+``keymem eval`` and BASELINES.md) and sends every answerable query through ``memory.search``
+under each variant: a variant is just a set of search-body options (``hops``, ``pool``,
+``rerank`` and the ``tuning`` knobs of ``services.router.recall``). Each idea costs one query
+pass. The flat baselines (bm25 with keymem's tokens, dense, hybrid) are computed in the same
+run, after the services are down, exactly as ``keymem eval`` does.
+
+Settings that win here must win on several files (issue 8: no per-dataset switches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import KeymemError
+from services.evaluation.baselines import BASELINES, BaselineSuite
+from services.evaluation.dataset import Benchmark, Query, load_benchmark
+from services.evaluation.deployment import temporary_deployment
+from services.evaluation.loader import KEY_MODES, KeyMode, LoadedStore, default_key_mode, load
+from services.evaluation.metrics import Scores, ScoreSheet
+from services.evaluation.progress import Progress
+from services.evaluation.recall import memory_ids
+from services.evaluation.tokens import tokenizer
+
+KS = (2, 5, 10)
+REPORT_K = 5  # the per-type column: all@5 (recall@5)
+CLIENT_TIMEOUT_MS = 30_000
+QUERY_TIMEOUT_MS = 30_000
+BASE_BODY: dict[str, Any] = {"hops": 2}
+DUMP_TOP_K = 50  # the search body's maximum
+DUMP_POOL = 64  # the search body's maximum  # what ``keymem eval`` sends besides query/ns/top_k
+
+# name -> search-body options on top of BASE_BODY. "shipped" is whatever the build defaults to.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "shipped": {},
+    "hops0": {"hops": 0},
+    "rerank_off": {"rerank": False},
+    "pool64": {"pool": 64},
+    "legacy": {"tuning": {"fusion": "graph_then_rerank", "evidence": True, "key_agg": "sum"}},
+    "lists": {"tuning": {"fusion": "lists", "hop_gate": "none"}},
+    "lists_gated": {"tuning": {"fusion": "lists", "hop_gate": "relevance"}},
+    "lists_nohop": {"tuning": {"fusion": "lists", "hop_weight": 0.0}},
+    "lists_dense2": {"tuning": {"fusion": "lists", "dense_weight": 2.0}},
+    "key_max": {"tuning": {"key_agg": "max"}},
+    "no_evidence": {"tuning": {"evidence": False}},
+}
+
+
+def _answerable(benchmark: Benchmark) -> list[tuple[int, Query]]:
+    return [(i, q) for i, q in enumerate(benchmark.queries) if q.answerable]
+
+
+def run_variants(
+    client: Client,
+    benchmark: Benchmark,
+    store: LoadedStore,
+    variants: Mapping[str, Mapping[str, Any]],
+    progress: Progress,
+    dump: list[dict[str, Any]] | None = None,
+) -> tuple[dict[str, ScoreSheet], dict[str, int]]:
+    """Every answerable query under every variant; a failed call scores as a miss.
+
+    ``dump`` collects, per query, the whole labelled pool of a wide search (every candidate's
+    components and reranker score) for offline analysis of fusion formulas.
+    """
+    sheets = {name: ScoreSheet(KS) for name in variants}
+    errors = dict.fromkeys(variants, 0)
+    for position, query in progress.over(_answerable(benchmark), "keymem: variants"):
+        if dump is not None:
+            dump.append(_pool_of(client, store, query, store.namespaces[position]))
+        for name, options in variants.items():
+            body = {
+                "query": query.query,
+                "namespace": store.namespaces[position],
+                "top_k": max(KS),
+                **BASE_BODY,
+                **options,
+            }
+            try:
+                reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
+                ranking = store.to_benchmark(memory_ids(reply))
+            except KeymemError as exc:
+                errors[name] += 1
+                if errors[name] == 1:
+                    progress.note(f"{name}: {exc}")
+                ranking = []
+            sheets[name].add(query.type, ranking, query.gold)
+    return sheets, errors
+
+
+def _pool_of(client: Client, store: LoadedStore, query: Query, namespace: str) -> dict[str, Any]:
+    body = {"query": query.query, "namespace": namespace, "top_k": DUMP_TOP_K, "pool": DUMP_POOL}
+    body.update(BASE_BODY)
+    reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
+    pool = [
+        {
+            "ids": store.to_benchmark([m["memory_id"]]),
+            "components": m["components"],
+            "rerank": m.get("rerank_score"),
+        }
+        for m in reply["memories"]
+    ]
+    keys = [{k: key.get(k) for k in ("concept", "score", "match_type")} for key in reply["keys"]]
+    return {
+        "id": query.id,
+        "query": query.query,
+        "type": query.type,
+        "gold": list(query.gold),
+        "pool": pool,
+        "keys": keys,
+    }
+
+
+def run_baselines(benchmark: Benchmark, progress: Progress) -> dict[str, ScoreSheet]:
+    suite = BaselineSuite(benchmark, BASELINES, progress, tokenize=tokenizer("keymem"))
+    sheets = {name: ScoreSheet(KS) for name in BASELINES}
+    for _, query in progress.over(_answerable(benchmark), "baselines: ranking"):
+        for name, ranked in suite.rank(query).items():
+            sheets[name].add(query.type, ranked.ids, query.gold)
+    return sheets
+
+
+def _row(name: str, scores: Scores, types: Sequence[str], sheet: ScoreSheet) -> str:
+    cells = [f"{scores.recall[k]:.3f}" for k in KS]
+    cells += [f"{scores.all[REPORT_K]:.3f}", f"{scores.all[max(KS)]:.3f}", f"{scores.mrr:.3f}"]
+    for query_type in types:
+        typed = sheet.summary(query_type)
+        cells.append(f"{typed.all[REPORT_K]:.2f} ({typed.recall[REPORT_K]:.2f})")
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def table(sheets: Mapping[str, ScoreSheet]) -> str:
+    types = sorted({t for sheet in sheets.values() for t in sheet.types()})
+    head = [f"recall@{k}" for k in KS] + [f"all@{REPORT_K}", f"all@{max(KS)}", "MRR"]
+    head += [f"{t} all@{REPORT_K} (r@{REPORT_K})" for t in types]
+    lines = ["| variant | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+    lines += [_row(n, s.summary(), types, s) for n, s in sheets.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--keys", choices=KEY_MODES)
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--variants", help=f"comma list of {', '.join(VARIANTS)}")
+    parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the scores here")
+    parser.add_argument("--dump", type=Path, help="write every query's labelled pool here")
+    args = parser.parse_args(argv)
+
+    benchmark = load_benchmark(args.file)
+    if args.limit:
+        benchmark = benchmark.limited(args.limit)
+    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    mode: KeyMode = args.keys or default_key_mode(benchmark)
+    progress = Progress(sys.stderr)
+    started = time.monotonic()
+    with (
+        temporary_deployment(progress.note) as settings,
+        Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
+    ):
+        store = load(client, benchmark, mode, progress)
+        dump: list[dict[str, Any]] | None = [] if args.dump else None
+        sheets, errors = run_variants(
+            client, benchmark, store, {n: VARIANTS[n] for n in names}, progress, dump
+        )
+    if not args.no_baselines:
+        sheets.update(run_baselines(benchmark, progress))
+    answerable = len(_answerable(benchmark))
+    print(f"## {args.file.name} (--keys {mode}, {answerable} queries, limit {args.limit})")
+    print(table(sheets))
+    failed = {n: e for n, e in errors.items() if e}
+    print(f"errors: {failed or 'none'}; wall {time.monotonic() - started:.0f} s")
+    if args.dump and dump is not None:
+        args.dump.write_text(json.dumps(dump))
+    if args.json:
+        out = {
+            n: {
+                "all": s.summary().to_dict(),
+                "types": {t: s.summary(t).to_dict() for t in s.types()},
+            }
+            for n, s in sheets.items()
+        }
+        args.json.write_text(
+            json.dumps(
+                {"file": args.file.name, "keys": mode, "limit": args.limit, "scores": out}, indent=1
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
