@@ -29,6 +29,7 @@ class FeedDouble:
     events: list[dict[str, Any]] = field(default_factory=list)
     # events with seq <= floor have been dropped from history
     floor: int = 0
+    since_calls: int = 0
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
@@ -97,6 +98,7 @@ class FeedDouble:
         if not 1 <= limit <= MAX_EVENTS:
             raise BadRequest("limit out of range")
         with self.lock:
+            self.since_calls += 1
             if seq < self.floor:
                 raise Conflict("history before that seq is gone", {"resnapshot": True})
             events = [e for e in self.events if e["seq"] > seq][:limit]

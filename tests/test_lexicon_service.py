@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -339,3 +340,20 @@ def test_a_graph_off_the_feed_contract_is_an_error_not_a_crash(
     assert "KeyError" in (client.call("lexicon", "index_stats")["sync"]["last_error"] or "")
     assert search(client, "부산") == []
     assert client.call("lexicon", "ping")["pong"] is True
+
+
+def test_idle_polling_reads_only_the_head(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    """Caught up, the lexicon asks for the head (cheap for the graph), not for events."""
+    seq = feed.put("m1", "부산 회의")
+    start_lexicon()
+    client = stack.client()
+    wait_until(synced_to(client, seq), "the first write")
+    calls = feed.since_calls
+    time.sleep(0.5)  # about five idle polls
+    assert feed.since_calls == calls
+    seq = feed.put("m2", "서울 회의")
+    wait_until(synced_to(client, seq), "the second write")
+    assert feed.since_calls > calls
+    assert search(client, "서울") == ["m2"]

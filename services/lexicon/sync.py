@@ -125,7 +125,7 @@ class FeedFollower:
         """Work until every event up to ``min_seq`` is applied or the budget is spent."""
         deadline = time.monotonic() + budget_s
         while not self.reached(min_seq):
-            if time.monotonic() >= deadline or not self._guarded_step(deadline):
+            if time.monotonic() >= deadline or not self._guarded_step(deadline, behind=True):
                 break
         return self.reached(min_seq)
 
@@ -142,9 +142,9 @@ class FeedFollower:
         """Whether the index is exactly the graph's state at ``(epoch, seq)`` (cacheable)."""
         return self.synced and self.phase is Phase.LIVE
 
-    def _guarded_step(self, deadline: float) -> bool:
+    def _guarded_step(self, deadline: float, *, behind: bool = False) -> bool:
         try:
-            self._step(deadline)
+            self._step(deadline, behind=behind)
             return True
         except Conflict as exc:
             log.warning("feed history no longer covers seq %d: re-snapshotting (%s)", self.seq, exc)
@@ -169,15 +169,17 @@ class FeedFollower:
         self.synced = False
         self._queue.clear()
 
-    def _step(self, deadline: float) -> None:
-        """Fetch at most one page or batch, then apply queued items until ``deadline``."""
+    def _step(self, deadline: float, *, behind: bool = False) -> None:
+        """Fetch at most one page or batch, then apply queued items until ``deadline``.
+
+        ``behind``: the caller knows there are events to fetch (skip the head check)."""
         if not self._queue:
             if self.phase is Phase.START:
                 self._start()
             if self.phase is Phase.SNAPSHOT:
                 self._fetch_snapshot_page()
             elif self.phase is Phase.LIVE:
-                self._fetch_events()
+                self._fetch_events(behind=behind or self.head > self.seq)
         while self._queue and time.monotonic() < deadline:
             kind, item = self._queue.popleft()
             if kind == "doc":
@@ -235,7 +237,9 @@ class FeedFollower:
         else:
             self._snapshot_after = str(after)
 
-    def _fetch_events(self) -> None:
+    def _fetch_events(self, *, behind: bool) -> None:
+        if not behind and not self._head_moved():
+            return
         reply = self._feed("feed_since", {"seq": self.seq, "limit": EVENT_BATCH})
         if str(reply.get("epoch")) != self.epoch:
             log.info("graph epoch changed to %s: snapshot", reply.get("epoch"))
@@ -247,6 +251,23 @@ class FeedFollower:
         self._queue.extend(("event", event) for event in events)
         if len(events) < EVENT_BATCH:
             self._queue.append(("head", int(reply["head"])))
+        else:
+            self.head = max(self.head, int(reply["head"]))  # more to fetch next time
+
+    def _head_moved(self) -> bool:
+        """An idle poll: ``feed_head`` is answered from the graph's memory, while ``feed_since``
+        reads its event table, so ask for events only when the head has moved."""
+        head = self._feed("feed_head", {})
+        seq, epoch = int(head["seq"]), str(head["epoch"])
+        if epoch != self.epoch or seq < self.seq:
+            log.info("graph at epoch %s seq %d, index at seq %d: snapshot", epoch, seq, self.seq)
+            self._restart()
+            return False
+        self.head = seq
+        if seq == self.seq:
+            self.stats.caught_up_at = time.monotonic()
+            return False
+        return True
 
     def _finish_snapshot(self) -> None:
         for doc_id in [d for d in self.index.ids() if d not in self._seen]:
