@@ -11,8 +11,13 @@ that looks complete.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import duckdb
 
 from store.database import GraphStore
 
@@ -26,22 +31,79 @@ def backup_dir(home: Path) -> Path:
     return home / BACKUP_DIR_NAME
 
 
-def take_backup(
-    store: GraphStore, directory: Path, *, tag: str = "", keep: int = BACKUPS_KEPT
-) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
+def _paths(directory: Path, tag: str) -> tuple[Path, Path]:
     now_us = time.time_ns() // 1_000
     seconds, micros = divmod(now_us, 1_000_000)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"-{micros:06d}"
     name = f"{BACKUP_PREFIX}{stamp}{'-' + tag if tag else ''}{BACKUP_SUFFIX}"
-    final = directory / name
-    partial = directory / (name + ".partial")
-    store.snapshot_to(partial)
+    return directory / name, directory / (name + ".partial")
+
+
+def _write(
+    store: GraphStore,
+    final: Path,
+    partial: Path,
+    keep: int,
+    conn: duckdb.DuckDBPyConnection | None = None,
+) -> Path:
+    store.snapshot_to(partial, conn)
     with open(partial, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(partial, final)
-    rotate(directory, keep)
+    rotate(final.parent, keep)
     return final
+
+
+def take_backup(
+    store: GraphStore, directory: Path, *, tag: str = "", keep: int = BACKUPS_KEPT
+) -> Path:
+    """A backup taken now, in this thread."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final, partial = _paths(directory, tag)
+    return _write(store, final, partial, keep)
+
+
+@dataclass
+class BackupJob:
+    """A backup running on its own cursor in a background thread.
+
+    The graph service must keep heartbeating while a large store is copied (seconds at 100k
+    memories), so the copy runs beside the serving loop; DuckDB gives it a consistent snapshot
+    while writes continue on the service's own connection.
+    """
+
+    path: Path
+    thread: threading.Thread | None = None
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.thread is not None and self.thread.is_alive():
+            return "running"
+        return "failed" if self.error else "done"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"status": self.status, "path": str(self.path), "error": self.error}
+
+
+def start_backup(store: GraphStore, directory: Path, *, keep: int = BACKUPS_KEPT) -> BackupJob:
+    directory.mkdir(parents=True, exist_ok=True)
+    final, partial = _paths(directory, "")
+    job = BackupJob(final)
+    cursor = store.conn.cursor()
+
+    def run() -> None:
+        try:
+            _write(store, final, partial, keep, cursor)
+        except Exception as exc:
+            job.error = f"{type(exc).__name__}: {exc}"
+            partial.unlink(missing_ok=True)
+        finally:
+            cursor.close()
+
+    job.thread = threading.Thread(target=run, name="graph-backup", daemon=True)
+    job.thread.start()
+    return job
 
 
 def rotate(directory: Path, keep: int) -> list[Path]:

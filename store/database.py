@@ -490,22 +490,25 @@ class GraphStore:
             raise
 
     # -- lifecycle -------------------------------------------------------------------------
-    def snapshot_to(self, target: Path) -> None:
+    def snapshot_to(self, target: Path, conn: duckdb.DuckDBPyConnection | None = None) -> None:
         """Copy every committed row into a new database file at ``target``.
 
         The copy gets its own epoch: restored in place of the live file, it is a different
         history, and change-feed subscribers must re-snapshot rather than trust their seq.
+        ``conn`` may be a cursor of this database used from another thread (a background
+        backup); the copy reads one consistent snapshot while writes go on.
         """
-        source = self.conn.execute("SELECT current_database()").fetchall()[0][0]
-        self.conn.execute("ATTACH ? AS keymem_snapshot", [str(target)])
+        conn = conn or self.conn
+        source = conn.execute("SELECT current_database()").fetchall()[0][0]
+        alias = f"keymem_snapshot_{uuid.uuid4().hex[:8]}"
+        conn.execute(f"ATTACH ? AS {alias}", [str(target)])
         try:
-            self.conn.execute(f'COPY FROM DATABASE "{source}" TO keymem_snapshot')
-            self.conn.execute(
-                "UPDATE keymem_snapshot.meta SET value = ? WHERE name = 'epoch'",
-                [uuid.uuid4().hex],
+            conn.execute(f'COPY FROM DATABASE "{source}" TO {alias}')
+            conn.execute(
+                f"UPDATE {alias}.meta SET value = ? WHERE name = 'epoch'", [uuid.uuid4().hex]
             )
         finally:
-            self.conn.execute("DETACH keymem_snapshot")
+            conn.execute(f"DETACH {alias}")
 
     def checkpoint(self) -> None:
         self.conn.execute("CHECKPOINT")

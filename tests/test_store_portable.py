@@ -163,3 +163,23 @@ def test_migrations_upgrade_old_files_and_refuse_newer_ones(tmp_path: Path) -> N
     conn.close()
     with pytest.raises(Conflict, match="newer"):
         GraphStore(path)
+
+
+def test_a_service_backup_runs_beside_writes(tmp_path: Path) -> None:
+    ids = _populate(tmp_path)
+    graph = open_graph(tmp_path)
+    try:
+        started = graph.backup({"keep": 3})
+        assert started["status"] in ("running", "done")
+        during = graph.remember(remember_body("written while the copy runs", ["during"]))
+        graph.wait_for_backup()
+        finished = graph.backup_status({})
+        assert finished["status"] == "done" and finished["error"] is None
+        assert graph.get_memories({"ids": [during["saved"]]})["missing"] == []
+    finally:
+        graph.close()
+    copy = GraphStore(Path(finished["path"]))
+    try:
+        assert ids["current"] in copy.load().memories
+    finally:
+        copy.close()

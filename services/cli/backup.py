@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from protocol.client import Client
-from protocol.errors import KeymemError
+from protocol.errors import DeadlineExceeded, InternalError, KeymemError
 from services.config import Settings
 from store.backup import BACKUPS_KEPT, backup_dir, take_backup
 from store.database import GraphStore, StoreLocked, graph_path
 
-SERVICE_TIMEOUT_MS = 60_000
+SERVICE_TIMEOUT_MS = 600_000
+CALL_TIMEOUT_MS = 5_000
+POLL_INTERVAL_S = 0.1
 
 
 def add_parser(subparsers: Any) -> None:
@@ -32,13 +35,26 @@ def snapshot(settings: Settings, keep: int) -> Path:
     try:
         store = GraphStore(graph_path(settings.home))
     except StoreLocked:
-        with Client(settings.endpoints.frontend, timeout_ms=SERVICE_TIMEOUT_MS) as client:
-            reply = client.call("graph", "backup", {"keep": keep})
-        return Path(reply["path"])
+        return _through_service(settings, keep)
     try:
         return take_backup(store, backup_dir(settings.home), keep=keep)
     finally:
         store.close()
+
+
+def _through_service(settings: Settings, keep: int) -> Path:
+    """The service copies in the background (it must keep serving): start, then poll."""
+    give_up = time.monotonic() + SERVICE_TIMEOUT_MS / 1000
+    with Client(settings.endpoints.frontend, timeout_ms=CALL_TIMEOUT_MS) as client:
+        reply = client.call("graph", "backup", {"keep": keep})
+        while reply["status"] == "running":
+            if time.monotonic() > give_up:
+                raise DeadlineExceeded(f"backup to {reply['path']} still running")
+            time.sleep(POLL_INTERVAL_S)
+            reply = client.call("graph", "backup_status", {})
+    if reply["status"] != "done":
+        raise InternalError(f"backup failed: {reply.get('error')}")
+    return Path(reply["path"])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -111,6 +111,7 @@ def recall_candidates(
     ]
     key_rank = {m: r for r, m in enumerate(sorted(key_path, key=lambda m: -key_path[m]), 1)}
     bm25_rank = {memory_id: rank for rank, (memory_id, _) in enumerate(active_bm25, 1)}
+    bm25_score = dict(active_bm25)
     fused: dict[str, float] = {}
     factors: dict[str, float] = {}
     for memory_id in key_rank.keys() | bm25_rank.keys():
@@ -167,6 +168,7 @@ def recall_candidates(
                     "key_path": round(key_path.get(memory_id, 0.0), SCORE_DIGITS),
                     "key_rank": key_rank.get(memory_id),
                     "bm25_rank": bm25_rank.get(memory_id),
+                    "bm25_score": round(bm25_score.get(memory_id, 0.0), SCORE_DIGITS),
                     "literal": memory_id in literal,
                     "hop": hop["hop"] if hop else 0,
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,

@@ -42,7 +42,7 @@ from services.graph.requests import (
     source_of,
 )
 from services.graph.state import GraphState
-from store.backup import backup_dir, take_backup
+from store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup, take_backup
 from store.changes import Changes
 from store.database import GraphStore, graph_path
 
@@ -104,6 +104,7 @@ READ_METHODS = (
     "feed_since",
     "fingerprint",
     "reembed_keys",
+    "backup_status",
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
@@ -111,6 +112,7 @@ BLAS_THREADS = 1
 IDLE_CHECK_INTERVAL_S = 1.0
 IDLE_CHECKPOINT_AFTER_S = 5.0
 MAINTENANCE_INTERVAL_S = 3_600.0
+BACKUP_WAIT_AT_STOP_S = 120.0
 
 
 class GraphService:
@@ -120,6 +122,7 @@ class GraphService:
         self.store = GraphStore(path)
         self.buffer = RecallBuffer()
         self.staging: embedding.Staging | None = None
+        self.backup_job: BackupJob | None = None
         self.last_write = 0.0
         self.dirty_since_checkpoint = False
         started = time.perf_counter()
@@ -215,8 +218,8 @@ class GraphService:
             )
 
     def idle_checkpoint(self) -> None:
-        if self.state.changes.empty() is False:
-            return
+        if self.backup_job is not None and self.backup_job.status == "running":
+            return  # a checkpoint would wait for (or fail beside) the backup's transaction
         idle = time.monotonic() - self.last_write
         if self.dirty_since_checkpoint and idle >= IDLE_CHECKPOINT_AFTER_S:
             self.store.fold_link_weights()
@@ -231,6 +234,7 @@ class GraphService:
         self.state.first_seq = self.store.prune_events(feed.RETAINED_EVENTS, self.state.head_seq)
 
     def close(self) -> None:
+        self.wait_for_backup()
         self.store.close()
 
     # -- writes ----------------------------------------------------------------------------
@@ -436,13 +440,26 @@ class GraphService:
         return embedding.keys_page(self.state, raw)
 
     def backup(self, raw: Any) -> dict[str, Any]:
+        """Start a backup in the background (or report the one running); poll backup_status."""
         body = body_of(raw)
         keep = body.get("keep", None)
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise BadRequest("keep must be a positive integer")
-        path = take_backup(self.store, backup_dir(self.home), keep=keep or 5)
-        self.dirty_since_checkpoint = False
-        return {"path": str(path)}
+        if self.backup_job is None or self.backup_job.status != "running":
+            self.backup_job = start_backup(
+                self.store, backup_dir(self.home), keep=keep or BACKUPS_KEPT
+            )
+        return self.backup_job.to_wire()
+
+    def backup_status(self, raw: Any) -> dict[str, Any]:
+        if self.backup_job is None:
+            return {"status": "none", "path": None, "error": None}
+        return self.backup_job.to_wire()
+
+    def wait_for_backup(self, timeout_s: float = BACKUP_WAIT_AT_STOP_S) -> None:
+        job = self.backup_job
+        if job is not None and job.thread is not None:
+            job.thread.join(timeout_s)
 
 
 def build(settings: Settings) -> Service:
