@@ -41,23 +41,26 @@ KS = (2, 5, 10)
 REPORT_K = 5  # the per-type column: all@5 (recall@5)
 CLIENT_TIMEOUT_MS = 30_000
 QUERY_TIMEOUT_MS = 30_000
-BASE_BODY: dict[str, Any] = {"hops": 2}
-DUMP_TOP_K = 50  # the search body's maximum
-DUMP_POOL = 64  # the search body's maximum  # what ``keymem eval`` sends besides query/ns/top_k
+BASE_BODY: dict[str, Any] = {"hops": 2}  # what ``keymem eval`` sends besides query/ns/top_k
+DUMP_POOL = 30  # the shipped pool, so offline fusions see what the reranker sees
 
 # name -> search-body options on top of BASE_BODY. "shipped" is whatever the build defaults to.
+LEGACY = {"fusion": "graph_then_rerank", "hop_gate": "none"}  # recall before issue 8
 VARIANTS: dict[str, dict[str, Any]] = {
     "shipped": {},
-    "hops0": {"hops": 0},
-    "rerank_off": {"rerank": False},
-    "pool64": {"pool": 64},
-    "legacy": {"tuning": {"fusion": "graph_then_rerank", "evidence": True, "key_agg": "sum"}},
+    "legacy": {"tuning": LEGACY},
+    "legacy_no_evidence": {"tuning": {**LEGACY, "evidence": False}},
     "lists": {"tuning": {"fusion": "lists", "hop_gate": "none"}},
     "lists_gated": {"tuning": {"fusion": "lists", "hop_gate": "relevance"}},
-    "lists_nohop": {"tuning": {"fusion": "lists", "hop_weight": 0.0}},
-    "lists_dense2": {"tuning": {"fusion": "lists", "dense_weight": 2.0}},
-    "key_max": {"tuning": {"key_agg": "max"}},
+    "rerank_off": {"rerank": False},
+    "hops0": {"hops": 0},
+    "pool64": {"pool": 64},
     "no_evidence": {"tuning": {"evidence": False}},
+    "key_max": {"tuning": {"key_agg": "max"}},
+    "no_key": {"tuning": {"key_weight": 0.0}},
+    "dense_half": {"tuning": {"dense_weight": 0.5}},
+    "hop_ungated": {"tuning": {"hop_gate": "none"}},
+    "no_hop_term": {"tuning": {"hop_weight": 0.0}},
 }
 
 
@@ -104,7 +107,7 @@ def run_variants(
 
 
 def _pool_of(client: Client, store: LoadedStore, query: Query, namespace: str) -> dict[str, Any]:
-    body = {"query": query.query, "namespace": namespace, "top_k": DUMP_TOP_K, "pool": DUMP_POOL}
+    body = {"query": query.query, "namespace": namespace, "top_k": DUMP_POOL, "pool": DUMP_POOL}
     body.update(BASE_BODY)
     reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
     pool = [
@@ -112,10 +115,13 @@ def _pool_of(client: Client, store: LoadedStore, query: Query, namespace: str) -
             "ids": store.to_benchmark([m["memory_id"]]),
             "components": m["components"],
             "rerank": m.get("rerank_score"),
+            "graph_score": m.get("graph_score", m["score"]),
+            "matched_keys": m["matched_keys"],
         }
         for m in reply["memories"]
     ]
-    keys = [{k: key.get(k) for k in ("concept", "score", "match_type")} for key in reply["keys"]]
+    fields = ("key_id", "concept", "score", "match_type", "memory_count", "specificity")
+    keys = [{k: key.get(k) for k in fields} for key in reply["keys"]]
     return {
         "id": query.id,
         "query": query.query,

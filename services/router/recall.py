@@ -68,7 +68,7 @@ class Timing:
         return {**self.stages_ms, "total": round((time.perf_counter() - self.started) * 1000, 3)}
 
 
-FUSIONS = ("graph_then_rerank", "lists")
+FUSIONS = ("blend", "graph_then_rerank", "lists")
 HOP_GATES = ("none", "relevance")
 KEY_AGGREGATES = ("sum", "max")
 WEIGHT_MAX = 10.0
@@ -81,20 +81,23 @@ class Tuning:
     """How the evidence lists combine; the defaults are what the recall-quality ablation kept
     (docs/BENCHMARKS.md, "Recall quality (issue 8)"), the rest stay for re-measuring.
 
-    * ``fusion`` — ``graph_then_rerank``: RRF of the graph's rank (itself key path ⊕ BM25 plus
-      raw hop scores) and the reranker's rank; ``lists``: one RRF over every evidence list —
-      key path, BM25, reranker (dense) and hops — each a rank, so no scale swamps another.
-    * ``hop_gate`` — ``relevance`` scales a hop's list entry by the reached memory's reranker
+    * ``fusion`` — ``blend`` (kept): the sum of each evidence's score min–max normalised over
+      the pool — key path, BM25, reranker (dense) and hops (``fuse_blend``);
+      ``graph_then_rerank`` (before issue 8): RRF of the graph's rank (itself key path ⊕ BM25
+      plus raw hop scores) and the reranker's rank; ``lists``: one RRF over every evidence
+      list, each a rank.
+    * ``hop_gate`` — ``relevance`` scales a hop's entry by the reached memory's reranker
       relevance (min–max over the pool): a hop must also look relevant to the query.
-    * ``hop_weight``, ``dense_weight`` — the weight of those lists in ``lists`` fusion.
+    * ``hop_weight``, ``dense_weight``, ``key_weight`` — the weight of those evidences.
     * ``key_agg`` — a memory under several matched keys: ``sum`` or ``max`` of their evidence.
     * ``evidence`` — comparison questions put one candidate per named entity first.
     """
 
-    fusion: str = "graph_then_rerank"
-    hop_gate: str = "none"
+    fusion: str = "blend"
+    hop_gate: str = "relevance"
     hop_weight: float = 1.0
     dense_weight: float = 1.0
+    key_weight: float = 1.0
     key_agg: str = "sum"
     evidence: bool = True
 
@@ -113,6 +116,7 @@ class Tuning:
             hop_gate=_choice(raw, "hop_gate", base.hop_gate, HOP_GATES),
             hop_weight=_weight(raw, "hop_weight", base.hop_weight),
             dense_weight=_weight(raw, "dense_weight", base.dense_weight),
+            key_weight=_weight(raw, "key_weight", base.key_weight),
             key_agg=_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
             evidence=_bool(raw, "evidence", base.evidence),
         )
@@ -248,7 +252,9 @@ class Recall:
             relevance = self._relevance(request.query, candidates, degraded)
         elif not request.rerank:
             degraded["reranker"] = "disabled for this request"
-        if request.tuning.fusion == "lists":
+        if request.tuning.fusion == "blend":
+            candidates = fuse_blend(candidates, relevance, request.tuning)
+        elif request.tuning.fusion == "lists":
             candidates = fuse_lists(candidates, relevance, request.tuning)
         elif relevance is not None:
             candidates = fuse_graph_then_rerank(candidates, relevance)
@@ -415,8 +421,15 @@ def fuse_lists(
             score += _rrf(dense_rank[i], tuning.dense_weight)
         score *= parts.get("factor", 1.0)
         scored.append((score, i))
+    return _ordered(candidates, relevance, scored)
+
+
+def _ordered(
+    candidates: list[dict[str, Any]], relevance: Relevance | None, scored: list[tuple[float, int]]
+) -> list[dict[str, Any]]:
+    """Candidates relabelled with their fused score, best first (ties: the reranker's choice)."""
     if relevance is None:
-        fused = [
+        plain = [
             {
                 **candidates[i],
                 "graph_score": candidates[i]["score"],
@@ -424,11 +437,51 @@ def fuse_lists(
             }
             for v, i in scored
         ]
-        fused.sort(key=lambda c: -c["score"])
-        return fused
+        plain.sort(key=lambda c: -c["score"])
+        return plain
     fused = [relevance.labelled(candidates[i], i, v) for v, i in scored]
     fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
     return fused
+
+
+def min_max(values: list[float]) -> list[float]:
+    """Values mapped onto [0, 1] by the pool's own range (all 0 when they are all equal)."""
+    low, high = min(values, default=0.0), max(values, default=0.0)
+    if high <= low:
+        return [0.0] * len(values)
+    return [(v - low) / (high - low) for v in values]
+
+
+def fuse_blend(
+    candidates: list[dict[str, Any]], relevance: Relevance | None, tuning: Tuning
+) -> list[dict[str, Any]]:
+    """Score blending: each evidence's score, min–max normalised over the pool, summed.
+
+    Why not RRF: in a small pool RRF mostly counts list *membership* (1/61 vs 1/70 separates
+    rank 1 from rank 10, being listed at all is worth 1/61), so a thresholded list — the keys
+    above a cosine, BM25's matched terms — decides the order regardless of how strong its
+    evidence is, and a weak reranker gets half the say whatever its scores. Normalised scores
+    keep the margins: a passage BM25 finds far ahead stays ahead unless the other evidences
+    disagree strongly (the convex combination that beat RRF in Bruch et al., "An Analysis of
+    Fusion Functions for Hybrid Retrieval", 2023; equal weights, nothing tuned per file).
+
+    The evidences: key path (it already carries literal names: an entity key named in the
+    query scores 1), BM25 score, the reranker's relevance (the dense leg with the offline
+    default) and hops; a hop is gated by the reached memory's relevance (``hop_gate``). Depth
+    and freshness scale the sum as they scale the graph's own fusion.
+    """
+    parts = [c["components"] for c in candidates]
+    key = min_max([p["key_path"] for p in parts])
+    bm25 = min_max([p.get("bm25_score", 0.0) for p in parts])
+    hop = min_max([p["hop_score"] for p in parts])
+    dense = min_max(relevance.scores) if relevance is not None else [0.0] * len(candidates)
+    gate = dense if relevance is not None and tuning.hop_gate == "relevance" else [1.0] * len(hop)
+    scored = []
+    for i, p in enumerate(parts):
+        score = tuning.key_weight * key[i] + bm25[i] + tuning.dense_weight * dense[i]
+        score += tuning.hop_weight * hop[i] * gate[i]
+        scored.append((score * p.get("factor", 1.0), i))
+    return _ordered(candidates, relevance, scored)
 
 
 def select_evidence(
