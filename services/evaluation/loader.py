@@ -119,7 +119,17 @@ def _items(benchmark: Benchmark, mode: KeyMode, store: LoadedStore) -> Iterator[
         yield _Pending(memory.id, item)
 
 
-def _write(client: Client, batch: list[_Pending], store: LoadedStore, mode: KeyMode) -> None:
+def _keyless_hint(benchmark: Benchmark) -> str:
+    """What to do when keymem refuses keyless memories, for this file."""
+    if benchmark.has_keys or benchmark.has_titles:
+        return "use --keys title (or provided) meanwhile"
+    return (
+        "this file has neither keys nor titles, so only the baselines can run on it until then "
+        "(--methods bm25,dense,hybrid)"
+    )
+
+
+def _write(client: Client, batch: list[_Pending], store: LoadedStore, hint: str) -> None:
     try:
         reply = client.call(
             "memory",
@@ -132,9 +142,9 @@ def _write(client: Client, batch: list[_Pending], store: LoadedStore, mode: KeyM
         keyless = isinstance(position, int) and "keys" not in batch[position].item
         if keyless:
             raise LoadError(
-                f"keymem rejected a memory without keys ({exc.message}). --keys {mode} leaves "
-                "memories keyless for the product's auto-keys (issue 8), which this build does "
-                "not have yet; use --keys title (or provided) meanwhile"
+                f"keymem rejected a memory without keys ({exc.message}). Memories are written "
+                "keyless for the product's auto-keys (issue 8), which this build does not have "
+                f"yet; {hint}"
             ) from exc
         raise LoadError(f"keymem rejected a batch: {exc}") from exc
     except KeymemError as exc:
@@ -159,7 +169,7 @@ def load(client: Client, benchmark: Benchmark, mode: KeyMode, progress: Progress
     bar = progress.bar(f"loading into keymem (--keys {mode})", len(pending))
     for start in range(0, len(pending), MAX_BATCH_ITEMS):
         batch = pending[start : start + MAX_BATCH_ITEMS]
-        _write(client, batch, store, mode)
+        _write(client, batch, store, _keyless_hint(benchmark))
         bar.advance(len(batch))
     bar.close()
     wait_for_lexicon(client, store.last_seq, store.namespaces[0] if store.namespaces else "default")
