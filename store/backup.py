@@ -86,9 +86,11 @@ class BackupJob:
         return {"status": self.status, "path": str(self.path), "error": self.error}
 
 
-def start_backup(store: GraphStore, directory: Path, *, keep: int = BACKUPS_KEPT) -> BackupJob:
+def start_backup(
+    store: GraphStore, directory: Path, *, tag: str = "", keep: int = BACKUPS_KEPT
+) -> BackupJob:
     directory.mkdir(parents=True, exist_ok=True)
-    final, partial = _paths(directory, "")
+    final, partial = _paths(directory, tag)
     job = BackupJob(final)
     cursor = store.conn.cursor()
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from protocol.errors import BadRequest, Conflict, NotFound
+from services.graph.keyindex import KeyIndex
 from services.graph.requests import body_of, id_list, opt_int, opt_str, req_str
 from services.graph.state import GraphState
 
@@ -111,6 +112,16 @@ def put(staging: Staging | None, state: GraphState, raw: Any) -> dict[str, Any]:
     for i, key_id in enumerate(key_ids):
         staging.vectors[key_id] = unit[i]
     return {"staged": len(staging.vectors), "total": len(state.keys)}
+
+
+def apply(state: GraphState, staging: Staging) -> None:
+    """Swap the committed vectors into memory: key records and every namespace's matrix."""
+    for key_id, vector in staging.vectors.items():
+        state.keys[key_id].vector = vector
+    state.fingerprint, state.dim = staging.fingerprint, staging.dim
+    for namespace, index in list(state.indexes.items()):
+        keys = [state.keys[key_id] for key_id in index.ids]
+        state.indexes[namespace] = KeyIndex.bulk(staging.dim, keys)
 
 
 def ready_to_commit(staging: Staging | None, state: GraphState, raw: Any) -> Staging:

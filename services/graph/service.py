@@ -42,7 +42,7 @@ from services.graph.requests import (
     source_of,
 )
 from services.graph.state import GraphState
-from store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup, take_backup
+from store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
 from store.changes import Changes
 from store.database import GraphStore, graph_path
 
@@ -123,6 +123,7 @@ class GraphService:
         self.buffer = RecallBuffer()
         self.staging: embedding.Staging | None = None
         self.backup_job: BackupJob | None = None
+        self.reembed_backup: BackupJob | None = None
         self.last_write = 0.0
         self.dirty_since_checkpoint = False
         started = time.perf_counter()
@@ -377,7 +378,11 @@ class GraphService:
 
     # -- embedding migration ---------------------------------------------------------------
     def reembed_begin(self, raw: Any) -> dict[str, Any]:
+        """Stage a migration and start its backup now, in the background: by the time every
+        key is re-embedded (minutes for a large store) the copy is done, and the commit only
+        swaps vectors, so no handler call outlasts the router's liveness window."""
         self.staging = embedding.begin(raw)
+        self.reembed_backup = start_backup(self.store, backup_dir(self.home), tag="pre-reembed")
         return {"token": self.staging.token, "total": len(self.state.keys)}
 
     def reembed_put(self, raw: Any) -> dict[str, Any]:
@@ -385,17 +390,23 @@ class GraphService:
 
     def reembed_commit(self, raw: Any) -> dict[str, Any]:
         staging = embedding.ready_to_commit(self.staging, self.state, raw)
-        backup = take_backup(self.store, backup_dir(self.home), tag="pre-reembed")
+        backup = self.reembed_backup
+        if backup is None or backup.thread is None:
+            raise InternalError("re-embedding has no backup; call reembed_begin again")
+        backup.thread.join()  # normally finished long ago
+        if backup.status != "done":
+            raise InternalError(f"the pre-migration backup failed: {backup.error}")
         self.store.replace_vectors(
             staging.vectors.items(), {"fingerprint": staging.fingerprint, "dim": str(staging.dim)}
         )
+        embedding.apply(self.state, staging)
         self.staging = None
-        self.reload()
+        self.reembed_backup = None
         return {
             "replaced": len(staging.vectors),
             "fingerprint": staging.fingerprint,
             "dim": staging.dim,
-            "backup": str(backup),
+            "backup": str(backup.path),
             "seq": self.state.head_seq,
         }
 
@@ -457,9 +468,9 @@ class GraphService:
         return self.backup_job.to_wire()
 
     def wait_for_backup(self, timeout_s: float = BACKUP_WAIT_AT_STOP_S) -> None:
-        job = self.backup_job
-        if job is not None and job.thread is not None:
-            job.thread.join(timeout_s)
+        for job in (self.backup_job, self.reembed_backup):
+            if job is not None and job.thread is not None:
+                job.thread.join(timeout_s)
 
 
 def build(settings: Settings) -> Service:
