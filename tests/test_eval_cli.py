@@ -102,7 +102,11 @@ def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
     assert "loading into keymem (--keys provided)" in completed.stderr  # the progress bar
     report = json.loads(completed.stdout)
     assert report["setting"] == "per_query" and report["scored_queries"] == 4
-    assert report["load"]["written"] == 20 and report["load"]["keyless"] == 0  # 5 stores x 4
+    load = report["load"]
+    assert (load["written"], load["keyless"]) == (21, 0)  # 5 stores of 4, plus m9 in q1's
+    # m9 repeats m7's content in q1's store: the graph merges them and keymem's one id stands
+    # for both benchmark ids
+    assert load["merged"] == 1
     methods = report["methods"]
     assert list(methods) == ["keymem", "bm25", "dense", "hybrid"]
     for name in ("bm25", "dense", "hybrid"):  # every gold in the top 2 on this fixture

@@ -37,13 +37,13 @@ def test_fixtures_load() -> None:
     # pooled: a query may be answered from every memory of its namespace
     assert len(pooled.candidates(pooled.queries[0])) == 8
     per_query = load_benchmark(PER_QUERY)
-    assert per_query.candidates(per_query.queries[0]) == ("m1", "m2", "m7", "m8")
+    assert per_query.candidates(per_query.queries[0]) == ("m1", "m2", "m7", "m8", "m9")
 
 
 def test_limit_keeps_only_the_memories_the_first_queries_use() -> None:
     limited = load_benchmark(PER_QUERY).limited(2)
     assert [q.id for q in limited.queries] == ["q1", "q2"]
-    assert {m.id for m in limited.memories} == {"m1", "m2", "m3", "m6", "m7", "m8"}
+    assert {m.id for m in limited.memories} == {"m1", "m2", "m3", "m6", "m7", "m8", "m9"}
     assert len(load_benchmark(POOLED).limited(2).memories) == 8
 
 

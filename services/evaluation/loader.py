@@ -76,6 +76,7 @@ class LoadedStore:
     written: int = 0
     truncated: int = 0  # contents cut to the graph's MAX_CONTENT_CHARS
     keyless: int = 0
+    merged: int = 0  # exact duplicates the graph merged into an earlier memory
     last_seq: int = 0
     seconds: float = 0.0
 
@@ -155,6 +156,7 @@ def _write(client: Client, batch: list[_Pending], store: LoadedStore, hint: str)
         superseded = result.get("superseded")
         if superseded is not None:  # an exact duplicate: the new id stands for both
             mapped.extend(store.benchmark_ids.pop(str(superseded), []))
+            store.merged += 1
         mapped.append(pending.benchmark_id)
     store.written += len(batch)
     store.last_seq = max(store.last_seq, int(reply.get("seq", 0)))

@@ -107,6 +107,8 @@ def render_text(result: EvalResult) -> str:
             notes.append(f"{store.keyless} without keys")
         if store.truncated:
             notes.append(f"{store.truncated} cut to the graph's content limit")
+        if store.merged:
+            notes.append(f"{store.merged} exact duplicates merged by the graph")
         lines.append("; ".join(notes))
     lines += ["", *summary_table(result), "", *type_table(result), "", _not_found_line(result)]
     for method in result.methods:
@@ -161,6 +163,7 @@ def to_json(result: EvalResult) -> dict[str, Any]:
             "written": store.written,
             "keyless": store.keyless,
             "truncated": store.truncated,
+            "merged": store.merged,
             "seconds": round(store.seconds, 3),
         },
         "wall_s": round(result.wall_s, 3),
