@@ -27,7 +27,7 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "eval",
         help="recall quality on a benchmark file, with bm25/dense/hybrid baselines",
-        description="Load a benchmark (the format of docs/EVAL.md) into a temporary keymem, run "
+        description="Load a benchmark file (format: docs/EVAL.md) into a temporary keymem, run "
         "every query through hybrid recall and print recall@k, all@k, hit@k and MRR next to "
         "bm25, dense and hybrid baselines computed in the same run.",
     )
