@@ -45,13 +45,13 @@ BASE_BODY: dict[str, Any] = {"hops": 2}  # what ``keymem eval`` sends besides qu
 DUMP_POOL = 30  # the shipped pool, so offline fusions see what the reranker sees
 
 # name -> search-body options on top of BASE_BODY. "shipped" is whatever the build defaults to.
-LEGACY = {"fusion": "graph_then_rerank", "hop_gate": "none"}  # recall before issue 8
+# recall before issue 8
+LEGACY = {"fusion": "graph_then_rerank", "hop_gate": "none", "seeds": 10}
 VARIANTS: dict[str, dict[str, Any]] = {
     "shipped": {},
     "legacy": {"tuning": LEGACY},
     "legacy_no_evidence": {"tuning": {**LEGACY, "evidence": False}},
-    "lists": {"tuning": {"fusion": "lists", "hop_gate": "none"}},
-    "lists_gated": {"tuning": {"fusion": "lists", "hop_gate": "relevance"}},
+    "lists": {"tuning": {"fusion": "lists", "hop_gate": "none", "seeds": 10}},
     "rerank_off": {"rerank": False},
     "hops0": {"hops": 0},
     "pool64": {"pool": 64},
@@ -59,8 +59,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "key_max": {"tuning": {"key_agg": "max"}},
     "no_key": {"tuning": {"key_weight": 0.0}},
     "dense_half": {"tuning": {"dense_weight": 0.5}},
-    "hop_ungated": {"tuning": {"hop_gate": "none"}},
     "no_hop_term": {"tuning": {"hop_weight": 0.0}},
+    "seeds3": {"tuning": {"seeds": 3}},
+    "seeds10": {"tuning": {"seeds": 10}},
+    "seeds1_ungated": {"tuning": {"hop_gate": "none"}},
 }
 
 

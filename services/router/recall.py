@@ -72,6 +72,11 @@ FUSIONS = ("blend", "graph_then_rerank", "lists")
 HOP_GATES = ("none", "relevance")
 KEY_AGGREGATES = ("sum", "max")
 WEIGHT_MAX = 10.0
+# The hop walk starts from the single best memory: the bridge of a two-hop question hangs off
+# the strongest first-hop evidence, and a seed is never reached by a hop, so with the graph's
+# old 10 seeds a 10-memory store had nothing left to reach (ablation: seeds1 vs shipped).
+HOP_SEEDS = 1
+SEEDS_MAX = 100
 # A memory under a literally named key counts as if it ranked first in one more list.
 LITERAL_BONUS = 1.0 / (RRF_K + 1)
 
@@ -89,6 +94,9 @@ class Tuning:
     * ``hop_gate`` — ``relevance`` scales a hop's entry by the reached memory's reranker
       relevance (min–max over the pool): a hop must also look relevant to the query.
     * ``hop_weight``, ``dense_weight``, ``key_weight`` — the weight of those evidences.
+    * ``seeds`` — how many of the graph's best memories start the hop walk; a memory that is
+      itself a seed is never reached by a hop, so fewer seeds let the best evidence lend its
+      neighbours (the bridge of a two-hop question) a hop score even when they matched too.
     * ``key_agg`` — a memory under several matched keys: ``sum`` or ``max`` of their evidence.
     * ``evidence`` — comparison questions put one candidate per named entity first.
     """
@@ -98,6 +106,7 @@ class Tuning:
     hop_weight: float = 1.0
     dense_weight: float = 1.0
     key_weight: float = 1.0
+    seeds: int = HOP_SEEDS
     key_agg: str = "sum"
     evidence: bool = True
 
@@ -117,6 +126,7 @@ class Tuning:
             hop_weight=_weight(raw, "hop_weight", base.hop_weight),
             dense_weight=_weight(raw, "dense_weight", base.dense_weight),
             key_weight=_weight(raw, "key_weight", base.key_weight),
+            seeds=_int(raw, "seeds", base.seeds, 1, SEEDS_MAX),
             key_agg=_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
             evidence=_bool(raw, "evidence", base.evidence),
         )
@@ -240,8 +250,8 @@ class Recall:
         }
         if vector is not None:
             graph_body["vector"] = vector
-        if request.tuning.key_agg != Tuning.key_agg:
-            graph_body["key_agg"] = request.tuning.key_agg
+        graph_body["key_agg"] = request.tuning.key_agg
+        graph_body["seeds"] = request.tuning.seeds
         found = self.client.call(
             "graph", "recall_candidates", graph_body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
         )
