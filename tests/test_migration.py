@@ -68,3 +68,29 @@ def test_up_refuses_or_migrates_a_switched_model(short_home: Path) -> None:
         assert "nothing to do" in again.stdout
     finally:
         refusing.keymem("down", check=False)
+
+
+def test_keys_created_during_the_migration_are_staged_by_another_pass(tmp_path: Path) -> None:
+    seed_foreign_graph(tmp_path)
+    with full_stack(tmp_path) as running:
+        written: list[str] = []
+
+        def write_once_mid_migration(done: int, total: int) -> None:
+            if not written:  # a writer that still uses the old model sneaks a new key in
+                vector = np.random.default_rng(3).standard_normal((1, 512)).astype(np.float32)
+                saved = running.client.call(
+                    "graph",
+                    "remember",
+                    {
+                        "content": "Kiwis are fuzzy",
+                        "keys": ["kiwi"],
+                        "key_vectors": vector,
+                        "fingerprint": FOREIGN,
+                    },
+                )
+                written.append(saved["saved"])
+
+        report = reembed_all(running.client, write_once_mid_migration)
+        assert report["replaced"] == 5  # the four seeded keys and the one written meanwhile
+        found = running.memory("recall", {"query": "키위"})["keys"]
+        assert found and found[0]["concept"] == "kiwi"

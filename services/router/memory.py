@@ -17,6 +17,7 @@ from protocol.errors import BadRequest, KeymemError, Unavailable
 from protocol.worker import Service, remaining_ms
 from services.router.inject import Inject
 from services.router.navigation import Navigation
+from services.router.profile import EmbedderProfile
 from services.router.recall import Recall
 
 # Budget for a call that arrives without a deadline of its own (only in-process callers).
@@ -43,6 +44,7 @@ IDEMPOTENT = {"browse_keys", "history", "counts", "get_memories", "brief"}
 class MemoryAPI:
     def __init__(self, router_endpoint: str) -> None:
         self.client = Client(router_endpoint)
+        self.profile = EmbedderProfile(self.client)
 
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
@@ -85,7 +87,14 @@ class MemoryAPI:
         if not usable:
             return {**item, "keys": usable}
         vectors, fingerprint = self.embed_keys(usable)
-        return {**item, "keys": usable, "key_vectors": vectors, "fingerprint": fingerprint}
+        return self._stamped(
+            {**item, "keys": usable, "key_vectors": vectors, "fingerprint": fingerprint}
+        )
+
+    def _stamped(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The model's thresholds ride along with vectors from it (merge, short-key merge)."""
+        thresholds = self.profile.thresholds(body["fingerprint"])
+        return body if thresholds is None else {**body, "thresholds": thresholds}
 
     # -- writes that need vectors ----------------------------------------------------------
     def remember(self, body: Any) -> Any:
@@ -113,7 +122,7 @@ class MemoryAPI:
             for i, keys in keyed:
                 items[i] = {**items[i], "keys": keys, "key_vectors": vectors[row : row + len(keys)]}
                 row += len(keys)
-            body = {**body, "items": items, "fingerprint": fingerprint}
+            body = self._stamped({**body, "items": items, "fingerprint": fingerprint})
         return self._call("graph", "remember_batch", body)
 
     def passthrough(self, method: str) -> Any:
@@ -127,7 +136,7 @@ class MemoryAPI:
 def make_service(router_endpoint: str) -> Service:
     api = MemoryAPI(router_endpoint)
     recall = Recall(api.client)
-    navigation = Navigation(api.client)
+    navigation = Navigation(api.client, api.profile)
     service = Service("memory")
     service.add("recall", navigation.recall, idempotent=True)
     service.add("read_key", navigation.read_key, idempotent=True)

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.client import Client
+from protocol.errors import Conflict
 
 PAGE_KEYS = 256  # one embed request's worth of texts
 STEP_TIMEOUT_MS = 30_000
 COMMIT_TIMEOUT_MS = 600_000
+COMMIT_ATTEMPTS = 3
 
 Progress = Callable[[int, int], None]
 
@@ -59,10 +61,28 @@ def spaces(client: Client) -> Spaces:
 
 
 def reembed_all(client: Client, progress: Progress | None = None) -> dict[str, Any]:
-    """Re-embed every key with the current embedder; returns the graph's commit report."""
+    """Re-embed every key with the current embedder; returns the graph's commit report.
+
+    Keys created while the pages were being re-embedded make the commit refuse (``conflict``);
+    another pass stages them (and refreshes the rest) before committing again.
+    """
     target = spaces(client).embedder
     begun = client.call("graph", "reembed_begin", target, timeout_ms=STEP_TIMEOUT_MS)
-    token, total = begun["token"], begun["total"]
+    token, attempts = begun["token"], 0
+    while True:
+        attempts += 1
+        _stage_every_key(client, token, begun["total"], progress)
+        try:
+            report: dict[str, Any] = client.call(
+                "graph", "reembed_commit", {"token": token}, timeout_ms=COMMIT_TIMEOUT_MS
+            )
+            return report
+        except Conflict:
+            if attempts >= COMMIT_ATTEMPTS:
+                raise
+
+
+def _stage_every_key(client: Client, token: str, total: int, progress: Progress | None) -> None:
     done, after = 0, None
     while True:
         page = client.call(
@@ -94,11 +114,7 @@ def reembed_all(client: Client, progress: Progress | None = None) -> dict[str, A
                 progress(done, max(total, done))
         after = page["next"]
         if after is None:
-            break
-    report: dict[str, Any] = client.call(
-        "graph", "reembed_commit", {"token": token}, timeout_ms=COMMIT_TIMEOUT_MS
-    )
-    return report
+            return
 
 
 def stderr_progress(done: int, total: int) -> None:

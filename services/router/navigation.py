@@ -17,6 +17,7 @@ from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError
 from protocol.worker import remaining_ms
 from services.graph.text import normalize_namespace
+from services.router.profile import EmbedderProfile
 from services.router.recall import key_summary
 
 DEFAULT_BUDGET_MS = 5_000
@@ -51,8 +52,9 @@ def _text(body: dict[str, Any], name: str, required: bool = False) -> str | None
 
 
 class Navigation:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, profile: EmbedderProfile) -> None:
         self.client = client
+        self.profile = profile
 
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
@@ -114,6 +116,9 @@ class Navigation:
         match: dict[str, Any] = {"namespace": namespace, "text": query, "top_k": top_k}
         if vector is not None:
             match["vector"] = vector
+            thresholds = self.profile.thresholds(embedded["fingerprint"])
+            if thresholds is not None:
+                match["thresholds"] = thresholds
         keys = self._call("graph", "match_keys", match)["keys"]
         if not isinstance(lexical, KeymemError):
             keys = self._with_content_keys(keys, lexical["hits"], namespace, top_k)
