@@ -90,6 +90,9 @@ def assert_mirrors(running: Running, docs: Mapping[str, dict[str, Any]], client:
     reply = client.call("lexicon", "index_ids", {})
     assert reply["ids"] == sorted(docs)
     assert reply["consistent"] is True
+    for namespace in {doc["namespace"] for doc in docs.values()}:
+        in_namespace = client.call("lexicon", "index_ids", {"namespace": namespace})["ids"]
+        assert in_namespace == sorted(d for d, doc in docs.items() if doc["namespace"] == namespace)
     tokenizer = shared_tokenizer()
     index = running.lexicon.index
     for doc_id, doc in docs.items():

@@ -166,7 +166,7 @@ def test_tokenize_and_extract_keys_methods(
 
 # -- sync ---------------------------------------------------------------------------------------
 def churn(feed: FeedDouble, rng: random.Random, steps: int, next_id: list[int]) -> None:
-    """Writes, corrections and deletes across two namespaces."""
+    """Writes, corrections (some moving namespace) and deletes across two namespaces."""
     for _ in range(steps):
         roll = rng.random()
         live = sorted(feed.docs)
@@ -176,8 +176,10 @@ def churn(feed: FeedDouble, rng: random.Random, steps: int, next_id: list[int]) 
             feed.put(f"m{n:05d}", f"메모 {n}: 부산 회의 단어{n % 37}", rng.choice(["ns", "ns2"]))
         elif roll < 0.75:
             doc_id = rng.choice(live)
-            doc = feed.docs[doc_id]
-            feed.put(doc_id, f"고친 내용 {rng.randrange(10**6)} 서울", doc["namespace"], ["고침"])
+            namespace = feed.docs[doc_id]["namespace"]
+            if rng.random() < 0.1:  # now and then a memory moves to the other namespace
+                namespace = "ns2" if namespace == "ns" else "ns"
+            feed.put(doc_id, f"고친 내용 {rng.randrange(10**6)} 서울", namespace, ["고침"])
         elif roll < 0.95:
             feed.delete(rng.choice(live))
         else:
