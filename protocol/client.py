@@ -83,6 +83,18 @@ class Client:
             raise outcome
         return outcome
 
+    def notify(
+        self, service: str, method: str, body: Any = None, *, timeout_ms: int | None = None
+    ) -> None:
+        """Send a request without waiting: its reply, when it comes, is discarded like any
+        stale one. For work that helps later calls but nobody waits for (cache warming)."""
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        request = build_request(self._ids, service, method, body, timeout)
+        try:
+            send_frames(self._socket, request.frames())
+        except zmq.Again:
+            pass  # nobody waits for it; dropping it only loses the optimisation
+
     def call_many(
         self, calls: Sequence[tuple[str, str, Any]], *, timeout_ms: int | None = None
     ) -> list[Any]:

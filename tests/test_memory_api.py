@@ -103,3 +103,19 @@ def test_without_an_embedder_a_write_is_refused_cleanly(deployed: Deployed) -> N
     with pytest.raises(Unavailable, match="cannot embed keys"):
         deployed.call("remember", {"content": "strawberries are red", "keys": ["strawberry"]})
     assert deployed.counts()["memories"] == 0
+
+
+def test_a_write_warms_the_reranker_so_the_first_recall_pays_no_model_time(
+    tmp_path: Path,
+) -> None:
+    from tests.full_stack import full_stack
+
+    content = "The user's bicycle is a green steel randonneur bought in Kyoto"
+    with full_stack(tmp_path) as running:
+        running.remember(content, ["bicycle", "Kyoto"])
+        # The write sent its warm-up before replying, so the router has it queued ahead of this
+        # probe (one reranker worker serves in order): the passage is already embedded.
+        probe = running.client.call("reranker", "warm", {"passages": [content]})
+        assert probe["cached"] == 0
+        unseen = running.client.call("reranker", "warm", {"passages": ["never written here"]})
+        assert unseen["cached"] == 1

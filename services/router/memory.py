@@ -24,6 +24,9 @@ from services.router.recall import Recall
 DEFAULT_BUDGET_MS = 10_000
 # The embedder's per-request limit on texts; larger batches are split and sent in parallel.
 EMBED_TEXTS_PER_CALL = 256
+# The reranker's per-request limit on passages, and how long a warm-up may take.
+WARM_PASSAGES_PER_CALL = 64
+WARM_BUDGET_MS = 30_000
 
 # Graph methods the agent API exposes unchanged (they need no vectors).
 GRAPH_PASSTHROUGH = (
@@ -96,12 +99,23 @@ class MemoryAPI:
         thresholds = self.profile.thresholds(body["fingerprint"])
         return body if thresholds is None else {**body, "thresholds": thresholds}
 
+    def _warm(self, contents: list[Any]) -> None:
+        """Let the reranker embed new memories now, off the recall path (not waited for)."""
+        passages = [c for c in contents if isinstance(c, str) and c.strip()]
+        for i in range(0, len(passages), WARM_PASSAGES_PER_CALL):
+            chunk = passages[i : i + WARM_PASSAGES_PER_CALL]
+            self.client.notify("reranker", "warm", {"passages": chunk}, timeout_ms=WARM_BUDGET_MS)
+
     # -- writes that need vectors ----------------------------------------------------------
     def remember(self, body: Any) -> Any:
-        return self._call("graph", "remember", self._with_vectors(body, keys_required=True))
+        saved = self._call("graph", "remember", self._with_vectors(body, keys_required=True))
+        self._warm([body.get("content")])
+        return saved
 
     def correct(self, body: Any) -> Any:
-        return self._call("graph", "correct", self._with_vectors(body, keys_required=False))
+        saved = self._call("graph", "correct", self._with_vectors(body, keys_required=False))
+        self._warm([body.get("content")])
+        return saved
 
     def remember_batch(self, body: Any) -> Any:
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
@@ -123,7 +137,9 @@ class MemoryAPI:
                 items[i] = {**items[i], "keys": keys, "key_vectors": vectors[row : row + len(keys)]}
                 row += len(keys)
             body = self._stamped({**body, "items": items, "fingerprint": fingerprint})
-        return self._call("graph", "remember_batch", body)
+        saved = self._call("graph", "remember_batch", body)
+        self._warm([item.get("content") for item in items if isinstance(item, dict)])
+        return saved
 
     def passthrough(self, method: str) -> Any:
         def handler(body: Any) -> Any:
