@@ -2,14 +2,17 @@
 
 The router sends the query vector, the query text and the lexicon's ranked BM25 hits; this
 module does everything that needs the graph in memory, in one call, and returns the top pool
-with every score component labelled (the router reranks it and decides what to show):
+with every score component labelled — raw scores (key path, BM25 score, hop score, the depth ×
+freshness factor) as well as ranks, because the router's final fusion blends the scores
+themselves (the router reranks the pool and decides what to show):
 
 1. key path — the matched keys (cosine or literal, ``matching.match_keys``) give each of their
    memories ``key score × IDF × link weight``, summed over keys;
 2. fusion — Reciprocal Rank Fusion (k = 60) of the key-path ranking and the BM25 ranking, plus a
    bonus for memories on a literally named key, times the depth and freshness factors;
-3. hops — the best fused memories seed a bounded breadth-first walk over shared keys and
-   related_to links (``matching.expand``); what a hop reaches adds its hop score;
+3. hops — the best fused memories (``seeds``; the router sends 1) seed a bounded breadth-first
+   walk over shared keys and related_to links (``matching.expand``); what a hop reaches adds
+   its hop score;
 4. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
    the recall threshold, or BM25 evidence), so an unrelated query can abstain.
 """

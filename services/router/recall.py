@@ -5,8 +5,10 @@ Hybrid search (the engine behind inject and ``keymem eval``):
 1. analyse — in parallel, the embedder's query vector and the lexicon's BM25 top 50;
 2. graph — key matching, key→memory links, RRF with the BM25 list, depth and freshness factors
    and hops, in one call over the graph's in-memory state (``recall_candidates``);
-3. rerank — the reranker scores the pool against the query; the final order fuses the graph's
-   rank and the reranker's rank (RRF again: the two scores are on different scales);
+3. rerank — the reranker scores the pool against the query; the final order blends every
+   evidence the pool carries — key path, BM25, reranker relevance, relevance-gated hops — each
+   min–max normalised over the pool and summed (``fuse_blend``; why not RRF, and the ablation
+   behind it: docs/BENCHMARKS.md, "Recall quality (issue 8)");
 4. evidence — a comparison question ("A or B", "둘 다", "비교") gets the best evidence for each
    named entity into the answer, not two passages about the same one.
 
