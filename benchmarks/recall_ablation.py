@@ -46,7 +46,7 @@ DUMP_POOL = 30  # the shipped pool, so offline fusions see what the reranker see
 
 # name -> search-body options on top of BASE_BODY. "shipped" is whatever the build defaults to.
 # recall before issue 8
-LEGACY = {"fusion": "graph_then_rerank", "hop_gate": "none", "seeds": 10}
+LEGACY = {"fusion": "graph_then_rerank", "hop_gate": "none", "seeds": 10, "fallback": False}
 VARIANTS: dict[str, dict[str, Any]] = {
     "shipped": {},
     "legacy": {"tuning": LEGACY},
@@ -63,6 +63,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "seeds3": {"tuning": {"seeds": 3}},
     "seeds10": {"tuning": {"seeds": 10}},
     "seeds1_ungated": {"tuning": {"hop_gate": "none"}},
+    "no_fallback": {"tuning": {"fallback": False}},
 }
 
 

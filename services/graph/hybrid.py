@@ -13,7 +13,9 @@ themselves (the router reranks the pool and decides what to show):
 3. hops — the best fused memories (``seeds``; the router sends 1) seed a bounded breadth-first
    walk over shared keys and related_to links (``matching.expand``); what a hop reaches adds
    its hop score;
-4. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
+4. fallback — when none of that found anything, the members of the nearest keys below the
+   threshold, for the reranker to judge (``_nearest_key_members``);
+5. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
    the recall threshold, or BM25 evidence), so an unrelated query can abstain.
 """
 
@@ -151,6 +153,10 @@ def recall_candidates(
         total[memory_id] = total.get(memory_id, 0.0) + row["score"]
     # RRF ties whenever two lists swap ranks; the graph's own evidence breaks them.
     ranked = sorted(total, key=lambda m: (-total[m], -key_path.get(m, 0.0), m))[:pool]
+    near: dict[str, float] = {}
+    if not ranked and opt_bool(body, "fallback", True):
+        near = _nearest_key_members(state, buffer, thresholds, match_body, pool, now)
+        ranked = list(near)
 
     candidates = []
     for memory_id in ranked:
@@ -164,7 +170,7 @@ def recall_candidates(
                 "created_at": memory.created_at,
                 "depth": round(memory.depth, 3),
                 "validity": validity_view(memory, now),
-                "score": round(total[memory_id], SCORE_DIGITS),
+                "score": round(total.get(memory_id, 0.0), SCORE_DIGITS),
                 "score_kind": "rrf_fused_rank",
                 "components": {
                     "fused": round(fused.get(memory_id, 0.0), SCORE_DIGITS),
@@ -177,6 +183,7 @@ def recall_candidates(
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
                     "via": hop["via"] if hop else None,
                     "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
+                    "near_key": near.get(memory_id),
                 },
                 "matched_keys": via_keys.get(memory_id, []),
             }
@@ -188,6 +195,39 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
+
+
+def _nearest_key_members(
+    state: GraphState,
+    buffer: RecallBuffer,
+    thresholds: Thresholds,
+    match_body: dict[str, Any],
+    pool: int,
+    now: float,
+) -> dict[str, float]:
+    """Fallback when nothing matched (no key above the threshold, no BM25 term, so no hop):
+    the members of the query's nearest keys, below the threshold, by key cosine.
+
+    Memories carry no vectors, so the reranker (the dense leg) can only judge what the graph
+    hands it; a query that shares no word and no key with the store — another language, a
+    paraphrase — would otherwise get nothing at all although the answer is there
+    (koblex_crosslingual: recall@10 0.004 against dense's 0.553). These candidates carry no
+    graph evidence (``key_rank`` None, ``near_key`` = the key's cosine) and the anchor still
+    says unanchored, so inject, which wants a graph connection, never surfaces them.
+    """
+    body = {**match_body, "min_cosine": -1.0, "top_k": matching.MATCH_MAX_TOP_K, "learn": False}
+    members: dict[str, float] = {}
+    for key in matching.match_keys(state, buffer, thresholds, body, now)["keys"]:
+        links = sorted(
+            state.key_links.get(key["key_id"], {}).values(), key=lambda link: -link.weight
+        )
+        for link in links:
+            memory = state.memories.get(link.memory_id)
+            if memory is not None and memory.active(now) and link.memory_id not in members:
+                members[link.memory_id] = float(key["cosine"] or 0.0)
+            if len(members) >= pool:
+                return members
+    return members
 
 
 def _factor(memory: MemoryRecord, now: float) -> float:

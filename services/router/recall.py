@@ -101,6 +101,8 @@ class Tuning:
       neighbours (the bridge of a two-hop question) a hop score even when they matched too.
     * ``key_agg`` — a memory under several matched keys: ``sum`` or ``max`` of their evidence.
     * ``evidence`` — comparison questions put one candidate per named entity first.
+    * ``fallback`` — when no key, BM25 term or hop found anything, the graph hands over the
+      members of the query's nearest keys below the threshold for the reranker to judge.
     """
 
     fusion: str = "blend"
@@ -111,6 +113,7 @@ class Tuning:
     seeds: int = HOP_SEEDS
     key_agg: str = "sum"
     evidence: bool = True
+    fallback: bool = True
 
     @classmethod
     def parse(cls, raw: Any) -> Tuning:
@@ -131,6 +134,7 @@ class Tuning:
             seeds=_int(raw, "seeds", base.seeds, 1, SEEDS_MAX),
             key_agg=_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
             evidence=_bool(raw, "evidence", base.evidence),
+            fallback=_bool(raw, "fallback", base.fallback),
         )
 
 
@@ -254,6 +258,7 @@ class Recall:
             graph_body["vector"] = vector
         graph_body["key_agg"] = request.tuning.key_agg
         graph_body["seeds"] = request.tuning.seeds
+        graph_body["fallback"] = request.tuning.fallback
         found = self.client.call(
             "graph", "recall_candidates", graph_body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
         )
