@@ -37,7 +37,10 @@ RRF_K = 60
 # A memory under a literally named key counts as if it ranked first in one more list.
 LITERAL_BONUS = 1.0 / (RRF_K + 1)
 KEYS_DEFAULT = 10
-SEEDS_DEFAULT = 10
+# The hop walk starts from the single best memory: the bridge of a two-hop question hangs off
+# the strongest first-hop evidence, and a seed is never reached by a hop, so with 10 seeds a
+# 10-memory store had nothing left to reach (docs/BENCHMARKS.md, "Recall quality (issue 8)").
+SEEDS_DEFAULT = 1
 POOL_DEFAULT = 30
 POOL_MAX = 200
 BM25_MAX = 1_000

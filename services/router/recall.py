@@ -29,6 +29,7 @@ from typing import Any
 from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError
 from protocol.worker import remaining_ms
+from services.graph.hybrid import KEY_AGGREGATES, LITERAL_BONUS, RRF_K, SEEDS_DEFAULT
 from services.graph.text import normalize_namespace
 
 DEFAULT_BUDGET_MS = 5_000
@@ -40,7 +41,6 @@ HEAD_SEGMENTS = 2
 TAIL_SEGMENTS = 4
 SENTENCE_END = re.compile(r"(?<=[.!?。？！])\s+|\n+")
 BM25_DEPTH = 50
-RRF_K = 60
 TOP_K_DEFAULT = 8
 TOP_K_MAX = 50
 POOL_DEFAULT = 30
@@ -72,15 +72,8 @@ class Timing:
 
 FUSIONS = ("blend", "graph_then_rerank", "lists")
 HOP_GATES = ("none", "relevance")
-KEY_AGGREGATES = ("sum", "max")
 WEIGHT_MAX = 10.0
-# The hop walk starts from the single best memory: the bridge of a two-hop question hangs off
-# the strongest first-hop evidence, and a seed is never reached by a hop, so with the graph's
-# old 10 seeds a 10-memory store had nothing left to reach (ablation: seeds1 vs shipped).
-HOP_SEEDS = 1
 SEEDS_MAX = 100
-# A memory under a literally named key counts as if it ranked first in one more list.
-LITERAL_BONUS = 1.0 / (RRF_K + 1)
 
 
 @dataclass(frozen=True)
@@ -110,7 +103,7 @@ class Tuning:
     hop_weight: float = 1.0
     dense_weight: float = 1.0
     key_weight: float = 1.0
-    seeds: int = HOP_SEEDS
+    seeds: int = SEEDS_DEFAULT
     key_agg: str = "sum"
     evidence: bool = True
     fallback: bool = True
