@@ -44,7 +44,7 @@ def test_a_strong_bm25_margin_survives_a_reranker_that_mildly_disagrees() -> Non
     pool = [candidate("a", bm25=20.0), candidate("b", bm25=2.0), candidate("c", bm25=1.0)]
     fused = fuse_blend(pool, Relevance([0.40, 0.42, 0.10], "embedding_cosine"), Tuning())
     assert order(fused) == ["a", "b", "c"]
-    assert fused[0]["score_kind"] == "rrf_graph_and_rerank"
+    assert fused[0]["score_kind"] == "blended_evidence"
     assert fused[0]["rerank_score"] == 0.40
 
 
@@ -61,7 +61,7 @@ def test_without_a_reranker_the_graph_evidence_alone_decides() -> None:
     pool = [candidate("a", key=0.5), candidate("b", key=0.5, bm25=3.0, factor=0.5)]
     fused = fuse_blend(pool, None, Tuning())
     assert order(fused) == ["b", "a"]  # (1 + 1) × 0.5 against 1
-    assert "rerank_score" not in fused[0]
+    assert "rerank_score" not in fused[0] and fused[0]["score_kind"] == "blended_evidence"
 
 
 def test_tuning_rejects_unknown_knobs_and_out_of_range_weights() -> None:

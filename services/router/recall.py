@@ -370,12 +370,14 @@ class Relevance:
             ranks[i] = rank
         return ranks
 
-    def labelled(self, candidate: dict[str, Any], i: int, score: float) -> dict[str, Any]:
+    def labelled(
+        self, candidate: dict[str, Any], i: int, score: float, kind: str
+    ) -> dict[str, Any]:
         return {
             **candidate,
             "graph_score": candidate["score"],
             "score": round(score, SCORE_DIGITS),
-            "score_kind": "rrf_graph_and_rerank",
+            "score_kind": kind,
             "rerank_score": round(self.scores[i], SCORE_DIGITS),
             "rerank_kind": self.kind,
         }
@@ -387,7 +389,9 @@ def fuse_graph_then_rerank(
     """RRF of the graph's rank and the reranker's rank (the scores' scales differ, ranks do not)."""
     ranks = relevance.ranks()
     fused = [
-        relevance.labelled(c, i, 1.0 / (RRF_K + i + 1) + 1.0 / (RRF_K + ranks[i]))
+        relevance.labelled(
+            c, i, 1.0 / (RRF_K + i + 1) + 1.0 / (RRF_K + ranks[i]), "rrf_graph_and_rerank"
+        )
         for i, c in enumerate(candidates)
     ]
     # ties (swapped ranks) go to the passage the reranker prefers
@@ -431,11 +435,14 @@ def fuse_lists(
             score += _rrf(dense_rank[i], tuning.dense_weight)
         score *= parts.get("factor", 1.0)
         scored.append((score, i))
-    return _ordered(candidates, relevance, scored)
+    return _ordered(candidates, relevance, scored, "rrf_evidence_lists")
 
 
 def _ordered(
-    candidates: list[dict[str, Any]], relevance: Relevance | None, scored: list[tuple[float, int]]
+    candidates: list[dict[str, Any]],
+    relevance: Relevance | None,
+    scored: list[tuple[float, int]],
+    kind: str,
 ) -> list[dict[str, Any]]:
     """Candidates relabelled with their fused score, best first (ties: the reranker's choice)."""
     if relevance is None:
@@ -444,12 +451,13 @@ def _ordered(
                 **candidates[i],
                 "graph_score": candidates[i]["score"],
                 "score": round(v, SCORE_DIGITS),
+                "score_kind": kind,
             }
             for v, i in scored
         ]
         plain.sort(key=lambda c: -c["score"])
         return plain
-    fused = [relevance.labelled(candidates[i], i, v) for v, i in scored]
+    fused = [relevance.labelled(candidates[i], i, v, kind) for v, i in scored]
     fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
     return fused
 
@@ -460,6 +468,9 @@ def min_max(values: list[float]) -> list[float]:
     if high <= low:
         return [0.0] * len(values)
     return [(v - low) / (high - low) for v in values]
+
+
+BLEND_KIND = "blended_evidence"  # normalised key path + BM25 + relevance + gated hops
 
 
 def fuse_blend(
@@ -491,7 +502,7 @@ def fuse_blend(
         score = tuning.key_weight * key[i] + bm25[i] + tuning.dense_weight * dense[i]
         score += tuning.hop_weight * hop[i] * gate[i]
         scored.append((score * p.get("factor", 1.0), i))
-    return _ordered(candidates, relevance, scored)
+    return _ordered(candidates, relevance, scored, BLEND_KIND)
 
 
 def select_evidence(
