@@ -239,3 +239,5 @@ def test_the_embedders_own_thresholds_win_over_the_graphs_default(
         running.remember(STRAWBERRY, ["strawberry", "snack"])
         found = running.memory("recall", {"query": "딸기"})
         assert found["status"] == "found" and found["keys"][0]["concept"] == "strawberry"
+        hit = running.search("딸기")["memories"][0]
+        assert hit["components"]["key_rank"] == 1  # a real key match, not the fallback

@@ -151,7 +151,7 @@ class MemoryAPI:
 
 def make_service(router_endpoint: str) -> Service:
     api = MemoryAPI(router_endpoint)
-    recall = Recall(api.client)
+    recall = Recall(api.client, api.profile)
     navigation = Navigation(api.client, api.profile)
     service = Service("memory")
     service.add("recall", navigation.recall, idempotent=True)

@@ -31,6 +31,7 @@ from protocol.errors import BadRequest, KeymemError
 from protocol.worker import remaining_ms
 from services.graph.hybrid import KEY_AGGREGATES, LITERAL_BONUS, RRF_K, SEEDS_DEFAULT
 from services.graph.text import normalize_namespace
+from services.router.profile import EmbedderProfile
 
 DEFAULT_BUDGET_MS = 5_000
 ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
@@ -44,7 +45,7 @@ BM25_DEPTH = 50
 TOP_K_DEFAULT = 8
 TOP_K_MAX = 50
 POOL_DEFAULT = 30
-MAX_QUERY_CHARS = 4_000
+MAX_QUERY_CHARS = 16_384  # the lexicon's limit; the embedder truncates (and says so)
 SCORE_DIGITS = 6
 
 # Comparison-shaped questions: evidence for each named entity, not the same one twice.
@@ -231,14 +232,15 @@ def is_comparison(query: str) -> bool:
 
 
 class Recall:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, profile: EmbedderProfile) -> None:
         self.client = client
+        self.profile = profile
 
     def search(self, body: Any) -> dict[str, Any]:
         request = SearchRequest.parse(body)
         timing = Timing()
         degraded: dict[str, str] = {}
-        vector, bm25 = self._analyse(request, degraded)
+        vector, thresholds, bm25 = self._analyse(request, degraded)
         timing.lap("analyse")
         graph_body: dict[str, Any] = {
             "namespace": request.namespace,
@@ -249,6 +251,8 @@ class Recall:
         }
         if vector is not None:
             graph_body["vector"] = vector
+        if thresholds is not None:
+            graph_body["thresholds"] = thresholds
         graph_body["key_agg"] = request.tuning.key_agg
         graph_body["seeds"] = request.tuning.seeds
         graph_body["fallback"] = request.tuning.fallback
@@ -305,8 +309,9 @@ class Recall:
 
     def _analyse(
         self, request: SearchRequest, degraded: dict[str, str]
-    ) -> tuple[Any, list[dict[str, Any]]]:
-        """The query vector and the BM25 hits, fetched in parallel; either may be missing."""
+    ) -> tuple[Any, dict[str, Any] | None, list[dict[str, Any]]]:
+        """The query vector with its model's thresholds, and the BM25 hits, fetched in
+        parallel; either may be missing."""
         lexicon_body: dict[str, Any] = {
             "query": request.query,
             "namespace": request.namespace,
@@ -322,17 +327,18 @@ class Recall:
             ],
             timeout_ms=budget,
         )
-        vector = None
+        vector, thresholds = None, None
         if isinstance(embedded, KeymemError):
             degraded["embedder"] = str(embedded)
         else:
             vector = embedded["vectors"][0]
+            thresholds = self.profile.thresholds(embedded["fingerprint"])
         bm25: list[dict[str, Any]] = []
         if isinstance(lexical, KeymemError):
             degraded["lexicon"] = str(lexical)
         else:
             bm25 = lexical["hits"]
-        return vector, bm25
+        return vector, thresholds, bm25
 
     def _relevance(
         self, query: str, candidates: list[dict[str, Any]], degraded: dict[str, str]
