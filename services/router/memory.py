@@ -24,9 +24,11 @@ from services.router.recall import Recall
 DEFAULT_BUDGET_MS = 10_000
 # The embedder's per-request limit on texts; larger batches are split and sent in parallel.
 EMBED_TEXTS_PER_CALL = 256
-# The reranker's per-request limit on passages, and how long a warm-up may take.
-WARM_PASSAGES_PER_CALL = 64
-WARM_BUDGET_MS = 30_000
+# Warm-ups share the one reranker queue with recalls, so they come in small pieces (each a
+# fraction of a second of model time) with a short deadline: under a burst of writes the
+# reranker drops the expired ones unread instead of making recalls wait behind them.
+WARM_PASSAGES_PER_CALL = 16
+WARM_BUDGET_MS = 1_000
 
 # Graph methods the agent API exposes unchanged (they need no vectors).
 GRAPH_PASSTHROUGH = (
