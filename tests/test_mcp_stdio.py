@@ -31,6 +31,7 @@ from protocol.client import Client as RouterClient
 from protocol.endpoints import ipc_endpoints
 from services.config import ALL_PROGRAMS
 from tests.supervised import Deployment, deployment_env
+from tests.test_mcp_tools import TOOLS
 
 pytestmark = pytest.mark.supervised
 
@@ -123,21 +124,7 @@ def test_lists_tools_prompt_and_schemas(running: Deployment) -> None:
 
     (instructions, tools, prompts, prompt), stderr = run(running, work)
     assert stderr.strip() == "", stderr  # services already up: nothing to say, nothing on stdout
-    assert sorted(t.name for t in tools) == sorted(
-        [
-            "recall",
-            "browse_keys",
-            "read_key",
-            "read_memory",
-            "confirm_memory",
-            "remember",
-            "correct",
-            "dismiss",
-            "forget",
-            "remember_batch",
-            "history",
-        ]
-    )
+    assert {t.name for t in tools} == TOOLS
     schemas = {t.name: (t.input_schema, t.output_schema) for t in tools}
     recall_in, recall_out = schemas["recall"]
     assert recall_in["required"] == ["query"]
