@@ -91,7 +91,8 @@ def test_blank_keys_are_dropped_and_unusable_ones_get_the_graphs_error(deployed:
     assert saved["saved"]
     with pytest.raises(BadRequest, match="every key must be a string"):
         deployed.call("remember", {"content": "x y z", "keys": ["fine", 42]})
-    with pytest.raises(BadRequest):
+    with pytest.raises(Unavailable, match="none could be extracted"):
+        # no usable key and no lexicon here to extract one: refused, and said why
         deployed.call("remember", {"content": "only blanks", "keys": ["", " "]})
     with pytest.raises(BadRequest):
         deployed.call("remember", ["not", "a", "map"])

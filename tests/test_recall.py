@@ -241,3 +241,32 @@ def test_the_embedders_own_thresholds_win_over_the_graphs_default(
         assert found["status"] == "found" and found["keys"][0]["concept"] == "strawberry"
         hit = running.search("딸기")["memories"][0]
         assert hit["components"]["key_rank"] == 1  # a real key match, not the fallback
+
+
+def test_a_keyless_memory_gets_weaker_auto_keys_that_recall_and_hops_use(
+    tmp_path: Path,
+) -> None:
+    with full_stack(tmp_path) as running:
+        newton = running.remember(NEWTON, ["Newton", "apple", "gravity"])
+        saved = running.memory(
+            "remember", {"content": "Newton also split white light with a prism in Cambridge"}
+        )
+        running.last_seq = int(saved["seq"])
+        memory = running.memory("read_memory", {"memory_id": saved["saved"]})["memory"]
+        keys = {k["concept"]: k for k in memory["keys"]}
+        assert "Newton" in keys  # the namespace's existing key, found in the text
+        assert "Cambridge" in keys  # a name the lexicon extracted
+        assert all(k["auto"] and k["link_weight"] == 0.5 for k in keys.values())
+        found = running.memory("recall", {"query": "Cambridge"})
+        assert found["memories"][0]["id"] == saved["saved"]
+        # the shared Newton key connects the two memories for the key walk and hops
+        related = ranked(running.search("prism", hops=2, top_k=5))
+        assert related[0] == saved["saved"] and newton in related
+
+
+def test_three_agent_keys_are_left_alone(tmp_path: Path) -> None:
+    with full_stack(tmp_path) as running:
+        saved = running.remember(APPLES, ["apple", "fruit", "tree"])
+        memory = running.memory("read_memory", {"memory_id": saved})["memory"]
+        assert sorted(k["concept"] for k in memory["keys"]) == ["apple", "fruit", "tree"]
+        assert not any(k["auto"] for k in memory["keys"])

@@ -158,6 +158,21 @@ class KeyInput:
     surface: str
     vector: np.ndarray
     key_type: str
+    # Extracted from the content by keymem, not chosen by the agent: its link starts weaker.
+    auto: bool = False
+
+
+def _auto_keys(body: dict[str, Any], keys: list[str]) -> set[str]:
+    raw = body.get("auto_keys")
+    if raw is None:
+        return set()
+    if not isinstance(raw, list) or not all(isinstance(k, str) for k in raw):
+        raise BadRequest("auto_keys must be a list of strings")
+    given = {k.strip().lower() for k in keys}
+    auto = {k.strip().lower() for k in raw}
+    if not auto <= given:
+        raise BadRequest("every auto key must also be in keys (with its vector)")
+    return auto
 
 
 def _key_types(body: dict[str, Any]) -> dict[str, str]:
@@ -210,6 +225,7 @@ def keys_of(
         raise BadRequest("a key vector is all zeros")
     unit = (vectors / norms[:, None]).astype(np.float32)
     types = _key_types(body)
+    auto = _auto_keys(body, raw)
     seen: set[str] = set()
     keys: list[KeyInput] = []
     for i, surface in enumerate(raw):
@@ -217,7 +233,9 @@ def keys_of(
         if not usable_key(clean) or clean.lower() in seen:
             continue
         seen.add(clean.lower())
-        keys.append(KeyInput(clean, unit[i], types.get(clean, "concept")))
+        keys.append(
+            KeyInput(clean, unit[i], types.get(clean, "concept"), clean.lower() in auto)
+        )
     if not keys:
         raise BadRequest(
             "no usable key: keys need 2+ characters (or one CJK character); "

@@ -32,6 +32,8 @@ from services.graph.text import normalize_content, normalize_namespace
 from store.records import MemoryRecord, to_json
 
 INHERITED_LINK_PENALTY = 0.15
+# A key keymem extracted from the content weighs half an agent's key: the agent chose its keys.
+AUTO_LINK_WEIGHT = 0.5
 DEEP_DEPTH_MIN = 0.7
 SUPERSEDE_DEEP_FACTOR = 0.8
 SUPERSEDE_SHALLOW_FACTOR = 0.3
@@ -131,8 +133,9 @@ def remember(
         supersedes=duplicate.id if duplicate else None,
     )
     resolutions = [resolve_key(state, item.namespace, w, thresholds, now) for w in item.keys]
-    for resolution in resolutions:
-        state.add_link(resolution.key_id, memory.id, LINK_WEIGHT_DEFAULT)
+    for key, resolution in zip(item.keys, resolutions, strict=True):
+        weight = AUTO_LINK_WEIGHT if key.auto else LINK_WEIGHT_DEFAULT
+        state.add_link(resolution.key_id, memory.id, weight, auto=key.auto)
     result: dict[str, Any] = {"saved": memory.id}
     if duplicate is not None:
         shared = set(state.mem_links.get(duplicate.id, {})) & set(state.mem_links[memory.id])

@@ -15,6 +15,7 @@ from typing import Any
 from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError, Unavailable
 from protocol.worker import Service, remaining_ms
+from services.router.autokeys import AutoKeys
 from services.router.inject import Inject
 from services.router.navigation import Navigation
 from services.router.profile import EmbedderProfile
@@ -50,6 +51,7 @@ class MemoryAPI:
     def __init__(self, router_endpoint: str) -> None:
         self.client = Client(router_endpoint)
         self.profile = EmbedderProfile(self.client)
+        self.autokeys = AutoKeys(self.client)
 
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
@@ -110,6 +112,7 @@ class MemoryAPI:
 
     # -- writes that need vectors ----------------------------------------------------------
     def remember(self, body: Any) -> Any:
+        (body,) = self.autokeys.complete([body])
         saved = self._call("graph", "remember", self._with_vectors(body, keys_required=True))
         self._warm([body.get("content")])
         return saved
@@ -122,7 +125,7 @@ class MemoryAPI:
     def remember_batch(self, body: Any) -> Any:
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
             return self._call("graph", "remember_batch", body)  # the graph names the problem
-        items = body["items"]
+        items = self.autokeys.complete(body["items"])
         keyed = [
             (i, [k for k in item["keys"] if k.strip()])
             for i, item in enumerate(items)
