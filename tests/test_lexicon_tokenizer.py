@@ -117,3 +117,16 @@ def test_extract_keys_limit(tokenizer: Tokenizer) -> None:
     long_run = " ".join(f"Word{i}" for i in range(10))  # too long to be one name
     keys = [c.key for c in extract_keys(long_run, tokenizer.analyse(long_run), limit=50)]
     assert "Word3" in keys and long_run not in keys
+
+
+def test_plain_english_without_names_still_offers_its_content_words(
+    tokenizer: Tokenizer,
+) -> None:
+    text = "the user usually drinks oolong tea after lunch and dislikes coffee"
+    keys = [c.key for c in extract_keys(text, tokenizer.analyse(text))]
+    assert {"oolong", "drinks", "lunch", "coffee"} <= set(keys)
+    assert not {"the", "after", "and"} & set(keys)
+    named = "Ada Lovelace wrote the first program with Charles Babbage"
+    found = [c.key for c in extract_keys(named, tokenizer.analyse(named))]
+    assert found[:2] == ["Ada Lovelace", "Charles Babbage"]  # names outrank plain words
+    assert "lovelace" not in found

@@ -83,6 +83,96 @@ _LATIN_STOPWORDS = frozenset(
 )
 MAX_NAME_WORDS = 4  # a longer run of capitalised words is a title or a list, not one name
 DEFAULT_LIMIT = 20
+# Plain English has no POS tagger here: when the text names fewer than this many things, its
+# content words (4+ letters, not among the commonest words) are offered as nouns.
+MIN_CANDIDATES = 3
+_LATIN_WORD = re.compile(r"(?<![A-Za-z0-9])[a-z]{4,}(?![A-Za-z0-9])")  # names are found above
+_COMMON_WORDS = frozenset(
+    {
+        "about",
+        "after",
+        "again",
+        "also",
+        "always",
+        "another",
+        "because",
+        "been",
+        "before",
+        "being",
+        "both",
+        "could",
+        "didn",
+        "does",
+        "doing",
+        "done",
+        "down",
+        "each",
+        "even",
+        "every",
+        "from",
+        "going",
+        "good",
+        "have",
+        "having",
+        "here",
+        "into",
+        "just",
+        "know",
+        "like",
+        "made",
+        "make",
+        "many",
+        "more",
+        "most",
+        "much",
+        "must",
+        "never",
+        "only",
+        "other",
+        "over",
+        "really",
+        "said",
+        "same",
+        "should",
+        "some",
+        "still",
+        "such",
+        "take",
+        "than",
+        "that",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "thing",
+        "things",
+        "think",
+        "this",
+        "those",
+        "through",
+        "time",
+        "very",
+        "want",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "will",
+        "with",
+        "would",
+        "your",
+        "yours",
+        "yeah",
+        "okay",
+        "sure",
+        "thanks",
+        "thank",
+    }
+)
 MAX_LIMIT = 200
 
 
@@ -176,6 +266,13 @@ def _latin(text: str, out: _Collector) -> None:
             out.add(words[0], Kind.PROPER, at)
 
 
+def _content_words(text: str, out: _Collector) -> None:
+    for match in _LATIN_WORD.finditer(text):
+        word = match.group().casefold()
+        if word not in _COMMON_WORDS and word not in _LATIN_STOPWORDS:
+            out.add(word, Kind.NOUN, match.start())
+
+
 def _structured(morphs: list[Morph], out: _Collector) -> None:
     for m in morphs:
         if m.tag == "RUN_WHOLE":
@@ -196,4 +293,6 @@ def extract_keys(text: str, morphs: list[Morph], limit: int = DEFAULT_LIMIT) -> 
     _latin(normalised, out)
     _structured(morphs, out)
     _cjk(normalised, out)
+    if len(out.found) < MIN_CANDIDATES:
+        _content_words(normalised, out)
     return out.ranked(limit)
