@@ -143,9 +143,8 @@ def _write(client: Client, batch: list[_Pending], store: LoadedStore, hint: str)
         keyless = isinstance(position, int) and "keys" not in batch[position].item
         if keyless:
             raise LoadError(
-                f"keymem rejected a memory without keys ({exc.message}). Memories are written "
-                "keyless for the product's auto-keys (issue 8), which this build does not have "
-                f"yet; {hint}"
+                f"keymem rejected a memory without keys ({exc.message}): its auto-keys found "
+                f"nothing key-like in the text; {hint}"
             ) from exc
         raise LoadError(f"keymem rejected a batch: {exc}") from exc
     except KeymemError as exc:
