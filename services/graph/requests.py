@@ -233,9 +233,7 @@ def keys_of(
         if not usable_key(clean) or clean.lower() in seen:
             continue
         seen.add(clean.lower())
-        keys.append(
-            KeyInput(clean, unit[i], types.get(clean, "concept"), clean.lower() in auto)
-        )
+        keys.append(KeyInput(clean, unit[i], types.get(clean, "concept"), clean.lower() in auto))
     if not keys:
         raise BadRequest(
             "no usable key: keys need 2+ characters (or one CJK character); "
