@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -193,6 +194,7 @@ class Worker:
         self.started_at = time.time()
         self.pid = os.getpid()
         self.registrations = 0
+        self.identity = b""  # the routing id of the current connection to the router
         self._backend: zmq.Socket[bytes] | None = None
         self._direct: zmq.Socket[bytes] | None = None
         self._poller = zmq.Poller()
@@ -232,6 +234,10 @@ class Worker:
             self._backend.close(linger=0)
         sock = self.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        # A fresh routing id per connection: the router can tell this registration from an
+        # earlier one of the same worker whose goodbye it may not have read yet.
+        self.identity = b"w" + uuid.uuid4().bytes  # ids starting with 0 are libzmq's own
+        sock.setsockopt(zmq.ROUTING_ID, self.identity)
         sock.connect(self.router_endpoint)
         self._backend = sock
         self._poller.register(sock, zmq.POLLIN)

@@ -69,7 +69,6 @@ class InprocStack:
         heartbeat: HeartbeatPolicy | None = None,
     ) -> RunningWorker:
         index = sum(1 for w in self.workers if w.worker.service.name == service.name)
-        registered_before = self._registered(service.name)
         worker = Worker(
             service,
             self.endpoints.backend,
@@ -82,17 +81,13 @@ class InprocStack:
         if not worker.ready.wait(START_TIMEOUT_S):
             raise RuntimeError(f"{service.name} worker thread did not start")
         give_up = time.monotonic() + START_TIMEOUT_S
-        while self._registered(service.name) <= registered_before:
+        while worker.identity not in self.broker.workers:
             if time.monotonic() > give_up:
                 raise RuntimeError(f"{service.name} worker did not register with the router")
             time.sleep(0.002)
         running = RunningWorker(worker, thread)
         self.workers.append(running)
         return running
-
-    def _registered(self, service: str) -> int:
-        record = self.broker.services.get(service)
-        return len(record.workers) if record is not None else 0
 
     def settings(self, home: Path) -> Settings:
         """Settings for building a service that lives in this stack (and may call the router)."""

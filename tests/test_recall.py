@@ -236,7 +236,7 @@ def test_the_embedders_own_thresholds_win_over_the_graphs_default(
     # a graph configured for some other model: no cosine would ever reach its recall threshold
     monkeypatch.setenv("KEYMEM_KEY_RECALL", "0.99")
     with full_stack(tmp_path) as running:
-        running.remember(STRAWBERRY, ["strawberry", "snack"])
+        running.remember(STRAWBERRY, ["strawberry", "snack", "user taste"])  # no auto-keys
         found = running.memory("recall", {"query": "딸기"})
         assert found["status"] == "found" and found["keys"][0]["concept"] == "strawberry"
         hit = running.search("딸기")["memories"][0]
