@@ -183,7 +183,11 @@ def test_kill_9_is_restarted_routed_again_and_nothing_hangs(
         return [w["pid"] for w in workers] not in ([], [old_pid])
 
     _wait_for(restarted, f"{victim} to come back")
-    time.sleep(0.3)
+    mark = len(caller.outcomes)  # a call may still be waiting out one lost in the crash
+    _wait_for(
+        lambda: any(o == "ok" for o, _ in caller.outcomes[mark:]),
+        f"a call answered by the restarted {victim}",
+    )
     caller.halt.set()
     caller.join(5)
 
@@ -191,7 +195,6 @@ def test_kill_9_is_restarted_routed_again_and_nothing_hangs(
     assert new_pid != old_pid
     outcomes = {outcome for outcome, _ in caller.outcomes}
     assert outcomes <= {"ok", "unavailable", "timeout"}
-    assert caller.outcomes[-1][0] == "ok"
     slowest = max(elapsed for _, elapsed in caller.outcomes)
     assert slowest < (CALL_DEADLINE_MS + REPLY_GRACE_MS) / 1000 + 0.5, "a call hung"
     if victim != "router":
