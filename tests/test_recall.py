@@ -270,3 +270,12 @@ def test_three_agent_keys_are_left_alone(tmp_path: Path) -> None:
         memory = running.memory("read_memory", {"memory_id": saved})["memory"]
         assert sorted(k["concept"] for k in memory["keys"]) == ["apple", "fruit", "tree"]
         assert not any(k["auto"] for k in memory["keys"])
+
+
+def test_one_agent_key_is_joined_only_by_keys_the_text_names(tmp_path: Path) -> None:
+    with full_stack(tmp_path) as running:
+        running.remember(NEWTON, ["Newton", "apple", "gravity"])
+        saved = running.remember("Newton studied optics in Cambridge", ["optics"])
+        memory = running.memory("read_memory", {"memory_id": saved})["memory"]
+        concepts = {k["concept"]: k["auto"] for k in memory["keys"]}
+        assert concepts == {"optics": False, "Newton": True}  # no extracted "Cambridge"

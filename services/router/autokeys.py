@@ -5,9 +5,11 @@ No LLM is involved. Two sources, in this order:
 1. keys the namespace already has whose concept or alias appears literally in the text
    (``graph.match_keys`` on the content, literal hits only) — these connect the new memory to
    the ones already there, which is what makes hops work;
-2. the lexicon's candidates (``lexicon.extract_keys``: nouns, proper nouns, multi-word names,
-   structured tokens), most frequent first; names and proper nouns are typed so, and so match
-   only literally, never by similarity.
+2. for a memory with no keys at all, the lexicon's candidates (``lexicon.extract_keys``: nouns,
+   proper nouns, multi-word names, structured tokens), most frequent first; names and proper
+   nouns are typed so, and so match only literally, never by similarity. Next to an agent's
+   own keys these candidates were measured to add noise (docs/BENCHMARKS.md), so a memory with
+   one or two keys gets only the first source.
 
 They are marked ``auto_keys``: the graph links them at half an agent key's weight. The agent's
 own keys always come first and are never replaced.
@@ -89,7 +91,9 @@ class AutoKeys:
             for key in literal["keys"]:
                 if key.get("literal"):
                     offer(key["concept"], key.get("key_type"))
-        if not isinstance(extracted, KeymemError):
+        if not own and not isinstance(extracted, KeymemError):
+            # Only a keyless memory takes the lexicon's candidates: next to an agent's keys
+            # they were measured to add noise (hotpot_per_query all@5 0.848 -> 0.768).
             for candidate in extracted["keys"]:
                 offer(candidate["key"], KEY_TYPE_OF_KIND.get(candidate["kind"]))
         if not own and not found:
