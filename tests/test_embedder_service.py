@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import zmq
 
 from protocol import envelope
 from protocol.client import Client
@@ -23,6 +22,7 @@ from services.embedder.requests import MAX_REQUEST_CHARS, MAX_TEXTS
 from services.embedder.service import Embedder, load_embedder, make_service
 from services.embedder.settings import EmbedderSettings
 from services.stack import InprocStack
+from tests.wire import direct_reply
 
 
 @pytest.fixture
@@ -123,14 +123,7 @@ def test_invalid_utf8_on_the_wire_is_a_bad_request(stack: InprocStack, client: C
     request = envelope.Request(b"bad-utf8", "embedder", "embed", envelope.now_ms() + 3000, body)
     direct = stack.workers[0].worker.direct_endpoint
     assert direct is not None
-    sock = stack.context.socket(zmq.DEALER)
-    try:
-        sock.connect(direct)
-        sock.send_multipart(request.frames())
-        assert sock.poll(3000)
-        reply = envelope.parse_reply(sock.recv_multipart())
-    finally:
-        sock.close(linger=0)
+    reply = direct_reply(stack.context, direct, request, 3000)
     assert reply.status == b"bad_request"
     assert embed(client, ["still up"])["vectors"].shape == (1, 512)
 

@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import zmq
 
 from protocol import envelope
 from protocol.client import Client
 from protocol.errors import BadRequest, DeadlineExceeded, KeymemError
 from protocol.worker import Service
 from services.stack import InprocStack
+from tests.wire import direct_reply
 
 HOLD_S = 0.3  # long enough for every test thread to have its request queued
 
@@ -155,14 +155,7 @@ def test_undecodable_body_is_a_typed_error_for_that_request(
     request = envelope.Request(b"r1", "batcher", "double", envelope.now_ms() + 2000, b"\xc1")
     direct = stack.workers[0].worker.direct_endpoint
     assert direct is not None
-    sock = stack.context.socket(zmq.DEALER)
-    try:
-        sock.connect(direct)
-        sock.send_multipart(request.frames())
-        assert sock.poll(2000)
-        reply = envelope.parse_reply(sock.recv_multipart())
-    finally:
-        sock.close(linger=0)
+    reply = direct_reply(stack.context, direct, request, 2000)
     assert reply.status == b"bad_request"
     assert recorder.calls == []
 

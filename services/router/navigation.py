@@ -59,16 +59,23 @@ class Navigation:
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
 
-    def _relevance(self, query: str, ids: list[str]) -> dict[str, float] | None:
-        """Reranker relevance of each memory to ``query``; None when it cannot be had."""
+    def _views(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The graph's full views of these memories (content, keys, validity), by id."""
         if not ids:
             return {}
         found = self._call("graph", "get_memories", {"ids": ids})
-        contents = {m["id"]: m["content"] for m in found["memories"]}
-        ordered = [i for i in ids if i in contents]
+        return {m["id"]: m for m in found["memories"]}
+
+    def _relevance(self, query: str, views: dict[str, dict[str, Any]]) -> dict[str, float] | None:
+        """Reranker relevance of each memory to ``query``; None when it cannot be had."""
+        if not views:
+            return {}
+        ordered = list(views)
         try:
             scored = self._call(
-                "reranker", "score", {"query": query, "passages": [contents[i] for i in ordered]}
+                "reranker",
+                "score",
+                {"query": query, "passages": [views[i]["content"] for i in ordered]},
             )
         except KeymemError:
             return None
@@ -85,7 +92,8 @@ class Navigation:
             return self._call("graph", "read_key", body)
         plain = {k: v for k, v in body.items() if k not in ("query", "offset", "limit")}
         pool = self._call("graph", "read_key", {**plain, "limit": RERANK_POOL})
-        relevance = self._relevance(query, [h["memory_id"] for h in pool["memories"]])
+        views = self._views([h["memory_id"] for h in pool["memories"]])
+        relevance = self._relevance(query, views)
         if relevance is None:
             return self._call("graph", "read_key", {k: v for k, v in body.items() if k != "query"})
         ranked = {k: v for k, v in body.items() if k != "query"}
@@ -193,12 +201,15 @@ class Navigation:
         ]
         if not handles:
             return None
-        relevance = self._relevance(query, [h["memory_id"] for h in handles]) or {}
+        views = self._views([h["memory_id"] for h in handles])  # fetched once: scored and shown
+        if not views:
+            return None  # every handle was superseded or forgotten in between
+        relevance = self._relevance(query, views) or {}
         best = max(
-            handles,
+            (h for h in handles if h["memory_id"] in views),
             key=lambda h: (relevance.get(h["memory_id"], 1.0) * h["score"], h["created_at"]),
         )
-        full = self._call("graph", "get_memories", {"ids": [best["memory_id"]]})["memories"][0]
+        full = views[best["memory_id"]]
         connected = [k for k in full["keys"] if k["key_id"] != key["key_id"]]
         cosines: dict[str, float] = {}
         if vector is not None:
