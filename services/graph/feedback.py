@@ -1,5 +1,12 @@
 """What an agent's reading and judging teach the graph: Hebbian reads, confirm, dismiss, autokey.
 
+``reinforce_path`` is the graph half of learning from the hook's traffic
+(``services/router/learning.py``): a memory the hook surfaced and the agent then read grows the
+links that surfaced it, by a share of the distance to a ceiling (twice the link's starting
+weight), and the same keys' links to memories that were shown but not read shrink back
+towards their starting weight, never below it. So hook traffic alone keeps every link within
+[its starting weight, twice that] (or leaves it where explicit reads and dismissals put it).
+
 A read reinforces only the edge it traversed (+0.1, capped at 3.0) and never touches depth or
 freshness; only evidence-backed ``confirm_memory`` deepens a memory (+0.05) and restarts its
 freshness. ``dismiss`` weakens one edge (-0.3) down to the floor 0.1, never severing it.
@@ -11,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,17 +26,25 @@ from protocol.errors import BadRequest, NotFound
 from services.graph.requests import (
     body_of,
     evidence_of,
+    id_list,
     namespace_filter,
+    namespace_of,
     opt_str,
     req_str,
     source_of,
 )
-from services.graph.state import DEPTH_MAX, LINK_WEIGHT_MIN, GraphState, clamp_depth
+from services.graph.state import (
+    DEPTH_MAX,
+    LINK_WEIGHT_DEFAULT,
+    LINK_WEIGHT_MIN,
+    GraphState,
+    clamp_depth,
+)
 from services.graph.text import is_short_concept
 from services.graph.validity import SECONDS_PER_DAY, validity_view
 from services.graph.views import memory_view
-from services.graph.writes import live_memory
-from store.records import AliasCandidate, KeyAlias, to_json
+from services.graph.writes import AUTO_LINK_WEIGHT, live_memory
+from store.records import AliasCandidate, KeyAlias, LinkRecord, to_json
 
 READ_REINFORCE_STEP = 0.1
 DISMISS_STEP = 0.3
@@ -39,6 +55,16 @@ AUTOKEY_PRUNE_AGE_DAYS = 30.0
 AUTOKEY_BUFFER_CAPACITY = 32
 AUTOKEY_BUFFER_TTL_S = 300.0
 MAX_CANDIDATES_PER_KEY = 64
+# Learning from the hook's traffic (reinforce_path). A read surfaced memory's path link moves
+# this share of the way to its ceiling; a shown-but-unread memory's link from the same keys
+# moves this share of the way back to its starting weight. Dimensionless, per event.
+PATH_GROWTH_RATE = 0.1
+PATH_DECAY_RATE = 0.05
+# Hook learning never takes a link above this multiple of its starting weight (1.0 for an
+# agent's key, 0.5 for an auto key): bounded however often the same path is read.
+PATH_CEILING_FACTOR = 2.0
+PATH_MAX_KEYS = 64
+PATH_MAX_EXPLORED = 64
 
 
 @dataclass
@@ -223,3 +249,62 @@ def prune_learned_aliases(state: GraphState, now: float) -> int:
                 state.remove_alias(key, alias)
                 pruned += 1
     return pruned
+
+
+def starting_weight(link: LinkRecord) -> float:
+    """The weight a link was created with: what hook learning decays back towards."""
+    return AUTO_LINK_WEIGHT if link.auto else LINK_WEIGHT_DEFAULT
+
+
+def _link_row(link: LinkRecord, before: float) -> dict[str, Any]:
+    return {
+        "key_id": link.key_id,
+        "memory_id": link.memory_id,
+        "before": round(before, 6),
+        "weight": round(link.weight, 6),
+    }
+
+
+def prepare_reinforce_path(
+    state: GraphState, raw: Any, now: float
+) -> Callable[[float], dict[str, Any]]:
+    """Hebbian learning from a surfaced-then-read memory, bounded (see the module docstring).
+
+    Body: ``namespace``, ``hit`` (the memory read), ``keys`` (the keys that surfaced it),
+    ``explored`` (the other memories of that surfacing). Keys no longer linked to the hit are
+    skipped: the graph may have changed since the surfacing, and a path that is gone teaches
+    nothing. Validated before anything changes.
+    """
+    body = body_of(raw)
+    namespace = namespace_of(body)
+    hit = req_str(body, "hit")
+    key_ids = id_list(body, "keys", PATH_MAX_KEYS)
+    explored = id_list(body, "explored", PATH_MAX_EXPLORED) if body.get("explored") else []
+    memory = state.memories.get(hit)
+    if memory is None or memory.namespace != namespace or not memory.active(now):
+        raise NotFound(f"memory {hit} is not an active memory of namespace {namespace!r}")
+    grown = [link for key_id in key_ids if (link := state.link(key_id, hit)) is not None]
+    shrunk = [
+        link
+        for key_id in key_ids
+        for other in explored
+        if other != hit and (link := state.link(key_id, other)) is not None
+    ]
+
+    def action(now: float) -> dict[str, Any]:
+        reinforced, decayed = [], []
+        for link in grown:
+            before = link.weight
+            ceiling = PATH_CEILING_FACTOR * starting_weight(link)
+            if before < ceiling:
+                state.set_weight(link, before + PATH_GROWTH_RATE * (ceiling - before))
+                reinforced.append(_link_row(link, before))
+        for link in shrunk:
+            before = link.weight
+            start = starting_weight(link)
+            if before > start:
+                state.set_weight(link, before - PATH_DECAY_RATE * (before - start))
+                decayed.append(_link_row(link, before))
+        return {"hit": hit, "reinforced": reinforced, "decayed": decayed}
+
+    return action

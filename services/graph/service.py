@@ -65,6 +65,7 @@ WRITE_METHODS = (
     "confirm_memory",
     "dismiss",
     "reinforce",
+    "reinforce_path",
     "set_fingerprint",
     "reembed_begin",
     "reembed_put",
@@ -337,6 +338,12 @@ class GraphService:
     def reinforce(self, raw: Any) -> dict[str, Any]:
         """Hebbian feedback of a hybrid recall (services/graph/hybrid.py)."""
         return self.write(lambda body: hybrid.prepare_reinforce(self.state, body, time.time()), raw)
+
+    def reinforce_path(self, raw: Any) -> dict[str, Any]:
+        """Hebbian learning from a surfaced-then-read memory (services/graph/feedback.py)."""
+        return self.write(
+            lambda body: feedback.prepare_reinforce_path(self.state, body, time.time()), raw
+        )
 
     def recall_candidates(self, raw: Any) -> dict[str, Any]:
         """Hybrid recall's graph half (services/graph/hybrid.py); a write only if it learns."""

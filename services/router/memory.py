@@ -17,6 +17,13 @@ from protocol.errors import BadRequest, KeymemError, Unavailable
 from protocol.worker import Service, remaining_ms
 from services.router.autokeys import AutoKeys
 from services.router.inject import Inject
+from services.router.learning import (
+    Learner,
+    SurfacedLog,
+    TappedRecall,
+    enabled_from_env,
+    ttl_from_env,
+)
 from services.router.navigation import Navigation
 from services.router.profile import EmbedderProfile
 from services.router.recall import Recall
@@ -31,7 +38,8 @@ EMBED_TEXTS_PER_CALL = 256
 WARM_PASSAGES_PER_CALL = 16
 WARM_BUDGET_MS = 1_000
 
-# Graph methods the agent API exposes unchanged (they need no vectors).
+# Graph methods the agent API exposes unchanged (they need no vectors); read_memory also
+# teaches the graph when it reads what inject surfaced (learning.py).
 GRAPH_PASSTHROUGH = (
     "read_memory",
     "browse_keys",
@@ -154,7 +162,9 @@ class MemoryAPI:
         return handler
 
 
-def make_service(router_endpoint: str) -> Service:
+def make_service(router_endpoint: str, surfaced: SurfacedLog | None = None) -> Service:
+    """One worker's service. Workers of one process must share ``surfaced`` (what inject
+    showed), or a read served by another thread than the inject would teach nothing."""
     api = MemoryAPI(router_endpoint)
     recall = Recall(api.client, api.profile)
     navigation = Navigation(api.client, api.profile)
@@ -162,10 +172,21 @@ def make_service(router_endpoint: str) -> Service:
     service.add("recall", navigation.recall, idempotent=True)
     service.add("read_key", navigation.read_key, idempotent=True)
     service.add("search", recall.search, idempotent=True)
-    service.add("inject", Inject(recall).inject, idempotent=True)
+    # Inject gets its own watched Recall: the learner reads the paths off its searches.
+    tapped = TappedRecall(api.client, api.profile)
+    learner = Learner(
+        api.client,
+        tapped,
+        Inject(tapped).inject,
+        surfaced if surfaced is not None else SurfacedLog(ttl_from_env()),
+        enabled=enabled_from_env(),
+    )
+    service.add("inject", learner.inject, idempotent=True)
     service.add("remember", api.remember)
     service.add("remember_batch", api.remember_batch)
     service.add("correct", api.correct)
+    service.add("read_memory", learner.read_memory)
     for method in GRAPH_PASSTHROUGH:
-        service.add(method, api.passthrough(method), idempotent=method in IDEMPOTENT)
+        if method != "read_memory":
+            service.add(method, api.passthrough(method), idempotent=method in IDEMPOTENT)
     return service

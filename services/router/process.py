@@ -16,6 +16,7 @@ from services.catalog import BUILDERS
 from services.config import Settings
 from services.router import memory
 from services.router.broker import Broker
+from services.router.learning import SurfacedLog, ttl_from_env
 
 MEMORY_WORKER_THREADS = 4
 # Orchestration handlers wait on other services up to their caller's deadline.
@@ -37,10 +38,11 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
         stop=stop,
         local=local,
     )
+    surfaced = SurfacedLog(ttl_from_env())  # one for all workers: learning.py
     threads = [
         threading.Thread(
             target=Worker(
-                memory.make_service(local.frontend),
+                memory.make_service(local.frontend, surfaced),
                 local.backend,
                 heartbeat=orchestration_heartbeat(settings),
                 stop=stop,

@@ -1,0 +1,271 @@
+"""Hebbian learning from the hook's own traffic: a surfaced memory that the agent then reads.
+
+The hook puts memories in front of the agent unasked (``memory.inject``); when the agent goes on
+to ``read_memory`` one of them, that is the best evidence keymem gets that the path which
+surfaced it was right. So the router remembers, for every memory inject surfaces, the path that
+surfaced it — the matched keys and, for a memory reached by a hop, the key the hop came through
+— together with the other memories of that search, the namespace, the hook's session id (when
+the host gave one) and the time. A later read of that memory asks the graph to reinforce that
+path (``graph.reinforce_path``, ``services/graph/feedback.py``: bounded growth towards a
+ceiling, the unread neighbours' links decay back towards their starting weight).
+
+Where the state lives: in the router process's memory, shared by its memory worker threads
+under one lock, bounded in entries and age. It is soft state: a router restart forgets what was
+surfaced, so reads right after a restart teach nothing — acceptable, since it only delays
+learning; persisting it would mean a second writer or a graph write on every prompt. Only the
+graph service touches the file (invariant 1): every weight change is its ``reinforce_path``.
+
+Matching a read to a surfacing: same memory id; the read's namespace (if it names one) equals
+the surfacing's; if both sides carry a session id they must be equal (the MCP server does not
+know the hook's session, so its reads match on id, namespace and age alone); the surfacing is
+younger than the TTL. A read credits the newest matching surfacing and retires every matching
+one, so repeated reads of one surfacing count once; a new surfacing is needed to learn again.
+Reads of memories that were not surfaced change nothing beyond what ``read_memory`` always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.client import Client
+from protocol.errors import BadRequest, KeymemError
+from protocol.worker import remaining_ms
+from services.router.profile import EmbedderProfile
+from services.router.recall import Recall
+
+log = logging.getLogger("keymem.router.learning")
+
+# How long a surfaced memory waits for the agent's read: a read later than this is not taken
+# as feedback on that surfacing (the agent found it some other way, or the session moved on).
+SURFACED_TTL_S = 1_800.0
+# At most this many surfacings are remembered (oldest forgotten first): 2 per prompt, so a few
+# thousand prompts; a linear scan of this many small records takes well under a millisecond.
+SURFACED_MAX_ENTRIES = 4_096
+# Other memories of the surfacing search whose links from the same keys decay when the read
+# one grows (inject's search returns its top 10).
+EXPLORED_MAX = 16
+MAX_SESSION_CHARS = 200
+# Budget for the reinforce call when the read arrived without a deadline (in-process callers).
+DEFAULT_BUDGET_MS = 10_000
+TTL_ENV = "KEYMEM_LEARN_TTL_S"
+ENABLED_ENV = "KEYMEM_LEARN_FROM_READS"
+FALSE_WORDS = ("0", "false", "no", "off")
+RELATED_VIA = "related_to"  # a hop over an explicit related_to link: no key link to grow
+
+
+@dataclass(frozen=True)
+class Surfacing:
+    """One memory the hook surfaced, and the path that surfaced it."""
+
+    memory_id: str
+    namespace: str
+    keys: tuple[str, ...]  # matched keys, then the hop's key if it was reached by a hop
+    explored: tuple[str, ...]  # the other memories of that search
+    session_id: str | None
+    at: float  # time.monotonic() when surfaced
+
+    def matches(self, memory_id: str, namespace: str | None, session_id: str | None) -> bool:
+        if self.memory_id != memory_id:
+            return False
+        if namespace is not None and namespace != self.namespace:
+            return False
+        return session_id is None or self.session_id is None or session_id == self.session_id
+
+
+class SurfacedLog:
+    """Recent surfacings, bounded in count and age; safe to share between worker threads."""
+
+    def __init__(
+        self,
+        ttl_s: float = SURFACED_TTL_S,
+        max_entries: int = SURFACED_MAX_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._entries: deque[Surfacing] = deque(maxlen=max_entries)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._expire(self.clock())
+            return len(self._entries)
+
+    def _expire(self, now: float) -> None:
+        """Entries are appended in time order, so the expired ones are at the left."""
+        while self._entries and now - self._entries[0].at > self.ttl_s:
+            self._entries.popleft()
+
+    def record(self, surfacings: list[Surfacing]) -> None:
+        with self._lock:
+            self._expire(self.clock())
+            self._entries.extend(surfacings)
+
+    def claim(
+        self, memory_id: str, namespace: str | None, session_id: str | None
+    ) -> Surfacing | None:
+        """The newest live surfacing a read of ``memory_id`` answers; every match is retired."""
+        with self._lock:
+            self._expire(self.clock())
+            matched = [s for s in self._entries if s.matches(memory_id, namespace, session_id)]
+            if not matched:
+                return None
+            kept = [s for s in self._entries if not s.matches(memory_id, namespace, session_id)]
+            self._entries.clear()
+            self._entries.extend(kept)
+            return matched[-1]
+
+
+class TappedRecall(Recall):
+    """``Recall`` whose searches can be watched from the calling thread.
+
+    Inject's reply carries only what the hook prints; the path (matched keys, hop key) is in
+    the search replies it ran, so the learner watches those while inject runs.
+    """
+
+    def __init__(self, client: Client, profile: EmbedderProfile) -> None:
+        super().__init__(client, profile)
+        self._local = threading.local()
+
+    def search(self, body: Any) -> dict[str, Any]:
+        reply = super().search(body)
+        watched: list[dict[str, Any]] | None = getattr(self._local, "watched", None)
+        if watched is not None:
+            watched.append(reply)
+        return reply
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[list[dict[str, Any]]]:
+        replies: list[dict[str, Any]] = []
+        self._local.watched = replies
+        try:
+            yield replies
+        finally:
+            self._local.watched = None
+
+
+def path_of(candidate: dict[str, Any]) -> tuple[str, ...]:
+    """The keys that surfaced a search candidate: its matched keys, then its hop's key."""
+    keys = list(candidate.get("matched_keys") or [])
+    via = (candidate.get("components") or {}).get("via")
+    if isinstance(via, str) and via != RELATED_VIA and via not in keys:
+        keys.append(via)
+    return tuple(keys)
+
+
+def session_of(body: dict[str, Any]) -> str | None:
+    value = body.get("session_id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_SESSION_CHARS:
+        raise BadRequest(f"session_id must be a string of at most {MAX_SESSION_CHARS} characters")
+    return value or None
+
+
+def surfacings_of(
+    reply: dict[str, Any], searches: list[dict[str, Any]], session_id: str | None, now: float
+) -> list[Surfacing]:
+    """What inject surfaced, each with the path found in the search that produced it."""
+    found: list[Surfacing] = []
+    for shown in reply.get("memories", []):
+        for search in searches:
+            pool = search.get("memories", [])
+            candidate = next((c for c in pool if c["memory_id"] == shown["id"]), None)
+            if candidate is None:
+                continue
+            keys = path_of(candidate)
+            if keys:
+                explored = tuple(c["memory_id"] for c in pool if c is not candidate)
+                found.append(
+                    Surfacing(
+                        shown["id"],
+                        candidate["namespace"],
+                        keys,
+                        explored[:EXPLORED_MAX],
+                        session_id,
+                        now,
+                    )
+                )
+            break
+    return found
+
+
+def enabled_from_env() -> bool:
+    return os.environ.get(ENABLED_ENV, "").strip().lower() not in FALSE_WORDS
+
+
+def ttl_from_env() -> float:
+    raw = os.environ.get(TTL_ENV, "").strip()
+    return float(raw) if raw else SURFACED_TTL_S
+
+
+class Learner:
+    """Wraps ``inject`` (remember what surfaced) and ``read_memory`` (reinforce on a read)."""
+
+    def __init__(
+        self,
+        client: Client,
+        recall: TappedRecall,
+        inject: Callable[[Any], dict[str, Any]],
+        log_: SurfacedLog | None = None,
+        *,
+        enabled: bool = True,
+    ) -> None:
+        self.client = client
+        self.recall = recall
+        self._inject = inject
+        self.log = log_ if log_ is not None else SurfacedLog()
+        self.enabled = enabled
+
+    def inject(self, body: Any) -> dict[str, Any]:
+        session_id = session_of(body) if isinstance(body, dict) else None
+        with self.recall.watch() as searches:
+            reply = self._inject(body)
+        if self.enabled:
+            self.log.record(surfacings_of(reply, searches, session_id, self.log.clock()))
+        return reply
+
+    def read_memory(self, body: Any) -> Any:
+        session_id = None
+        if isinstance(body, dict) and "session_id" in body:
+            session_id = session_of(body)
+            body = {k: v for k, v in body.items() if k != "session_id"}
+        reply = self.client.call(
+            "graph", "read_memory", body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
+        )
+        if not self.enabled or not isinstance(body, dict):
+            return reply
+        # The graph has already checked the read's namespace; the memory's own is the one a
+        # surfacing of it must have.
+        memory = reply["memory"]
+        surfacing = self.log.claim(memory["id"], memory["namespace"], session_id)
+        if surfacing is not None:
+            learned = self._reinforce(surfacing)
+            if learned is not None:
+                reply["surfaced_path"] = learned
+        return reply
+
+    def _reinforce(self, surfacing: Surfacing) -> dict[str, Any] | None:
+        """Best effort: the read already succeeded, and a failed lesson must not fail it."""
+        body = {
+            "namespace": surfacing.namespace,
+            "hit": surfacing.memory_id,
+            "keys": list(surfacing.keys),
+            "explored": list(surfacing.explored),
+        }
+        try:
+            learned: dict[str, Any] = self.client.call(
+                "graph", "reinforce_path", body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
+            )
+        except KeymemError as exc:
+            log.warning("reinforcing the path of %s failed: %s", surfacing.memory_id, exc)
+            return None
+        return learned
