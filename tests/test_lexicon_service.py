@@ -144,6 +144,44 @@ def test_bad_input_gets_typed_errors_or_empty_results(
     assert search(client, "회의") == ["m1"]
 
 
+def test_coverage_weighs_what_a_query_is_about(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    """The share of a query's idf weight a document holds: rare words count most, function
+    words not at all, and a word no document has counts against every document."""
+    start_lexicon()
+    client = stack.client()
+    feed.put("race", "Melanie ran a charity race for mental health")
+    feed.put("paint", "Caroline paints sunsets with Melanie")
+    feed.put("guitar", "Caroline plays the guitar with Melanie")
+    seq = feed.put("lake", "Melanie swam in the lake with Caroline")
+    wait_until(synced_to(client, seq), "four documents")
+
+    def coverage(query: str, ids: list[str], namespace: str = "ns") -> dict[str, Any]:
+        body = {"query": query, "namespace": namespace, "ids": ids}
+        reply: dict[str, Any] = client.call("lexicon", "coverage", body)
+        return reply
+
+    ids = ["race", "paint", "guitar", "ghost"]
+    reply = coverage("What did Caroline realize after her charity race?", ids)
+    assert reply["terms"] == ["caroline", "realize", "charity", "race"]  # no "what", "did"
+    race, paint, guitar, ghost = reply["coverage"]
+    assert ghost is None  # not indexed in this namespace
+    assert paint == guitar and 0 < paint < race < 1  # "realize" is in no document
+    assert coverage("charity race", ["race"])["coverage"] == [pytest.approx(1.0)]
+    assert coverage("the and of", ["race"])["coverage"] == [0.0]  # nothing left to cover
+    assert coverage("charity", ["race"], namespace="other")["coverage"] == [None]
+    for body in [
+        {"query": "race", "namespace": "ns"},
+        {"query": "race", "namespace": "ns", "ids": "race"},
+        {"query": "race", "namespace": "ns", "ids": [1]},
+        {"query": "race", "namespace": "ns", "ids": ["m"] * 101},
+        {"query": 3, "namespace": "ns", "ids": []},
+    ]:
+        with pytest.raises(BadRequest):
+            client.call("lexicon", "coverage", body)
+
+
 def test_tokenize_and_extract_keys_methods(
     stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
 ) -> None:

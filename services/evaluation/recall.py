@@ -72,8 +72,8 @@ class KeymemRecall:
         ms = (time.perf_counter() - started) * 1000
         return Ranked(self.store.to_benchmark(memory_ids(reply)), ms)
 
-    def surfaces_anything(self, prompt: str, namespace: str) -> bool:
-        """Whether the inject path puts any memory in front of the agent for ``prompt``."""
+    def inject(self, prompt: str, namespace: str) -> list[str]:
+        """What the inject path puts in front of the agent for ``prompt``, as benchmark ids."""
         body = {"prompt": prompt, "namespace": namespace}
         reply = self.client.call("memory", INJECT, body, timeout_ms=QUERY_TIMEOUT_MS)
-        return bool(memory_ids(reply))
+        return self.store.to_benchmark(memory_ids(reply))

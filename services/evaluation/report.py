@@ -75,7 +75,7 @@ def type_table(result: EvalResult) -> list[str]:
 
 
 def _not_found_line(result: EvalResult) -> str:
-    found = result.not_found
+    found = result.inject
     if found.queries == 0:
         return "not-found rate (inject, gold: []): no such queries in this file"
     if found.unavailable is not None:
@@ -90,6 +90,20 @@ def _not_found_line(result: EvalResult) -> str:
         f"not-found rate (inject surfaced nothing, {found.queries} queries with gold: []): "
         f"{shown} ({found.silent}/{found.queries - found.errors}{errors})"
     )
+
+
+def _share(hits: int, asked: int) -> str:
+    return f"{hits / asked:.3f} ({hits}/{asked})" if asked else UNAVAILABLE
+
+
+def _gold_shown_lines(result: EvalResult) -> list[str]:
+    """How often inject's few memories include a gold one, where there is one to show."""
+    found = result.inject
+    if found.unavailable is not None or not found.answered:
+        return []
+    lines = [f"inject showed a gold memory on answerable queries: {_share(*found.gold_shown())}"]
+    lines += [f"  {kind}: {_share(*found.gold_shown(kind))}" for kind in sorted(found.answered)]
+    return lines
 
 
 def render_text(result: EvalResult) -> str:
@@ -111,6 +125,7 @@ def render_text(result: EvalResult) -> str:
             notes.append(f"{store.merged} exact duplicates merged by the graph")
         lines.append("; ".join(notes))
     lines += ["", *summary_table(result), "", *type_table(result), "", _not_found_line(result)]
+    lines += _gold_shown_lines(result)
     for method in result.methods:
         if method.unavailable is not None:
             lines.append(f"{method.name}: unavailable — {method.unavailable}")
@@ -138,7 +153,7 @@ def to_json(result: EvalResult) -> dict[str, Any]:
             entry["by_type"] = {t: method.sheet.summary(t).to_dict() for t in method.sheet.types()}
         methods[method.name] = entry
     store = result.store
-    found = result.not_found
+    found = result.inject
     return {
         "file": result.source,
         "name": bench.name,
@@ -156,6 +171,10 @@ def to_json(result: EvalResult) -> dict[str, Any]:
             "errors": found.errors,
             "rate": found.rate,
             "unavailable": found.unavailable,
+        },
+        "inject_gold_shown": {
+            kind: dict(zip(("shown", "queries"), found.gold_shown(kind), strict=True))
+            for kind in sorted(found.answered)
         },
         "load": None
         if store is None

@@ -56,20 +56,36 @@ class MethodResult:
 
 
 @dataclass
-class NotFoundResult:
-    """The inject path on ``gold: []`` queries: how often it rightly surfaced nothing."""
+class InjectResult:
+    """The inject path (what the hook shows): silent on ``gold: []`` queries, and how often it
+    shows a gold memory on the answerable ones."""
 
-    queries: int
+    queries: int  # with gold: []
     silent: int = 0
     unavailable: str | None = None
     errors: int = 0
+    answered: dict[str, list[int]] = field(default_factory=dict)  # type -> [gold shown, asked]
 
     @property
     def rate(self) -> float | None:
+        """The not-found rate: the share of ``gold: []`` queries where nothing was shown."""
         answered = self.queries - self.errors
         if self.unavailable is not None or answered <= 0:
             return None
         return self.silent / answered
+
+    def record(self, query: Query, shown: list[str]) -> None:
+        if not query.answerable:
+            self.silent += not shown
+            return
+        tally = self.answered.setdefault(query.type, [0, 0])
+        tally[0] += bool(set(shown) & set(query.gold))
+        tally[1] += 1
+
+    def gold_shown(self, query_type: str | None = None) -> tuple[int, int]:
+        """(answerable queries where a gold memory was shown, answerable queries asked)."""
+        tallies = self.answered.values() if query_type is None else [self.answered[query_type]]
+        return sum(t[0] for t in tallies), sum(t[1] for t in tallies)
 
 
 @dataclass
@@ -80,7 +96,7 @@ class EvalResult:
     key_mode: KeyMode
     tokenization: str
     methods: list[MethodResult]
-    not_found: NotFoundResult
+    inject: InjectResult
     store: LoadedStore | None = None
     wall_s: float = 0.0
 
@@ -103,14 +119,13 @@ def run_keymem(
     options: EvalOptions,
     progress: Progress,
     result: MethodResult,
-    not_found: NotFoundResult,
+    inject: InjectResult,
 ) -> LoadedStore:
     """Load the benchmark into the running services, then ask them every query."""
     store = load(client, benchmark, options.key_mode, progress)
     recall = KeymemRecall(client, store, max(options.ks))
     _search_answerable(client, benchmark, recall, progress, result)
-    if not_found.queries:
-        _inject_unanswerable(client, benchmark, recall, progress, not_found)
+    _inject_every_query(client, benchmark, recall, progress, inject)
     return store
 
 
@@ -135,26 +150,27 @@ def _search_answerable(
             result.failed(query, exc)
 
 
-def _inject_unanswerable(
+def _inject_every_query(
     client: Client,
     benchmark: Benchmark,
     recall: KeymemRecall,
     progress: Progress,
-    not_found: NotFoundResult,
+    inject: InjectResult,
 ) -> None:
     try:
         require(client, INJECT)
     except MethodUnavailable as exc:
-        not_found.unavailable = str(exc)
+        inject.unavailable = str(exc)
         return
     namespaces = recall.store.namespaces
-    unanswerable = [(i, q) for i, q in enumerate(benchmark.queries) if not q.answerable]
-    for position, query in progress.over(unanswerable, "keymem: inject on unanswerable queries"):
+    for position, query in progress.over(list(enumerate(benchmark.queries)), "keymem: inject"):
         try:
-            if not recall.surfaces_anything(query.query, namespaces[position]):
-                not_found.silent += 1
+            inject.record(query, recall.inject(query.query, namespaces[position]))
         except KeymemError:
-            not_found.errors += 1
+            if query.answerable:
+                inject.record(query, [])  # asked, nothing shown
+            else:
+                inject.errors += 1
 
 
 def run_baselines(
@@ -180,16 +196,16 @@ def evaluate(
     selected = [m for m in METHODS if m in options.methods]
     results = {m: MethodResult(m, ScoreSheet(options.ks)) for m in selected}
     silent_count = sum(1 for q in benchmark.queries if not q.answerable)
-    not_found = NotFoundResult(silent_count)
+    inject = InjectResult(silent_count)
     store = None
     if KEYMEM in results:
         with (
             temporary_deployment(progress.note) as settings,
             Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
         ):
-            store = run_keymem(client, benchmark, options, progress, results[KEYMEM], not_found)
+            store = run_keymem(client, benchmark, options, progress, results[KEYMEM], inject)
     else:
-        not_found.unavailable = "keymem not among --methods"
+        inject.unavailable = "keymem not among --methods"
     if any(m in results for m in BASELINES):
         run_baselines(benchmark, options, progress, results)
     return EvalResult(
@@ -199,7 +215,7 @@ def evaluate(
         key_mode=options.key_mode,
         tokenization=options.tokenization,
         methods=[results[m] for m in selected],
-        not_found=not_found,
+        inject=inject,
         store=store,
         wall_s=time.monotonic() - started,
     )

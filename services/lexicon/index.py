@@ -438,6 +438,44 @@ class NamespaceIndex:
         ranked.sort(key=lambda hit: (-hit[1], hit[0]))
         return ranked[:top_n]
 
+    def coverage(self, query: Mapping[str, int], doc_ids: Sequence[str]) -> list[float | None]:
+        """Per document, the share of the query's idf weight among the terms it contains.
+
+        Not BM25's idf (negative in tiny namespaces, kept there for parity with rank_bm25) but
+        Lucene's ``ln(1 + (N - df + 0.5) / (df + 0.5))``, positive at any size. A term the
+        namespace has never seen weighs as much as its average term: it may name something no
+        memory holds, or just be a word nobody happened to use, and a small store cannot tell.
+        None for a document not indexed in this namespace.
+        """
+        weights: dict[int, float] = {}
+        unknown = 0
+        for term, repeats in query.items():
+            tid = self.vocab.get(term)
+            postings = None if tid is None else self.postings[tid]
+            if tid is None or postings is None:
+                unknown += repeats
+            else:
+                weights[tid] = self._positive_idf(postings.df) * repeats
+        total = sum(weights.values()) + unknown * self._average_positive_idf()
+        shares: list[float | None] = []
+        for doc_id in doc_ids:
+            slot = self.slot_of.get(doc_id)
+            if slot is None:
+                shares.append(None)
+                continue
+            present = sum(weights.get(tid, 0.0) for tid in self.bags[slot][0].tolist())
+            shares.append(present / total if total > 0 else 0.0)
+        return shares
+
+    def _positive_idf(self, df: int) -> float:
+        return math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+
+    def _average_positive_idf(self) -> float:
+        terms = sum(self.df_hist.values())
+        if not terms:
+            return self._positive_idf(0)
+        return sum(self._positive_idf(df) * n for df, n in self.df_hist.items()) / terms
+
     def terms_of(self, doc_id: str) -> dict[str, int]:
         """The indexed term counts of one document (empty if it is not indexed)."""
         slot = self.slot_of.get(doc_id)
@@ -489,6 +527,12 @@ class LexiconIndex:
     def top(self, namespace: str, query: Mapping[str, int], top_n: int) -> list[tuple[str, float]]:
         space = self.namespaces.get(namespace)
         return [] if space is None else space.top(query, top_n)
+
+    def coverage(
+        self, namespace: str, query: Mapping[str, int], doc_ids: Sequence[str]
+    ) -> list[float | None]:
+        space = self.namespaces.get(namespace)
+        return [None] * len(doc_ids) if space is None else space.coverage(query, doc_ids)
 
     def ids(self, namespace: str | None = None) -> Iterable[str]:
         if namespace is None:

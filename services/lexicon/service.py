@@ -19,6 +19,7 @@ from protocol.errors import BadRequest, TooLarge
 from protocol.worker import HeartbeatPolicy, Service
 from services.config import Settings
 from services.lexicon import cache
+from services.lexicon.function_words import ENGLISH_FUNCTION_WORDS
 from services.lexicon.index import LexiconIndex
 from services.lexicon.keys import DEFAULT_LIMIT, MAX_LIMIT, extract_keys
 from services.lexicon.sync import FeedFollower
@@ -33,6 +34,7 @@ MAX_TEXT_CHARS = 262_144  # tokenize / extract_keys input; Kiwi takes ~1 s per 2
 MAX_NAMESPACE_CHARS = 256
 DEFAULT_TOP_N = 10
 MAX_TOP_N = 1000
+MAX_COVERAGE_IDS = 100
 DEFAULT_WAIT_MS = 1000  # how long search waits for min_seq by default
 MAX_SLICE_S = 0.25  # longest sync slice between two passes of the serving loop
 SLICE_SHARE_OF_EXPIRY = 0.15  # ... and at most this share of the heartbeat expiry
@@ -212,6 +214,26 @@ class Lexicon:
             "caught_up": caught_up,
         }
 
+    def coverage(self, raw: Any) -> dict[str, Any]:
+        """How much of what a query is about each of these documents contains (idf-weighted).
+
+        The inject path's topical-agreement gate: a memory that shares a name with the prompt
+        but none of its rarer words is not what the prompt asks about.
+        """
+        body = _body(raw)
+        query = _text(body, "query", MAX_QUERY_CHARS)
+        namespace = _text(body, "namespace", MAX_NAMESPACE_CHARS)
+        ids = body.get("ids")
+        if (
+            not isinstance(ids, list)
+            or len(ids) > MAX_COVERAGE_IDS
+            or not all(isinstance(i, str) for i in ids)
+        ):
+            raise BadRequest(f"'ids' must be a list of at most {MAX_COVERAGE_IDS} strings")
+        terms = [t for t in self.tokenizer.tokenize(query) if t not in ENGLISH_FUNCTION_WORDS]
+        shares = self.index.coverage(namespace, Counter(terms), ids)
+        return {"coverage": shares, "terms": terms}
+
     def tokenize(self, raw: Any) -> dict[str, Any]:
         text = _text(_body(raw), "text", MAX_TEXT_CHARS)
         return {"tokens": self.tokenizer.tokenize(text)}
@@ -221,7 +243,10 @@ class Lexicon:
         text = _text(body, "text", MAX_TEXT_CHARS)
         limit = _int(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         assert limit is not None
-        found = extract_keys(text, self.tokenizer.analyse(text), limit)
+        content_words = body.get("content_words", False)
+        if not isinstance(content_words, bool):
+            raise BadRequest("content_words must be true or false")
+        found = extract_keys(text, self.tokenizer.analyse(text), limit, content_words)
         return {"keys": [c.to_wire() for c in found]}
 
     def index_stats(self, raw: Any) -> dict[str, Any]:
@@ -264,6 +289,7 @@ class Lexicon:
 def make_service(lexicon: Lexicon) -> Service:
     service = Service(SERVICE_NAME)
     service.add("search", lexicon.search, idempotent=True)
+    service.add("coverage", lexicon.coverage, idempotent=True)
     service.add("tokenize", lexicon.tokenize, idempotent=True)
     service.add("extract_keys", lexicon.extract_keys, idempotent=True)
     service.add("index_stats", lexicon.index_stats, idempotent=True)
