@@ -27,12 +27,11 @@ from services.evaluation.dataset import Benchmark, load_benchmark
 from services.evaluation.deployment import temporary_deployment
 from services.evaluation.loader import LoadedStore, default_key_mode, load
 from services.evaluation.progress import Progress
-from services.evaluation.recall import memory_ids
+from services.evaluation.recall import KeymemRecall, memory_ids
 from services.evaluation.runner import InjectResult
 
 CLIENT_TIMEOUT_MS = 30_000
 QUERY_TIMEOUT_MS = 30_000
-WARM_UP_CALLS = 3  # the reranker's first call after start loads its model
 NEVER = 2.0  # a coverage no memory reaches: switches the word-only admission off
 
 # Before calibration: graph connection and the 0.3 cosine floor only.
@@ -65,7 +64,7 @@ def run_variants(
     unanswerable = sum(1 for q in benchmark.queries if not q.answerable)
     results = {name: InjectResult(unanswerable) for name in variants}
     queries = list(enumerate(benchmark.queries))
-    _warm_up(client, benchmark.queries[0].query, store.namespaces[0])
+    KeymemRecall(client, store, 1).warm_up(benchmark.queries[0].query, store.namespaces[0])
     for position, query in progress.over(queries, "keymem: inject variants"):
         for name, gate in variants.items():
             body = {"prompt": query.query, "namespace": store.namespaces[position], "gate": gate}
@@ -79,13 +78,6 @@ def run_variants(
                 else:
                     results[name].errors += 1
     return results
-
-
-def _warm_up(client: Client, text: str, namespace: str) -> None:
-    body = {"query": text, "namespace": namespace, "top_k": 1}
-    for _ in range(WARM_UP_CALLS):
-        if not client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)["degraded"]:
-            return
 
 
 def _share(hits: int, asked: int) -> str:

@@ -21,6 +21,7 @@ SEARCH = "search"
 INJECT = "inject"
 HOPS = 2  # hybrid recall's hop depth for the eval (issue 6)
 QUERY_TIMEOUT_MS = 30_000
+WARM_UP_CALLS = 3  # unscored searches, until one comes back undegraded
 # Where a recalled memory's id may be: the agreed "id", or the graph's own "memory_id".
 MEMORY_ID_FIELDS = ("id", "memory_id")
 
@@ -63,6 +64,16 @@ class KeymemRecall:
     client: Client
     store: LoadedStore
     top_k: int
+
+    def warm_up(self, text: str, namespace: str) -> None:
+        """Unscored searches first: the reranker's first call after start loads its model and
+        can miss its deadline (the search then degrades to no reranker), which would cost
+        whichever query happens to run first."""
+        body = {"query": text, "namespace": namespace, "top_k": 1}
+        for _ in range(WARM_UP_CALLS):
+            reply = self.client.call("memory", SEARCH, body, timeout_ms=QUERY_TIMEOUT_MS)
+            if not reply.get("degraded"):
+                return
 
     def search(self, text: str, namespace: str) -> Ranked:
         """Hybrid recall's ranking as benchmark ids; a ``KeymemError`` if the call failed."""
