@@ -31,7 +31,7 @@ import zmq
 
 from protocol import envelope
 from protocol.codec import pack, unpack
-from protocol.errors import BadRequest, InternalError, KeymemError
+from protocol.errors import BadRequest, DeadlineExceeded, InternalError, KeymemError
 from protocol.sockets import send_frames
 from protocol.stats import RequestStats
 
@@ -401,6 +401,7 @@ class Worker:
         for request, item in members:
             if request.expired():
                 self.stats.expired += 1
+                item.send(_expired_reply(request).frames())
                 continue
             try:
                 live.append((request, item, unpack(request.body)))
@@ -453,10 +454,10 @@ class Worker:
         item.send(reply.frames())
 
     def _serve(self, request: envelope.Request, started: float) -> envelope.Reply | None:
-        """Run one request; ``None`` when its deadline has passed (nobody waits for it)."""
+        """Run one request; a short ``timeout`` reply, unrun, when its deadline has passed."""
         if request.expired():
             self.stats.expired += 1
-            return None
+            return _expired_reply(request)
         error_code: str | None = None
         deadline_token = _deadline_ms.set(request.deadline_ms)
         try:
@@ -486,6 +487,16 @@ class Worker:
             known = ", ".join(sorted(self.service.describe()))
             raise BadRequest(f"{self.service.name} has no method {method!r} (known: {known})")
         return found.call_one(body)
+
+
+def _expired_reply(request: envelope.Request) -> envelope.Reply:
+    """The answer to a request whose deadline passed before it could run. Nobody waits for
+    it (the router already answered ``timeout``, and clients discard stale replies), but the
+    router counts it as in flight until a reply comes back: without one, every expired
+    request would cost the worker one unit of capacity for good, and a capacity-1 worker
+    (the reranker) would take no more work after its first."""
+    error = DeadlineExceeded("deadline passed before the worker could start on it")
+    return envelope.Reply.error(request.request_id, error)
 
 
 @dataclass(frozen=True, slots=True)
