@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from services.evaluation.metrics import Scores, ScoreSheet
 from services.evaluation.progress import Progress
 from services.evaluation.recall import memory_ids
 from services.evaluation.tokens import tokenizer
+from services.router.recall import POOL_DEFAULT, TOP_K_MAX
 
 KS = (2, 5, 10)
 REPORT_K = 5  # the per-type column: all@5 (recall@5)
@@ -43,23 +45,40 @@ CLIENT_TIMEOUT_MS = 30_000
 QUERY_TIMEOUT_MS = 30_000
 BASE_BODY: dict[str, Any] = {"hops": 2}  # what ``keymem eval`` sends besides query/ns/top_k
 WARM_UP_CALLS = 3  # until a search comes back undegraded
-DUMP_POOL = 30  # the shipped pool, so offline fusions see what the reranker sees
 
 # name -> search-body options on top of BASE_BODY. "shipped" is whatever the build defaults to.
 # recall before issue 8
-LEGACY = {"fusion": "graph_then_rerank", "hop_gate": "none", "seeds": 10, "fallback": False}
+LEGACY = {
+    "fusion": "graph_then_rerank",
+    "hop_gate": "none",
+    "seeds": 10,
+    "fallback": False,
+    "link_weighted": False,
+    "phrase_keys": 0,
+}
+# the first round of issue 8 (blend, one hop seed, fallback), before the keyless files
+ROUND1 = {"link_weighted": False, "phrase_keys": 0}
 VARIANTS: dict[str, dict[str, Any]] = {
     "shipped": {},
-    "legacy": {"tuning": LEGACY},
-    "legacy_no_evidence": {"tuning": {**LEGACY, "evidence": False}},
+    "shipped_again": {},  # the same search twice: a difference would mean recall has state
+    "legacy": {"pool": 30, "tuning": LEGACY},
+    "legacy_no_evidence": {"pool": 30, "tuning": {**LEGACY, "evidence": False}},
+    "round1": {"pool": 30, "tuning": ROUND1},
     "lists": {"tuning": {"fusion": "lists", "hop_gate": "none", "seeds": 10}},
     "rerank_off": {"rerank": False},
     "hops0": {"hops": 0},
-    "pool64": {"pool": 64},
+    "pool30": {"pool": 30},
+    "pool128": {"pool": 128, "tuning": {"bm25_depth": 128}},
+    "no_link_weight": {"tuning": {"link_weighted": False}},
+    "no_phrases": {"tuning": {"phrase_keys": 0}},
+    "phrases3": {"tuning": {"phrase_keys": 3}},
+    "phrases_all_links": {"tuning": {"phrase_links": "all"}},
+    "phrase_floor_recall": {"tuning": {"phrase_floor": 0.45}},  # USE-m's key-recall floor
     "no_evidence": {"tuning": {"evidence": False}},
     "key_max": {"tuning": {"key_agg": "max"}},
     "no_key": {"tuning": {"key_weight": 0.0}},
     "dense_half": {"tuning": {"dense_weight": 0.5}},
+    "dense_1_5": {"tuning": {"dense_weight": 1.5}},
     "no_hop_term": {"tuning": {"hop_weight": 0.0}},
     "seeds3": {"tuning": {"seeds": 3}},
     "seeds10": {"tuning": {"seeds": 10}},
@@ -72,6 +91,25 @@ def _answerable(benchmark: Benchmark) -> list[tuple[int, Query]]:
     return [(i, q) for i, q in enumerate(benchmark.queries) if q.answerable]
 
 
+class Runs:
+    """Per variant: the scores, failed and degraded calls, and each call's wall time (ms)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.sheets = {name: ScoreSheet(KS) for name in names}
+        self.errors = dict.fromkeys(self.sheets, 0)
+        self.degraded = dict.fromkeys(self.sheets, 0)
+        self.ms: dict[str, list[float]] = {name: [] for name in self.sheets}
+
+    def footer(self) -> str:
+        failed = {n: e for n, e in self.errors.items() if e}
+        slow = {n: d for n, d in self.degraded.items() if d}
+        medians = {n: round(statistics.median(v), 1) for n, v in self.ms.items() if v}
+        return (
+            f"errors: {failed or 'none'}; degraded replies: {slow or 'none'}\n"
+            f"median search ms (client wall, shared box): {medians}"
+        )
+
+
 def run_variants(
     client: Client,
     benchmark: Benchmark,
@@ -79,20 +117,21 @@ def run_variants(
     variants: Mapping[str, Mapping[str, Any]],
     progress: Progress,
     dump: list[dict[str, Any]] | None = None,
-) -> tuple[dict[str, ScoreSheet], dict[str, int]]:
+    dump_with: Mapping[str, Any] | None = None,
+) -> Runs:
     """Every answerable query under every variant; a failed call scores as a miss.
 
-    ``dump`` collects, per query, the whole labelled pool of a wide search (every candidate's
-    components and reranker score) for offline analysis of fusion formulas.
+    ``dump`` collects, per query, the labelled pool (every candidate's components and reranker
+    score, up to the 50 a search returns) of a search with the ``dump_with`` variant's options,
+    for offline analysis of fusion formulas.
     """
-    sheets = {name: ScoreSheet(KS) for name in variants}
-    errors = dict.fromkeys(variants, 0)
+    runs = Runs(variants)
     answerable = _answerable(benchmark)
     if answerable:
         _warm_up(client, answerable[0][1].query, store.namespaces[answerable[0][0]])
     for position, query in progress.over(answerable, "keymem: variants"):
         if dump is not None:
-            dump.append(_pool_of(client, store, query, store.namespaces[position]))
+            dump.append(_pool_of(client, store, query, store.namespaces[position], dump_with or {}))
         for name, options in variants.items():
             body = {
                 "query": query.query,
@@ -102,15 +141,19 @@ def run_variants(
                 **options,
             }
             try:
+                started = time.perf_counter()
                 reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
+                runs.ms[name].append((time.perf_counter() - started) * 1000)
                 ranking = store.to_benchmark(memory_ids(reply))
+                if reply.get("degraded"):
+                    runs.degraded[name] += 1
             except KeymemError as exc:
-                errors[name] += 1
-                if errors[name] == 1:
+                runs.errors[name] += 1
+                if runs.errors[name] == 1:
                     progress.note(f"{name}: {exc}")
                 ranking = []
-            sheets[name].add(query.type, ranking, query.gold)
-    return sheets, errors
+            runs.sheets[name].add(query.type, ranking, query.gold)
+    return runs
 
 
 def _warm_up(client: Client, text: str, namespace: str) -> None:
@@ -124,9 +167,13 @@ def _warm_up(client: Client, text: str, namespace: str) -> None:
             return
 
 
-def _pool_of(client: Client, store: LoadedStore, query: Query, namespace: str) -> dict[str, Any]:
-    body = {"query": query.query, "namespace": namespace, "top_k": DUMP_POOL, "pool": DUMP_POOL}
+def _pool_of(
+    client: Client, store: LoadedStore, query: Query, namespace: str, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    pool = options.get("pool", POOL_DEFAULT)
+    body = {"query": query.query, "namespace": namespace, "top_k": min(pool, TOP_K_MAX)}
     body.update(BASE_BODY)
+    body.update(options)
     reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
     pool = [
         {
@@ -186,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the scores here")
     parser.add_argument("--dump", type=Path, help="write every query's labelled pool here")
+    parser.add_argument("--dump-variant", default="shipped", help="the options of the dump")
     args = parser.parse_args(argv)
 
     benchmark = load_benchmark(args.file)
@@ -204,16 +252,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         store = load(client, benchmark, mode, progress)
         dump: list[dict[str, Any]] | None = [] if args.dump else None
-        sheets, errors = run_variants(
-            client, benchmark, store, {n: VARIANTS[n] for n in names}, progress, dump
+        runs = run_variants(
+            client,
+            benchmark,
+            store,
+            {n: VARIANTS[n] for n in names},
+            progress,
+            dump,
+            VARIANTS[args.dump_variant],
         )
+    sheets = dict(runs.sheets)
     if not args.no_baselines:
         sheets.update(run_baselines(benchmark, progress))
     answerable = len(_answerable(benchmark))
     print(f"## {args.file.name} (--keys {mode}, {answerable} queries, limit {args.limit})")
     print(table(sheets))
-    failed = {n: e for n, e in errors.items() if e}
-    print(f"errors: {failed or 'none'}; wall {time.monotonic() - started:.0f} s")
+    print(runs.footer())
+    print(f"wall {time.monotonic() - started:.0f} s")
     if args.dump and dump is not None:
         args.dump.write_text(json.dumps(dump))
     if args.json:

@@ -85,6 +85,16 @@ def _bad_cases(graph: GraphService) -> list[tuple[str, Callable[[], Any], type[K
             BadRequest,
         ),
         (
+            "phrase vectors of the wrong width",
+            lambda: graph.match_keys({"phrase_vectors": np.ones((2, 7), dtype=np.float32)}),
+            BadRequest,
+        ),
+        (
+            "a zero phrase vector",
+            lambda: graph.match_keys({"phrase_vectors": np.zeros((1, 512), dtype=np.float32)}),
+            BadRequest,
+        ),
+        (
             "invalid decay profile",
             lambda: graph.remember(_body(decay_profile="forever")),
             BadRequest,

@@ -15,7 +15,7 @@ import pytest
 from protocol.errors import NotFound
 from services.graph import GraphService
 from tests.graph_helpers import active_ids, key_id_of, open_graph
-from tests.vectors import remember_body, vector
+from tests.vectors import remember_body, vector, vectors
 
 
 @pytest.fixture
@@ -150,6 +150,26 @@ def test_name_keys_never_match_semantically(graph: GraphService) -> None:
     assert semantic == []  # cosine 1.0 with its own vector, still no semantic match
     literal = graph.match_keys({"vector": vector("Newton"), "text": "what did Newton write"})
     assert [(k["concept"], k["score"]) for k in literal["keys"]] == [("Newton", 1.0)]
+
+
+def test_the_querys_own_phrases_reach_keys_its_whole_vector_cannot(graph: GraphService) -> None:
+    # an English question and a Korean one-word key: far apart as a whole, close word by word
+    saved = graph.remember(remember_body("선거권은 선거일 현재로 판단한다", ["선거"]))["saved"]
+    graph.remember(remember_body("딸기는 봄에 난다", ["딸기"]))
+    question = "Can Person A exercise their right to vote on election day?"
+    assert graph.match_keys({"vector": vector(question)})["keys"] == []
+    phrases = vectors(["Person A", "exercise", "right", "vote", "election"])
+    body = {"vector": vector(question), "phrase_vectors": phrases}
+    found = graph.match_keys(body)["keys"]
+    assert [(k["concept"], k["match_type"]) for k in found] == [("선거", "phrase")]
+    assert found[0]["score"] > 0.8
+    # by default a phrase's key leads only through auto-keys' links (word-level keys)
+    plain = {**body, "text": question, "fallback": False}
+    assert graph.recall_candidates(plain)["candidates"] == []
+    everyone = {**body, "text": question, "phrase_links": "all"}
+    reached = graph.recall_candidates(everyone)["candidates"]
+    assert [c["memory_id"] for c in reached] == [saved]
+    assert reached[0]["components"]["key_link"] == 1.0  # an agent's key: a whole link
 
 
 def test_exact_duplicate_is_deduplicated_within_a_namespace(graph: GraphService) -> None:

@@ -130,3 +130,11 @@ def test_plain_english_without_names_still_offers_its_content_words(
     found = [c.key for c in extract_keys(named, tokenizer.analyse(named))]
     assert found[:2] == ["Ada Lovelace", "Charles Babbage"]  # names outrank plain words
     assert "lovelace" not in found
+
+
+def test_extract_keys_offers_a_querys_content_words_when_asked(tokenizer: Tokenizer) -> None:
+    text = "Did Alice, Bob and Carol vote in the Berlin election?"
+    named = [c.key for c in extract_keys(text, tokenizer.analyse(text))]
+    assert "election" not in named  # three names: plain extraction stops there
+    asked = [c.key for c in extract_keys(text, tokenizer.analyse(text), content_words=True)]
+    assert {"Bob", "Berlin", "vote", "election"} <= set(asked)

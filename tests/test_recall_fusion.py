@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from protocol.errors import BadRequest
-from services.router.recall import Relevance, Tuning, fuse_blend, min_max
+from services.router.recall import (
+    RERANK_MAX_PASSAGES,
+    Recall,
+    Relevance,
+    Tuning,
+    fuse_blend,
+    min_max,
+)
 
 
 def candidate(
@@ -72,3 +79,37 @@ def test_tuning_rejects_unknown_knobs_and_out_of_range_weights() -> None:
     with pytest.raises(BadRequest):
         Tuning.parse({"colour": "blue"})
     assert Tuning.parse(None) == Tuning()
+
+
+def test_link_weighting_gives_auto_key_evidence_back_its_half_weight() -> None:
+    # two memories whose key paths normalise to the same 1.0: one via an agent's key, one via
+    # an auto-key (half a link); BM25 prefers the auto-keyed one a little
+    agent, auto = candidate("agent", key=2.0, bm25=1.0), candidate("auto", key=2.0, bm25=1.2)
+    agent["components"]["key_link"], auto["components"]["key_link"] = 1.0, 0.5
+    other = candidate("other", bm25=1.6)  # no key at all
+    pool = [agent, auto, other]
+    assert order(fuse_blend(pool, None, Tuning(link_weighted=False))) == ["auto", "agent", "other"]
+    weighted = fuse_blend(pool, None, Tuning())  # the default weighs links
+    assert order(weighted) == ["agent", "other", "auto"]
+    assert weighted[2]["score"] == pytest.approx(0.5 + 1 / 3, abs=1e-6)
+
+
+def test_a_pool_larger_than_one_reranker_call_is_scored_in_pieces() -> None:
+    class Reranker:
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
+            replies = []
+            for _, _, body in calls:
+                self.sizes.append(len(body["passages"]))
+                scores = [float(p.removeprefix("p")) for p in body["passages"]]
+                replies.append({"scores": scores, "score_kind": "embedding_cosine"})
+            return replies
+
+    client = Reranker()
+    recall = Recall(client, None)  # type: ignore[arg-type]
+    pool = [{"content": f"p{i}"} for i in range(RERANK_MAX_PASSAGES + 6)]
+    relevance = recall._relevance("query", pool, {})
+    assert client.sizes == [RERANK_MAX_PASSAGES, 6]
+    assert relevance is not None and relevance.scores == [float(i) for i in range(len(pool))]

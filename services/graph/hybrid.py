@@ -24,12 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from protocol.errors import BadRequest, NotFound
 from services.graph import matching
 from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds
 from services.graph.requests import body_of, id_list, namespace_of, opt_bool, opt_int, req_str
-from services.graph.state import GraphState
+from services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
 from store.records import MemoryRecord
 
@@ -48,6 +50,9 @@ SCORE_DIGITS = 6
 # How a memory under several matched keys combines their evidence: "sum" rewards a memory that
 # many of the query's keys point to; "max" counts only its best key.
 KEY_AGGREGATES = ("sum", "max")
+# Which links a key matched by one of the query's phrases leads through: "auto" only the
+# auto-keys' (word-level keys extracted from text, for word-level matches), or "all".
+PHRASE_LINKS = ("auto", "all")
 
 
 def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
@@ -79,32 +84,50 @@ def recall_candidates(
     if key_agg not in KEY_AGGREGATES:
         raise BadRequest(f"key_agg must be one of {KEY_AGGREGATES}")
 
+    phrases = body.get("phrase_vectors")
+    phrase_keys = opt_int(body, "phrase_keys", 1, 1, matching.PHRASE_KEYS_MAX)
+    phrase_links = body.get("phrase_links", "auto")
+    if phrase_links not in PHRASE_LINKS:
+        raise BadRequest(f"phrase_links must be one of {PHRASE_LINKS}")
+    # every phrase may bring its own keys on top of the whole query's
+    extra = phrases.shape[0] * phrase_keys if isinstance(phrases, np.ndarray) else 0
     match_body = {
         "namespace": namespace,
         "vector": body.get("vector"),
         "text": body.get("text"),
-        "top_k": opt_int(body, "top_keys", KEYS_DEFAULT, 1, matching.MATCH_MAX_TOP_K),
+        "top_k": min(
+            opt_int(body, "top_keys", KEYS_DEFAULT, 1, matching.MATCH_MAX_TOP_K) + extra,
+            matching.MATCH_MAX_TOP_K,
+        ),
         "learn": opt_bool(body, "learn", False),
         "thresholds": body.get("thresholds"),
+        "phrase_vectors": phrases,
+        "phrase_keys": phrase_keys,
+        "phrase_min_cosine": body.get("phrase_min_cosine"),
     }
     keys = matching.match_keys(state, buffer, thresholds, match_body, now)["keys"]
 
     # 1. key path
     key_path: dict[str, float] = {}
+    # per memory, its strongest matched link as a share of a default (agent's) link
+    key_link: dict[str, float] = {}
     via_keys: dict[str, list[str]] = {}
     literal: set[str] = set()
     for key in keys:
         members = state.key_links.get(key["key_id"], {})
         strongest = sorted(members.values(), key=lambda link: -link.weight)[:per_key]
+        word_level = key["match_type"] == "phrase" and phrase_links == "auto"
         for link in strongest:
             memory = state.memories.get(link.memory_id)
-            if memory is None or not memory.active(now):
+            if memory is None or not memory.active(now) or (word_level and not link.auto):
                 continue
             evidence = key["score"] * key["idf"] * link.weight
             before = key_path.get(link.memory_id, 0.0)
             key_path[link.memory_id] = (
                 before + evidence if key_agg == "sum" else max(before, evidence)
             )
+            share = link.weight / LINK_WEIGHT_DEFAULT
+            key_link[link.memory_id] = max(key_link.get(link.memory_id, 0.0), share)
             via_keys.setdefault(link.memory_id, []).append(key["key_id"])
             if key["literal"]:
                 literal.add(link.memory_id)
@@ -185,6 +208,8 @@ def recall_candidates(
                     "hop": hop["hop"] if hop else 0,
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
                     "via": hop["via"] if hop else None,
+                    "key_link": round(key_link.get(memory_id, 0.0), SCORE_DIGITS),
+                    "hop_link": round(_via_weight(state, hop), SCORE_DIGITS),
                     "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
                     "near_key": near.get(memory_id),
                 },
@@ -218,7 +243,13 @@ def _nearest_key_members(
     graph evidence (``key_rank`` None, ``near_key`` = the key's cosine) and the anchor still
     says unanchored, so inject, which wants a graph connection, never surfaces them.
     """
-    body = {**match_body, "min_cosine": -1.0, "top_k": matching.MATCH_MAX_TOP_K, "learn": False}
+    body = {
+        **match_body,
+        "min_cosine": -1.0,
+        "top_k": matching.MATCH_MAX_TOP_K,
+        "learn": False,
+        "phrase_vectors": None,
+    }
     members: dict[str, float] = {}
     for key in matching.match_keys(state, buffer, thresholds, body, now)["keys"]:
         links = sorted(
@@ -231,6 +262,21 @@ def _nearest_key_members(
             if len(members) >= pool:
                 return members
     return members
+
+
+def _via_weight(state: GraphState, hop: dict[str, Any] | None) -> float:
+    """The last step of a hop as a share of two default links: the weight of the link that
+    left the memory it came from times the one that reached it, over the default's square
+    (a related_to edge counts as default links). A hop over an auto-key crosses two
+    half-weight links."""
+    if hop is None:
+        return 0.0
+    if hop["via"] == "related_to":
+        return 1.0
+    links = (state.link(hop["via"], hop["from"]), state.link(hop["via"], hop["memory_id"]))
+    if links[0] is None or links[1] is None:
+        return 0.0
+    return links[0].weight * links[1].weight / LINK_WEIGHT_DEFAULT**2
 
 
 def _factor(memory: MemoryRecord, now: float) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 
 from protocol.errors import BadRequest
 from services.graph.feedback import RecallBuffer
+from services.graph.keyindex import KeyIndex
 from services.graph.profile import Thresholds, with_overrides
 from services.graph.requests import (
     MAX_CONTENT_CHARS,
@@ -109,6 +110,11 @@ def match_keys(
                 weak[key_id] = cosine
     if learn and text and weak:
         buffer.push(text, weak)
+    phrase_floor = thresholds.key_recall + PHRASE_MARGIN
+    for key_id, cosine in _phrase_matches(index, body, phrase_floor).items():
+        if key_id not in candidates or candidates[key_id][0] < cosine:
+            kind = candidates[key_id][1] if key_id in candidates else "phrase"
+            candidates[key_id] = (cosine, kind, cosine)
     ranked = sorted(
         (
             (score, kind != "semantic", key_id, kind, cosine)
@@ -128,6 +134,55 @@ def match_keys(
         )
         keys.append(view)
     return {"namespace": namespace, "keys": keys}
+
+
+PHRASES_MAX = 16
+PHRASE_KEYS_MAX = 10
+# A phrase's key must be this much closer (cosine) than the model's key-recall threshold: one
+# word lands nearer its keys than a whole question does, so the whole-query floor lets generic
+# words in (USE-m, floor 0.45 → 0.6: longmemeval recall@5 0.682 → 0.710, koblex_crosslingual
+# recall@10 0.521 → 0.516, locomo 0.640 → 0.640; docs/BENCHMARKS.md).
+PHRASE_MARGIN = 0.15
+
+
+def _phrase_matches(index: KeyIndex, body: dict[str, Any], floor: float) -> dict[str, float]:
+    """Concept keys near the query's own phrases (``phrase_vectors``, one row each): for every
+    phrase its ``phrase_keys`` nearest concept keys at or above ``floor`` (or the request's
+    ``phrase_min_cosine``), with the cosine.
+
+    A whole question's vector lies far from any one-word key (an English question to its
+    Korean statute's key: median cosine 0.17), while its words land on the keys they name,
+    across languages too ("vote" → 선거 0.93): matching per phrase reaches keys the whole
+    query cannot.
+    """
+    raw = body.get("phrase_vectors")
+    if raw is None:
+        return {}
+    per_phrase = opt_int(body, "phrase_keys", 1, 1, PHRASE_KEYS_MAX)
+    if body.get("phrase_min_cosine") is not None:
+        value = body["phrase_min_cosine"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not -1 <= value <= 1:
+            raise BadRequest("phrase_min_cosine must be a number in [-1, 1]")
+        floor = float(value)
+    if not isinstance(raw, np.ndarray) or raw.ndim != 2 or raw.shape[1] != index.matrix.shape[1]:
+        raise BadRequest("phrase_vectors must be a two-dimensional float32 array of key width")
+    if raw.shape[0] > PHRASES_MAX:
+        raise BadRequest(f"at most {PHRASES_MAX} phrase_vectors")
+    norms = np.linalg.norm(raw, axis=1, keepdims=True)
+    if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+        raise BadRequest("phrase_vectors must be finite and non-zero")
+    n = len(index)
+    sims = np.where(index.concept_mask[:n, None], index.cosines(raw / norms), -np.inf)
+    take = min(n, per_phrase)
+    found: dict[str, float] = {}
+    for column in sims.T:
+        best = np.argpartition(-column, take - 1)[:take] if take < n else np.arange(n)
+        for i in best:
+            cosine = float(column[i])
+            key_id = index.ids[i]
+            if cosine >= floor and cosine > found.get(key_id, -1.0):
+                found[key_id] = cosine
+    return found
 
 
 def _hit_learned_alias(state: GraphState, key_id: str, text: str, now: float) -> None:
@@ -232,7 +287,7 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     found: dict[str, dict[str, Any]] = {}
     for hop in range(1, hops + 1):
         factor = HOP_DECAY * (EXPAND_LATER_HOP_FACTOR if hop >= 2 else 1.0)
-        reached: dict[str, tuple[float, str]] = {}
+        reached: dict[str, tuple[float, str, str]] = {}  # -> score, via, from
         for memory_id, base in frontier.items():
             for key_id in state.mem_links.get(memory_id, {}):
                 key = state.keys[key_id]
@@ -243,8 +298,8 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
                         continue
                     fresh = freshness_factor(freshness(state.memories[other], now))
                     score = base * factor * idf * link.weight * fresh
-                    if score > reached.get(other, (0.0, ""))[0]:
-                        reached[other] = (score, key_id)
+                    if score > reached.get(other, (0.0, "", ""))[0]:
+                        reached[other] = (score, key_id, memory_id)
             if follow_related:
                 memory = state.memories[memory_id]
                 neighbours = set(memory.related_to) | state.related_by.get(memory_id, set())
@@ -253,14 +308,20 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
                         continue
                     fresh = freshness_factor(freshness(state.memories[other], now))
                     score = base * factor * fresh
-                    if score > reached.get(other, (0.0, ""))[0]:
-                        reached[other] = (score, "related_to")
+                    if score > reached.get(other, (0.0, "", ""))[0]:
+                        reached[other] = (score, "related_to", memory_id)
         best = heapq.nlargest(per_hop, reached.items(), key=lambda item: item[1][0])
         frontier = {}
-        for other, (score, via) in best:
+        for other, (score, via, origin) in best:
             visited.add(other)
             frontier[other] = score
-            found[other] = {"memory_id": other, "score": round(score, 6), "hop": hop, "via": via}
+            found[other] = {
+                "memory_id": other,
+                "score": round(score, 6),
+                "hop": hop,
+                "via": via,
+                "from": origin,
+            }
         if not frontier:
             break
     ordered = sorted(found.values(), key=lambda row: -row["score"])

@@ -285,14 +285,21 @@ def _cjk(text: str, out: _Collector) -> None:
             out.add(match.group(), kind, match.start())
 
 
-def extract_keys(text: str, morphs: list[Morph], limit: int = DEFAULT_LIMIT) -> list[Candidate]:
-    """Rank key candidates in ``text``, given its ``Tokenizer.analyse`` morphs."""
+def extract_keys(
+    text: str, morphs: list[Morph], limit: int = DEFAULT_LIMIT, content_words: bool = False
+) -> list[Candidate]:
+    """Rank key candidates in ``text``, given its ``Tokenizer.analyse`` morphs.
+
+    ``content_words`` offers plain English content words however many names the text has: a
+    query's phrases are matched against keys by similarity, so its topic words matter as much
+    as its names.
+    """
     normalised = normalise(text)
     out = _Collector()
     _korean(morphs, out)
     _latin(normalised, out)
     _structured(morphs, out)
     _cjk(normalised, out)
-    if len(out.found) < MIN_CANDIDATES:
+    if content_words or len(out.found) < MIN_CANDIDATES:
         _content_words(normalised, out)
     return out.ranked(limit)

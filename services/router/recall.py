@@ -29,7 +29,14 @@ from typing import Any
 from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError
 from protocol.worker import remaining_ms
-from services.graph.hybrid import KEY_AGGREGATES, LITERAL_BONUS, RRF_K, SEEDS_DEFAULT
+from services.graph.hybrid import (
+    KEY_AGGREGATES,
+    LITERAL_BONUS,
+    PHRASE_LINKS,
+    RRF_K,
+    SEEDS_DEFAULT,
+)
+from services.graph.matching import PHRASE_KEYS_MAX, PHRASES_MAX
 from services.graph.text import normalize_namespace
 from services.router.profile import EmbedderProfile
 
@@ -37,14 +44,21 @@ DEFAULT_BUDGET_MS = 5_000
 ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
 RERANK_SHARE = 0.5  # of what is left after the graph, for the reranker
 RERANK_SEGMENT_CHARS = 600
+RERANK_MAX_PASSAGES = 64  # the reranker's limit per call: a bigger pool goes in pieces
 MIN_SEGMENT_CHARS = 8
 HEAD_SEGMENTS = 2
 TAIL_SEGMENTS = 4
 SENTENCE_END = re.compile(r"(?<=[.!?。？！])\s+|\n+")
 BM25_DEPTH = 50
+PHRASE_KEYS_DEFAULT = 2  # nearest keys per query phrase (0 turns phrase matching off)
 TOP_K_DEFAULT = 8
 TOP_K_MAX = 50
-POOL_DEFAULT = 30
+# Candidates the graph hands the reranker. 64 (one reranker call; passage vectors are cached
+# at write time, so a bigger pool costs dot products, not model time): locomo recall@5
+# 0.541 → 0.571, longmemeval 0.620 → 0.656, hotpot unchanged (docs/BENCHMARKS.md).
+POOL_DEFAULT = 64
+POOL_MAX = 200  # the graph's limit
+BM25_DEPTH_MAX = 1_000  # the lexicon's limit
 MAX_QUERY_CHARS = 16_384  # the lexicon's limit; the embedder truncates (and says so)
 SCORE_DIGITS = 6
 
@@ -108,6 +122,11 @@ class Tuning:
     key_agg: str = "sum"
     evidence: bool = True
     fallback: bool = True
+    bm25_depth: int = BM25_DEPTH
+    phrase_keys: int = PHRASE_KEYS_DEFAULT
+    phrase_floor: float = 0.0  # 0: the graph's default (key-recall threshold + a margin)
+    phrase_links: str = "auto"
+    link_weighted: bool = True
 
     @classmethod
     def parse(cls, raw: Any) -> Tuning:
@@ -129,6 +148,11 @@ class Tuning:
             key_agg=_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
             evidence=_bool(raw, "evidence", base.evidence),
             fallback=_bool(raw, "fallback", base.fallback),
+            bm25_depth=_int(raw, "bm25_depth", base.bm25_depth, 1, BM25_DEPTH_MAX),
+            phrase_keys=_int(raw, "phrase_keys", base.phrase_keys, 0, PHRASE_KEYS_MAX),
+            phrase_floor=_weight(raw, "phrase_floor", base.phrase_floor),
+            phrase_links=_choice(raw, "phrase_links", base.phrase_links, PHRASE_LINKS),
+            link_weighted=_bool(raw, "link_weighted", base.link_weighted),
         )
 
 
@@ -180,7 +204,7 @@ class SearchRequest:
             namespace=normalize_namespace(namespace),
             top_k=_int(body, "top_k", top_k_default, 1, TOP_K_MAX),
             hops=_int(body, "hops", 2, 0, 5),
-            pool=_int(body, "pool", POOL_DEFAULT, 1, 64),
+            pool=_int(body, "pool", POOL_DEFAULT, 1, POOL_MAX),
             rerank=_bool(body, "rerank", True),
             reinforce=_bool(body, "reinforce", False),
             timing=_bool(body, "timing", False),
@@ -240,7 +264,7 @@ class Recall:
         request = SearchRequest.parse(body)
         timing = Timing()
         degraded: dict[str, str] = {}
-        vector, thresholds, bm25 = self._analyse(request, degraded)
+        vector, thresholds, bm25, phrases = self._analyse(request, degraded)
         timing.lap("analyse")
         graph_body: dict[str, Any] = {
             "namespace": request.namespace,
@@ -253,6 +277,12 @@ class Recall:
             graph_body["vector"] = vector
         if thresholds is not None:
             graph_body["thresholds"] = thresholds
+        if phrases is not None:
+            graph_body["phrase_vectors"] = phrases
+            graph_body["phrase_keys"] = request.tuning.phrase_keys
+            graph_body["phrase_links"] = request.tuning.phrase_links
+            if request.tuning.phrase_floor:
+                graph_body["phrase_min_cosine"] = request.tuning.phrase_floor
         graph_body["key_agg"] = request.tuning.key_agg
         graph_body["seeds"] = request.tuning.seeds
         graph_body["fallback"] = request.tuning.fallback
@@ -309,24 +339,30 @@ class Recall:
 
     def _analyse(
         self, request: SearchRequest, degraded: dict[str, str]
-    ) -> tuple[Any, dict[str, Any] | None, list[dict[str, Any]]]:
-        """The query vector with its model's thresholds, and the BM25 hits, fetched in
-        parallel; either may be missing."""
+    ) -> tuple[Any, dict[str, Any] | None, list[dict[str, Any]], Any]:
+        """The query vector with its model's thresholds, the BM25 hits and the vectors of the
+        query's own phrases (``Tuning.phrase_keys``); any may be missing.
+
+        Vector and BM25 are fetched in parallel with the lexicon's phrases of the query; the
+        phrases are embedded after (as keys: the embedder's cache serves repeated words).
+        """
         lexicon_body: dict[str, Any] = {
             "query": request.query,
             "namespace": request.namespace,
-            "top_n": BM25_DEPTH,
+            "top_n": request.tuning.bm25_depth,
         }
         if request.min_seq is not None:
             lexicon_body["min_seq"] = request.min_seq
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
-        embedded, lexical = self.client.call_many(
-            [
-                ("embedder", "embed", {"texts": [request.query], "kind": "query"}),
-                ("lexicon", "search", lexicon_body),
-            ],
-            timeout_ms=budget,
-        )
+        calls: list[tuple[str, str, Any]] = [
+            ("embedder", "embed", {"texts": [request.query], "kind": "query"}),
+            ("lexicon", "search", lexicon_body),
+        ]
+        if request.tuning.phrase_keys:
+            phrase_body = {"text": request.query, "limit": PHRASES_MAX, "content_words": True}
+            calls.append(("lexicon", "extract_keys", phrase_body))
+        started = time.perf_counter()
+        embedded, lexical, *extracted = self.client.call_many(calls, timeout_ms=budget)
         vector, thresholds = None, None
         if isinstance(embedded, KeymemError):
             degraded["embedder"] = str(embedded)
@@ -338,7 +374,19 @@ class Recall:
             degraded["lexicon"] = str(lexical)
         else:
             bm25 = lexical["hits"]
-        return vector, thresholds, bm25
+        phrases = None
+        if vector is not None and extracted and not isinstance(extracted[0], KeymemError):
+            texts = [c["key"] for c in extracted[0]["keys"]]
+            left = budget - int((time.perf_counter() - started) * 1000)
+            if texts and left > 0:
+                try:
+                    found = self.client.call(
+                        "embedder", "embed", {"texts": texts, "kind": "key"}, timeout_ms=left
+                    )
+                    phrases = found["vectors"]
+                except KeymemError as exc:  # the whole query's vector still matches keys
+                    degraded["phrases"] = str(exc)
+        return vector, thresholds, bm25, phrases
 
     def _relevance(
         self, query: str, candidates: list[dict[str, Any]], degraded: dict[str, str]
@@ -346,20 +394,34 @@ class Recall:
         """The reranker's score of every candidate against the query, or None if it is down."""
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
         passages = [c["content"] for c in candidates]
+        chunks = range(0, len(passages), RERANK_MAX_PASSAGES)
+        segments = rerank_segments(query)
         outcomes = self.client.call_many(
             [
-                ("reranker", "score", {"query": segment, "passages": passages})
-                for segment in rerank_segments(query)
+                (
+                    "reranker",
+                    "score",
+                    {"query": segment, "passages": passages[at : at + RERANK_MAX_PASSAGES]},
+                )
+                for segment in segments
+                for at in chunks
             ],
             timeout_ms=budget,
         )
-        scored = [o for o in outcomes if not isinstance(o, KeymemError)]
-        if not scored:
-            degraded["reranker"] = str(outcomes[0])
+        # one row of scores per segment whose every chunk came back, joined in pool order
+        per_segment = len(chunks)
+        rows, kind = [], ""
+        for n in range(len(segments)):
+            parts = outcomes[n * per_segment : (n + 1) * per_segment]
+            if all(not isinstance(o, KeymemError) for o in parts):
+                rows.append([x for o in parts for x in o["scores"]])
+                kind = str(parts[0]["score_kind"])
+        if not rows:
+            degraded["reranker"] = str(next(o for o in outcomes if isinstance(o, KeymemError)))
             return None
         # a passage is as relevant as its best match with any part of the query
-        scores = [max(o["scores"][i] for o in scored) for i in range(len(candidates))]
-        return Relevance(scores, str(scored[0]["score_kind"]))
+        scores = [max(row[i] for row in rows) for i in range(len(candidates))]
+        return Relevance(scores, kind)
 
 
 @dataclass(frozen=True)
@@ -503,12 +565,24 @@ def fuse_blend(
     hop = min_max([p["hop_score"] for p in parts])
     dense = min_max(relevance.scores) if relevance is not None else [0.0] * len(candidates)
     gate = dense if relevance is not None and tuning.hop_gate == "relevance" else [1.0] * len(hop)
+    key_links = [_link_share(p, "key_link", tuning) for p in parts]
+    hop_links = [_link_share(p, "hop_link", tuning) for p in parts]
     scored = []
     for i, p in enumerate(parts):
-        score = tuning.key_weight * key[i] + bm25[i] + tuning.dense_weight * dense[i]
-        score += tuning.hop_weight * hop[i] * gate[i]
+        score = tuning.key_weight * key[i] * key_links[i] + bm25[i]
+        score += tuning.dense_weight * dense[i]
+        score += tuning.hop_weight * hop[i] * gate[i] * hop_links[i]
         scored.append((score * p.get("factor", 1.0), i))
     return _ordered(candidates, relevance, scored, BLEND_KIND)
+
+
+def _link_share(parts: dict[str, Any], name: str, tuning: Tuning) -> float:
+    """How much of a key or hop evidence counts: the share of a default (agent's) link its
+    links carry, at most all of it. Min–max normalisation erases the half weight the graph
+    gives auto-keys; this puts it back."""
+    if not tuning.link_weighted:
+        return 1.0
+    return min(1.0, float(parts.get(name, 1.0)))
 
 
 def select_evidence(
