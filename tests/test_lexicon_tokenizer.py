@@ -95,6 +95,20 @@ def test_extract_keys_finds_names_nouns_and_terms(tokenizer: Tokenizer) -> None:
     assert "We" not in found and "The" not in found
 
 
+def test_extract_keys_takes_speaker_labels_and_skips_question_words(
+    tokenizer: Tokenizer,
+) -> None:
+    """A transcript's turns start with their speaker ("Jon: Thanks!" has nothing else to be
+    filed under); "How" starting a question or a list item names nothing."""
+    for text, expected in [("Jon: Thanks!", ["Jon"]), ("Gina: Sure, see ya.\nJon: Bye!", None)]:
+        keys = [c.key for c in extract_keys(text, tokenizer.analyse(text))]
+        assert keys == expected if expected else {"Gina", "Jon"} <= set(keys)
+    text = "- **How** to plant tomatoes. How deep? Did you water them?"
+    keys = {c.key for c in extract_keys(text, tokenizer.analyse(text))}
+    assert not keys & {"How", "Did"}
+    assert "Thanks" not in {c.key for c in extract_keys("Thanks!", tokenizer.analyse("Thanks!"))}
+
+
 def test_extract_keys_joins_nouns_inside_one_word(tokenizer: Tokenizer) -> None:
     text = "부산지검 회의록을 정리했다"
     morphs = tokenizer.analyse(text)

@@ -36,11 +36,18 @@ _LATIN_STOPWORDS = frozenset(
         "be",
         "but",
         "by",
+        "did",
+        "do",
+        "does",
         "for",
         "from",
+        "had",
+        "has",
+        "have",
         "he",
         "her",
         "his",
+        "how",
         "i",
         "if",
         "in",
@@ -247,7 +254,10 @@ def _latin(text: str, out: _Collector) -> None:
     for match in _LATIN_NAME.finditer(text):
         words = match.group().split(" ")
         at = match.start()
-        at_sentence_start = bool(_SENTENCE_START.search(text[max(0, at - 3) : at]))
+        # "Gina: Wow!" — a label before a colon (a transcript's speaker) names someone, though
+        # it starts a sentence
+        speaker = text.startswith(":", match.end())
+        at_sentence_start = not speaker and bool(_SENTENCE_START.search(text[max(0, at - 3) : at]))
         if at_sentence_start and words[0].casefold() in _LATIN_STOPWORDS:
             words = words[1:]
             at = text.index(words[0], at) if words else at
