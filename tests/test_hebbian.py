@@ -6,6 +6,7 @@ through it, and weights read back from the graph.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,3 +139,24 @@ def test_the_surfaced_log_is_bounded_in_entries_and_age() -> None:
     assert log.claim("b", "default", None) is None  # claimed once
     now[0] = 11.0
     assert len(log) == 0 and log.claim("c", "default", None) is None
+
+
+def test_concurrent_reads_of_one_surfacing_are_credited_once() -> None:
+    log = SurfacedLog()
+    log.record([Surfacing("m", "default", ("k",), (), None, log.clock())])
+    credited: list[Surfacing] = []
+    start = threading.Barrier(4)
+
+    def reader() -> None:
+        start.wait()
+        for _ in range(200):
+            found = log.claim("m", "default", None)
+            if found is not None:
+                credited.append(found)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(credited) == 1
