@@ -160,3 +160,8 @@ def test_concurrent_reads_of_one_surfacing_are_credited_once() -> None:
     for thread in threads:
         thread.join()
     assert len(credited) == 1
+
+
+def test_an_odd_session_id_never_costs_the_prompt_its_memories(running: FullStack) -> None:
+    reply = running.memory("inject", {"prompt": PROMPT, "session_id": "x" * 1_000})
+    assert running.ids["newton"] in [m["id"] for m in reply["memories"]]

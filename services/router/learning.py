@@ -226,7 +226,10 @@ class Learner:
         self.enabled = enabled
 
     def inject(self, body: Any) -> dict[str, Any]:
-        session_id = session_of(body) if isinstance(body, dict) else None
+        try:  # an odd session id from the host must not cost the prompt its memories
+            session_id = session_of(body) if isinstance(body, dict) else None
+        except BadRequest:
+            session_id = None
         with self.recall.watch() as searches:
             reply = self._inject(body)
         if self.enabled:
