@@ -74,6 +74,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "phrases3": {"tuning": {"phrase_keys": 3}},
     "phrases_all_links": {"tuning": {"phrase_links": "all"}},
     "phrase_floor_recall": {"tuning": {"phrase_floor": 0.45}},  # USE-m's key-recall floor
+    "auto_hops": {"tuning": {"auto_hops": True}},
+    "auto_hops_ungated": {"tuning": {"auto_hops": True, "hop_gate": "none"}},
     "no_evidence": {"tuning": {"evidence": False}},
     "key_max": {"tuning": {"key_agg": "max"}},
     "no_key": {"tuning": {"key_weight": 0.0}},

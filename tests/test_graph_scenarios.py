@@ -172,6 +172,19 @@ def test_the_querys_own_phrases_reach_keys_its_whole_vector_cannot(graph: GraphS
     assert reached[0]["components"]["key_link"] == 1.0  # an agent's key: a whole link
 
 
+def test_two_auto_keys_sharing_a_word_make_no_hop(graph: GraphService) -> None:
+    # keyless memories whose extracted keys share "garden": co-occurrence, not an association
+    seed = remember_body("The garden gate is red", ["gate", "garden"], auto_keys=["gate", "garden"])
+    graph.remember(seed)
+    other = remember_body("Tomatoes grow in the garden", ["garden"], auto_keys=["garden"])
+    reached = graph.remember(other)["saved"]
+    body = {"vector": vector("gate"), "text": "gate", "hops": 1, "fallback": False}
+    assert reached not in [c["memory_id"] for c in graph.recall_candidates(body)["candidates"]]
+    walked = graph.recall_candidates({**body, "auto_hops": True})["candidates"]
+    hop = next(c for c in walked if c["memory_id"] == reached)["components"]
+    assert hop["hop"] == 1 and hop["hop_link"] == 0.25  # two half-weight links
+
+
 def test_exact_duplicate_is_deduplicated_within_a_namespace(graph: GraphService) -> None:
     first = graph.remember(remember_body("The user prefers dark mode", ["theme", "dark mode"]))
     again = graph.remember(remember_body("  the user PREFERS dark   mode ", ["theme"]))

@@ -86,6 +86,7 @@ def recall_candidates(
 
     phrases = body.get("phrase_vectors")
     phrase_keys = opt_int(body, "phrase_keys", 1, 1, matching.PHRASE_KEYS_MAX)
+    auto_hops = opt_bool(body, "auto_hops", False)
     phrase_links = body.get("phrase_links", "auto")
     if phrase_links not in PHRASE_LINKS:
         raise BadRequest(f"phrase_links must be one of {PHRASE_LINKS}")
@@ -159,6 +160,7 @@ def recall_candidates(
 
     # 3. hops from the best fused memories
     hop_score: dict[str, dict[str, Any]] = {}
+    hop_link: dict[str, float] = {}  # the share of default links the hop's last step crossed
     if hops and fused:
         seeds = dict(sorted(fused.items(), key=lambda item: -item[1])[:n_seeds])
         expanded = matching.expand(
@@ -172,7 +174,11 @@ def recall_candidates(
             },
             now,
         )
-        hop_score = {row["memory_id"]: row for row in expanded["memories"]}
+        for row in expanded["memories"]:
+            share = _via_weight(state, row, auto_hops)
+            if share > 0:  # an auto-auto step is no hop: it takes no pool place either
+                hop_score[row["memory_id"]] = row
+                hop_link[row["memory_id"]] = share
 
     total = dict(fused)
     for memory_id, row in hop_score.items():
@@ -209,7 +215,7 @@ def recall_candidates(
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
                     "via": hop["via"] if hop else None,
                     "key_link": round(key_link.get(memory_id, 0.0), SCORE_DIGITS),
-                    "hop_link": round(_via_weight(state, hop), SCORE_DIGITS),
+                    "hop_link": round(hop_link.get(memory_id, 0.0), SCORE_DIGITS),
                     "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
                     "near_key": near.get(memory_id),
                 },
@@ -264,19 +270,20 @@ def _nearest_key_members(
     return members
 
 
-def _via_weight(state: GraphState, hop: dict[str, Any] | None) -> float:
+def _via_weight(state: GraphState, hop: dict[str, Any], auto_hops: bool) -> float:
     """The last step of a hop as a share of two default links: the weight of the link that
     left the memory it came from times the one that reached it, over the default's square
-    (a related_to edge counts as default links). A hop over an auto-key crosses two
-    half-weight links."""
-    if hop is None:
-        return 0.0
+    (a related_to edge counts as default links). Unless ``auto_hops``, a step between two
+    auto-keys' links counts nothing: two texts sharing an extracted word is co-occurrence, not
+    an association an agent made (on auto-keyed stores those hops cost recall, see
+    docs/BENCHMARKS.md)."""
     if hop["via"] == "related_to":
         return 1.0
-    links = (state.link(hop["via"], hop["from"]), state.link(hop["via"], hop["memory_id"]))
-    if links[0] is None or links[1] is None:
+    left = state.link(hop["via"], hop["from"])
+    reached = state.link(hop["via"], hop["memory_id"])
+    if left is None or reached is None or (left.auto and reached.auto and not auto_hops):
         return 0.0
-    return links[0].weight * links[1].weight / LINK_WEIGHT_DEFAULT**2
+    return left.weight * reached.weight / LINK_WEIGHT_DEFAULT**2
 
 
 def _factor(memory: MemoryRecord, now: float) -> float:

@@ -127,6 +127,7 @@ class Tuning:
     phrase_floor: float = 0.0  # 0: the graph's default (key-recall threshold + a margin)
     phrase_links: str = "auto"
     link_weighted: bool = True
+    auto_hops: bool = False
 
     @classmethod
     def parse(cls, raw: Any) -> Tuning:
@@ -153,6 +154,7 @@ class Tuning:
             phrase_floor=_weight(raw, "phrase_floor", base.phrase_floor),
             phrase_links=_choice(raw, "phrase_links", base.phrase_links, PHRASE_LINKS),
             link_weighted=_bool(raw, "link_weighted", base.link_weighted),
+            auto_hops=_bool(raw, "auto_hops", base.auto_hops),
         )
 
 
@@ -286,6 +288,7 @@ class Recall:
         graph_body["key_agg"] = request.tuning.key_agg
         graph_body["seeds"] = request.tuning.seeds
         graph_body["fallback"] = request.tuning.fallback
+        graph_body["auto_hops"] = request.tuning.auto_hops
         found = self.client.call(
             "graph", "recall_candidates", graph_body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
         )
