@@ -6,13 +6,15 @@ with every score component labelled — raw scores (key path, BM25 score, hop sc
 freshness factor) as well as ranks, because the router's final fusion blends the scores
 themselves (the router reranks the pool and decides what to show):
 
-1. key path — the matched keys (cosine or literal, ``matching.match_keys``) give each of their
-   memories ``key score × IDF × link weight``, summed over keys;
+1. key path — the matched keys (cosine, literal, or near one of the query's phrases,
+   ``matching.match_keys``) give each of their memories ``key score × IDF × link weight``,
+   summed over keys (a phrase's key, by default, only through auto-keys' links);
 2. fusion — Reciprocal Rank Fusion (k = 60) of the key-path ranking and the BM25 ranking, plus a
    bonus for memories on a literally named key, times the depth and freshness factors;
 3. hops — the best fused memories (``seeds``; the router sends 1) seed a bounded breadth-first
    walk over shared keys and related_to links (``matching.expand``); what a hop reaches adds
-   its hop score;
+   its hop score, unless its last step joined two auto-keys' links (no hop, ``auto_hops``);
+   ``key_link`` / ``hop_link`` report the share of an agent's link the evidence came through;
 4. fallback — when none of that found anything, the members of the nearest keys below the
    threshold, for the reranker to judge (``_nearest_key_members``);
 5. anchor — whether any signal was strong enough to answer at all (a literal key, a key above

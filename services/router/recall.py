@@ -2,7 +2,8 @@
 
 Hybrid search (the engine behind inject and ``keymem eval``):
 
-1. analyse — in parallel, the embedder's query vector and the lexicon's BM25 top 50;
+1. analyse — in parallel, the embedder's query vector, the lexicon's BM25 top 50 and the
+   query's phrases (then embedded as keys, for matching the one-word auto-keys);
 2. graph — key matching, key→memory links, RRF with the BM25 list, depth and freshness factors
    and hops, in one call over the graph's in-memory state (``recall_candidates``);
 3. rerank — the reranker scores the pool against the query; the final order blends every
@@ -111,6 +112,12 @@ class Tuning:
     * ``evidence`` — comparison questions put one candidate per named entity first.
     * ``fallback`` — when no key, BM25 term or hop found anything, the graph hands over the
       members of the query's nearest keys below the threshold for the reranker to judge.
+    * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
+    * ``phrase_keys`` — per phrase of the query, how many nearest concept keys it matches (0:
+      none); ``phrase_floor`` their cosine floor (0: the graph's, key recall + a margin);
+      ``phrase_links`` — ``auto``: a phrase's key leads only through auto-keys' links.
+    * ``link_weighted`` — key and hop evidence count at their links' share of an agent's link.
+    * ``auto_hops`` — whether a step between two auto-keys' links is a hop.
     """
 
     fusion: str = "blend"
