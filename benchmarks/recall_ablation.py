@@ -55,9 +55,10 @@ LEGACY = {
     "fallback": False,
     "link_weighted": False,
     "phrase_keys": 0,
+    "named_hops": False,
 }
 # the first round of issue 8 (blend, one hop seed, fallback), before the keyless files
-ROUND1 = {"link_weighted": False, "phrase_keys": 0}
+ROUND1 = {"link_weighted": False, "phrase_keys": 0, "named_hops": False, "hop_gate": "relevance"}
 VARIANTS: dict[str, dict[str, Any]] = {
     "shipped": {},
     "shipped_again": {},  # the same search twice: a difference would mean recall has state
@@ -75,7 +76,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "phrases_all_links": {"tuning": {"phrase_links": "all"}},
     "phrase_floor_recall": {"tuning": {"phrase_floor": 0.45}},  # USE-m's key-recall floor
     "auto_hops": {"tuning": {"auto_hops": True}},
-    "auto_hops_ungated": {"tuning": {"auto_hops": True, "hop_gate": "none"}},
+    "no_named_hops": {"tuning": {"named_hops": False}},
+    "hop_gated": {"tuning": {"hop_gate": "relevance"}},
+    "no_named_hops_gated": {"tuning": {"named_hops": False, "hop_gate": "relevance"}},
     "no_evidence": {"tuning": {"evidence": False}},
     "key_max": {"tuning": {"key_agg": "max"}},
     "no_key": {"tuning": {"key_weight": 0.0}},
@@ -84,7 +87,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_hop_term": {"tuning": {"hop_weight": 0.0}},
     "seeds3": {"tuning": {"seeds": 3}},
     "seeds10": {"tuning": {"seeds": 10}},
-    "seeds1_ungated": {"tuning": {"hop_gate": "none"}},
     "no_fallback": {"tuning": {"fallback": False}},
 }
 

@@ -185,6 +185,24 @@ def test_two_auto_keys_sharing_a_word_make_no_hop(graph: GraphService) -> None:
     assert hop["hop"] == 1 and hop["hop_link"] == 0.25  # two half-weight links
 
 
+def test_the_seed_steps_through_keys_its_text_names_whatever_the_write_order(
+    graph: GraphService,
+) -> None:
+    # the film came first, so auto-keys could not link it to its director's key
+    film = remember_body(
+        "Big Stone Gap is a romantic comedy directed by Adriana Trigiani", ["Big Stone Gap"]
+    )
+    graph.remember(film)
+    person = remember_body("She lives in Greenwich Village, New York", ["Adriana Trigiani"])
+    director = graph.remember(person)["saved"]
+    body = {"vector": vector("Big Stone Gap"), "text": "Big Stone Gap", "fallback": False}
+    plain = graph.recall_candidates({**body, "named_hops": False})["candidates"]
+    assert director not in [c["memory_id"] for c in plain]
+    named = graph.recall_candidates(body)["candidates"]
+    hop = next(c for c in named if c["memory_id"] == director)["components"]
+    assert hop["hop"] == 1 and hop["hop_link"] == 0.5  # an agent's link and a named one
+
+
 def test_exact_duplicate_is_deduplicated_within_a_namespace(graph: GraphService) -> None:
     first = graph.remember(remember_body("The user prefers dark mode", ["theme", "dark mode"]))
     again = graph.remember(remember_body("  the user PREFERS dark   mode ", ["theme"]))

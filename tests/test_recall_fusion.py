@@ -58,9 +58,9 @@ def test_a_strong_bm25_margin_survives_a_reranker_that_mildly_disagrees() -> Non
 def test_a_hop_counts_only_as_far_as_the_reached_memory_looks_relevant() -> None:
     pool = [candidate("seed", key=1.0, bm25=5.0), candidate("far", hop=0.2)]
     irrelevant = Relevance([0.9, 0.1], "embedding_cosine")
-    gated = fuse_blend(pool, irrelevant, Tuning())
+    gated = fuse_blend(pool, irrelevant, Tuning(hop_gate="relevance"))
     assert gated[1]["memory_id"] == "far" and gated[1]["score"] == 0.0
-    ungated = fuse_blend(pool, irrelevant, Tuning(hop_gate="none"))
+    ungated = fuse_blend(pool, irrelevant, Tuning())  # the default: not gated
     assert ungated[1]["score"] == 1.0  # the hop's own normalised score
 
 

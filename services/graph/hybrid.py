@@ -34,7 +34,10 @@ from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds
 from services.graph.requests import body_of, id_list, namespace_of, opt_bool, opt_int, req_str
 from services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
+from services.graph.text import query_phrases
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
+from services.graph.views import key_idf
+from services.graph.writes import AUTO_LINK_WEIGHT
 from store.records import MemoryRecord
 
 RRF_K = 60
@@ -89,6 +92,7 @@ def recall_candidates(
     phrases = body.get("phrase_vectors")
     phrase_keys = opt_int(body, "phrase_keys", 1, 1, matching.PHRASE_KEYS_MAX)
     auto_hops = opt_bool(body, "auto_hops", False)
+    named_hops = opt_bool(body, "named_hops", True)
     phrase_links = body.get("phrase_links", "auto")
     if phrase_links not in PHRASE_LINKS:
         raise BadRequest(f"phrase_links must be one of {PHRASE_LINKS}")
@@ -176,9 +180,12 @@ def recall_candidates(
             },
             now,
         )
-        for row in expanded["memories"]:
-            share = _via_weight(state, row, auto_hops)
-            if share > 0:  # an auto-auto step is no hop: it takes no pool place either
+        rows = [(row, _via_weight(state, row, auto_hops)) for row in expanded["memories"]]
+        if named_hops:
+            rows += _named_steps(state, namespace, seeds, per_key, auto_hops, now)
+        for row, share in rows:
+            # an auto-auto step is no hop: it takes no pool place either
+            if share > 0 and row["score"] > hop_score.get(row["memory_id"], {}).get("score", 0):
                 hop_score[row["memory_id"]] = row
                 hop_link[row["memory_id"]] = share
 
@@ -270,6 +277,48 @@ def _nearest_key_members(
             if len(members) >= pool:
                 return members
     return members
+
+
+def _named_steps(
+    state: GraphState,
+    namespace: str,
+    seeds: dict[str, float],
+    per_key: int,
+    auto_hops: bool,
+    now: float,
+) -> list[tuple[dict[str, Any], float]]:
+    """One hop from each seed through the keys its text names but it is not linked to.
+
+    Auto-keys link a memory only to keys that existed when it was written, so a passage
+    naming an entity whose own memory came later never reaches it; reading the seed's text
+    for the namespace's key surfaces at query time closes that gap whatever the write order.
+    The named side counts as an auto link (half a default link).
+    """
+    index = state.indexes.get(namespace)
+    if index is None:
+        return []
+    steps: list[tuple[dict[str, Any], float]] = []
+    for seed, base in seeds.items():
+        memory = state.memories.get(seed)
+        if memory is None:
+            continue
+        own = state.mem_links.get(seed, {})
+        named = {k for p in query_phrases(memory.content) for k in index.literal.get(p, ())}
+        for key_id in named - own.keys():
+            idf = key_idf(state.keys[key_id], state.active_count.get(key_id, 0))
+            for link in state.strongest(key_id, per_key):
+                other = state.memories.get(link.memory_id)
+                if other is None or link.memory_id in seeds or not other.active(now):
+                    continue
+                if link.auto and not auto_hops:
+                    continue
+                fresh = freshness_factor(freshness(other, now))
+                score = base * matching.HOP_DECAY * idf * link.weight * fresh
+                row = {"memory_id": link.memory_id, "score": round(score, 6), "hop": 1}
+                row.update(via=key_id, named=True)
+                share = AUTO_LINK_WEIGHT * link.weight / LINK_WEIGHT_DEFAULT**2
+                steps.append((row, share))
+    return steps
 
 
 def _via_weight(state: GraphState, hop: dict[str, Any], auto_hops: bool) -> float:

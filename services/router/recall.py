@@ -7,7 +7,7 @@ Hybrid search (the engine behind inject and ``keymem eval``):
 2. graph — key matching, key→memory links, RRF with the BM25 list, depth and freshness factors
    and hops, in one call over the graph's in-memory state (``recall_candidates``);
 3. rerank — the reranker scores the pool against the query; the final order blends every
-   evidence the pool carries — key path, BM25, reranker relevance, relevance-gated hops — each
+   evidence the pool carries — key path, BM25, reranker relevance, hops — each
    min–max normalised over the pool and summed (``fuse_blend``; why not RRF, and the ablation
    behind it: docs/BENCHMARKS.md, "Recall quality (issue 8)");
 4. evidence — a comparison question ("A or B", "둘 다", "비교") gets the best evidence for each
@@ -103,7 +103,8 @@ class Tuning:
       plus raw hop scores) and the reranker's rank; ``lists``: one RRF over every evidence
       list, each a rank.
     * ``hop_gate`` — ``relevance`` scales a hop's entry by the reached memory's reranker
-      relevance (min–max over the pool): a hop must also look relevant to the query.
+      relevance (min–max over the pool); ``none`` (kept since named hops: the bridge passage
+      of a two-hop question rarely looks like the question to the reranker).
     * ``hop_weight``, ``dense_weight``, ``key_weight`` — the weight of those evidences.
     * ``seeds`` — how many of the graph's best memories start the hop walk; a memory that is
       itself a seed is never reached by a hop, so fewer seeds let the best evidence lend its
@@ -118,10 +119,11 @@ class Tuning:
       ``phrase_links`` — ``auto``: a phrase's key leads only through auto-keys' links.
     * ``link_weighted`` — key and hop evidence count at their links' share of an agent's link.
     * ``auto_hops`` — whether a step between two auto-keys' links is a hop.
+    * ``named_hops`` — the hop seed also steps through the keys its text names.
     """
 
     fusion: str = "blend"
-    hop_gate: str = "relevance"
+    hop_gate: str = "none"
     hop_weight: float = 1.0
     dense_weight: float = 1.0
     key_weight: float = 1.0
@@ -135,6 +137,7 @@ class Tuning:
     phrase_links: str = "auto"
     link_weighted: bool = True
     auto_hops: bool = False
+    named_hops: bool = True
 
     @classmethod
     def parse(cls, raw: Any) -> Tuning:
@@ -162,6 +165,7 @@ class Tuning:
             phrase_links=_choice(raw, "phrase_links", base.phrase_links, PHRASE_LINKS),
             link_weighted=_bool(raw, "link_weighted", base.link_weighted),
             auto_hops=_bool(raw, "auto_hops", base.auto_hops),
+            named_hops=_bool(raw, "named_hops", base.named_hops),
         )
 
 
@@ -296,6 +300,7 @@ class Recall:
         graph_body["seeds"] = request.tuning.seeds
         graph_body["fallback"] = request.tuning.fallback
         graph_body["auto_hops"] = request.tuning.auto_hops
+        graph_body["named_hops"] = request.tuning.named_hops
         found = self.client.call(
             "graph", "recall_candidates", graph_body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
         )
@@ -566,7 +571,7 @@ def fuse_blend(
 
     The evidences: key path (it already carries literal names: an entity key named in the
     query scores 1), BM25 score, the reranker's relevance (the dense leg with the offline
-    default) and hops; a hop is gated by the reached memory's relevance (``hop_gate``). Depth
+    default) and hops; a hop may be gated by the reached memory's relevance (``hop_gate``). Depth
     and freshness scale the sum as they scale the graph's own fusion.
     """
     parts = [c["components"] for c in candidates]
