@@ -64,16 +64,27 @@ class Measurement:
     search: ScoreSheet = field(default_factory=lambda: ScoreSheet(KS))
     inject_hits: list[float] = field(default_factory=list)
     errors: int = 0
+    # Queries that matched a key with a learned link to one of their gold memories, and those
+    # whose top 10 holds a gold memory reached through such a link: how far learning reaches.
+    learned_matched: int = 0
+    learned_reached: int = 0
 
     def row(self, label: str) -> str:
         s = self.search.summary()
         hit2 = sum(self.inject_hits) / len(self.inject_hits) if self.inject_hits else 0.0
         cells = [f"{s.recall[5]:.3f}", f"{s.recall[10]:.3f}", f"{s.all[5]:.3f}", f"{s.mrr:.3f}"]
-        return f"| {label} | {s.queries} | " + " | ".join([*cells, f"{hit2:.3f}"]) + " |"
+        cells += [f"{hit2:.3f}", f"{self.learned_matched}", f"{self.learned_reached}"]
+        return f"| {label} | {s.queries} | " + " | ".join(cells) + " |"
 
     def to_dict(self) -> dict[str, Any]:
         hit2 = sum(self.inject_hits) / len(self.inject_hits) if self.inject_hits else 0.0
-        return {**self.search.summary().to_dict(), "inject_hit@2": hit2, "errors": self.errors}
+        return {
+            **self.search.summary().to_dict(),
+            "inject_hit@2": hit2,
+            "errors": self.errors,
+            "learned_matched": self.learned_matched,
+            "learned_reached": self.learned_reached,
+        }
 
 
 @dataclass
@@ -84,28 +95,42 @@ class Weights:
     start: dict[tuple[str, str], float] = field(default_factory=dict)
     reads: int = 0
     credited: int = 0
+    learned: set[tuple[str, str]] = field(default_factory=set)  # associations the graph made
+    learned_per_memory: dict[str, int] = field(default_factory=dict)
 
     def note(self, learned: dict[str, Any]) -> None:
+        for row in learned.get("associated", []):
+            link = (row["key_id"], row["memory_id"])
+            self.learned.add(link)
+            self.learned_per_memory[link[1]] = self.learned_per_memory.get(link[1], 0) + 1
+            self.start[link] = float(row["weight"])  # a new link starts at its learned weight
+            self.links[link] = float(row["weight"])
         for row in [*learned["reinforced"], *learned["decayed"]]:
             link = (row["key_id"], row["memory_id"])
             self.start.setdefault(link, float(row["before"]))
             self.links[link] = float(row["weight"])
 
     def summary(self) -> dict[str, float]:
+        made = {
+            "learned_links": len(self.learned),
+            "max_learned_per_memory": max(self.learned_per_memory.values(), default=0),
+            "max_learned_weight": max((self.links[k] for k in self.learned), default=0.0),
+        }
         if not self.links:
-            return {"links": 0, "max_weight": 0.0, "max_ratio": 0.0, "mean_ratio": 0.0}
+            return {"links": 0, "max_weight": 0.0, "max_ratio": 0.0, "mean_ratio": 0.0} | made
         ratios = [self.links[k] / self.start[k] for k in self.links]
         return {
             "links": len(self.links),
             "max_weight": max(self.links.values()),
             "max_ratio": max(ratios),
             "mean_ratio": sum(ratios) / len(ratios),
-        }
+        } | made
 
 
 def split(queries: Sequence[Query], train_share: float) -> tuple[list[Query], list[Query]]:
     """Train and held-out by a hash of the query id: stable across runs, blind to content."""
-    train, held_out = [], []
+    train: list[Query] = []
+    held_out: list[Query] = []
     for query in queries:
         digest = hashlib.sha256(query.id.encode()).digest()
         (train if digest[0] / 256 < train_share else held_out).append(query)
@@ -128,8 +153,34 @@ def inject(client: Client, query: Query, namespace: str, session: str) -> dict[s
     return reply
 
 
+def count_learned(
+    store: LoadedStore,
+    found: dict[str, Any],
+    gold: Sequence[str],
+    learned: set[tuple[str, str]],
+    result: Measurement,
+) -> None:
+    """Whether the query matched a key learned to one of its gold memories, and whether its
+    results reached a gold memory through such a link."""
+    wanted = set(gold)
+    learned_gold = {(k, m) for k, m in learned if set(store.to_benchmark([m])) & wanted}
+    matched = {key["key_id"] for key in found.get("keys", [])}
+    if any(k in matched for k, _ in learned_gold):
+        result.learned_matched += 1
+    if any(
+        (k, shown["memory_id"]) in learned_gold
+        for shown in found.get("memories", [])
+        for k in shown.get("matched_keys", [])
+    ):
+        result.learned_reached += 1
+
+
 def measure(
-    client: Client, store: LoadedStore, queries: Sequence[Query], spaces: dict[str, str]
+    client: Client,
+    store: LoadedStore,
+    queries: Sequence[Query],
+    spaces: dict[str, str],
+    learned: set[tuple[str, str]] | None = None,
 ) -> Measurement:
     result = Measurement()
     for query in queries:
@@ -137,6 +188,8 @@ def measure(
         try:
             found = client.call("memory", "search", body, timeout_ms=CALL_TIMEOUT_MS)
             result.search.add(query.type, store.to_benchmark(memory_ids(found)), query.gold)
+            if learned:
+                count_learned(store, found, query.gold, learned, result)
             shown = inject(client, query, spaces[query.id], MEASURE_SESSION)
             ranking = store.to_benchmark(memory_ids(shown))
             result.inject_hits.append(hit_at(ranking, query.gold, INJECT_TOP_K))
@@ -180,6 +233,13 @@ def gold_overlap(train: Sequence[Query], held_out: Sequence[Query]) -> float:
     way learning on one question can help another is through a shared memory or key."""
     trained = {g for q in train for g in q.gold}
     return sum(1 for q in held_out if trained & set(q.gold)) / len(held_out) if held_out else 0.0
+
+
+def learned_cells(point: dict[str, Any]) -> str:
+    return (
+        f"{point['learned_links']} | {point['max_learned_per_memory']} | "
+        f"{point['max_learned_weight']:.3f}"
+    )
 
 
 def warm_up(client: Client, query: Query, namespace: str) -> None:
@@ -232,9 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if epoch in (1, args.gold_epochs):
                 passes = f"{epoch} gold pass{'es' if epoch > 1 else ''}"
-                rows[f"held-out, after {passes}"] = measure(client, store, held_out, spaces)
+                rows[f"held-out, after {passes}"] = measure(
+                    client, store, held_out, spaces, weights.learned
+                )
                 rows[f"train, after {passes} (same queries)"] = measure(
-                    client, store, train, spaces
+                    client, store, train, spaces, weights.learned
                 )
         for epoch in range(1, args.epochs + 1):
             train_pass(client, store, train, spaces, weights, adversarial=True)
@@ -242,9 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress.note(f"runaway epoch {epoch}: {trajectory[-1]}")
             if epoch in MEASURE_AT or epoch == args.epochs:
                 label = f"held-out, after {epoch} adversarial epochs"
-                rows[label] = measure(client, store, held_out, spaces)
+                rows[label] = measure(client, store, held_out, spaces, weights.learned)
         rows[f"train, after {args.epochs} adversarial epochs"] = measure(
-            client, store, train, spaces
+            client, store, train, spaces, weights.learned
         )
 
     overlap = gold_overlap(train, held_out)
@@ -254,24 +316,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{overlap:.2f})"
     )
     head = ["queries", "recall@5", "recall@10", "all@5", "MRR", "inject hit@2"]
+    head += ["matched a learned key", "reached gold by one"]
     print("| split, point | " + " | ".join(head) + " |")
     print("|---|" + "---:|" * len(head))
     for label, row in rows.items():
         print(row.row(label))
-    print("\n| gold pass | reads | credited | links changed | max weight | max / start |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    learned_head = "learned links | max learned / memory | max learned weight"
+    print(
+        "\n| gold pass | reads | credited | links changed | max weight | max / start | "
+        f"{learned_head} |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for point in gold_passes:
         print(
             f"| {point['epoch']} | {point['reads']} | {point['credited']} | {point['links']} | "
-            f"{point['max_weight']:.3f} | {point['max_ratio']:.3f} |"
+            f"{point['max_weight']:.3f} | {point['max_ratio']:.3f} | {learned_cells(point)} |"
         )
     print()
-    print("| adversarial epoch | reads | links changed | max weight | max / start | mean ratio |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| adversarial epoch | reads | links changed | max weight | max / start | mean ratio | "
+        f"{learned_head} |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for point in trajectory:
         print(
             f"| {point['epoch']} | {point['reads']} | {point['links']} | "
-            f"{point['max_weight']:.3f} | {point['max_ratio']:.3f} | {point['mean_ratio']:.3f} |"
+            f"{point['max_weight']:.3f} | {point['max_ratio']:.3f} | {point['mean_ratio']:.3f} | "
+            f"{learned_cells(point)} |"
         )
     errors = {label: row.errors for label, row in rows.items() if row.errors}
     print(f"errors: {errors or 'none'}; wall {time.monotonic() - started:.0f} s")

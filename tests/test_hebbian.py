@@ -13,13 +13,30 @@ from pathlib import Path
 
 import pytest
 
-from services.graph.feedback import PATH_CEILING_FACTOR, PATH_GROWTH_RATE
+from protocol.errors import BadRequest, NotFound
+from services.graph.feedback import (
+    LEARNED_LINK_WEIGHT,
+    LEARNED_MAX_PER_MEMORY,
+    PATH_CEILING_FACTOR,
+    PATH_GROWTH_RATE,
+    specificity,
+)
 from services.router.learning import SurfacedLog, Surfacing
 from tests.full_stack import FullStack, full_stack
 
 NEWTON = "Newton discovered gravity when an apple fell on his head"
 EINSTEIN = "Einstein explained gravity as the curvature of spacetime"
 PROMPT = "What did Newton discover about gravity when the apple fell?"
+# Unrelated memories, so that "gravity" (on 2 of 8 memories) is a specific key, as in any real
+# store, rather than a hub of a two-memory namespace.
+FILLERS = [
+    ("The office coffee machine is descaled every Friday", ["coffee machine", "Friday"]),
+    ("Marta prefers tabs over spaces in Go code", ["Marta", "tabs"]),
+    ("The staging database lives on host db-stage-02", ["staging database", "db-stage-02"]),
+    ("Quarterly reports are due on the fifth working day", ["quarterly report"]),
+    ("The cat is called Miso and hates the vacuum cleaner", ["Miso", "vacuum cleaner"]),
+    ("Backups are copied to the cold bucket every night", ["backups", "cold bucket"]),
+]
 
 
 def weights(running: FullStack, memory_id: str) -> dict[str, float]:
@@ -41,6 +58,8 @@ def running(tmp_path: Path) -> Iterator[FullStack]:
     with full_stack(tmp_path) as stack:
         stack.ids["newton"] = stack.remember(NEWTON, ["Newton", "gravity", "apple"])
         stack.ids["einstein"] = stack.remember(EINSTEIN, ["Einstein", "gravity", "spacetime"])
+        for content, keys in FILLERS:
+            stack.remember(content, keys)
         stack.search("Newton", top_k=1)  # read-your-writes: the lexicon has both
         yield stack
 
@@ -90,15 +109,15 @@ def test_shown_but_unread_neighbours_decay_back_towards_their_start(running: Ful
     for _ in range(5):  # teach the shared key "gravity" to lead to Einstein
         running.memory("inject", {"prompt": "How did Einstein explain gravity and spacetime?"})
         running.memory("read_memory", {"memory_id": einstein})
-    learned = weights(running, einstein)["gravity"]
-    assert learned > 1.0
+    learned = weights(running, einstein)
+    assert learned["gravity"] > 1.0
     surfaced = surface(running)
     assert newton in surfaced
     read = running.memory("read_memory", {"memory_id": newton})
-    decayed = weights(running, einstein)["gravity"]
+    decayed = weights(running, einstein)
     assert einstein in {row["memory_id"] for row in read["surfaced_path"]["decayed"]}
-    assert 1.0 <= decayed < learned
-    assert weights(running, einstein)["Einstein"] == pytest.approx(learned)  # not on the path
+    assert 1.0 <= decayed["gravity"] < learned["gravity"]
+    assert decayed["Einstein"] == pytest.approx(learned["Einstein"])  # not on the path
 
 
 def test_a_read_from_another_session_does_not_credit_this_one(running: FullStack) -> None:
@@ -165,3 +184,106 @@ def test_concurrent_reads_of_one_surfacing_are_credited_once() -> None:
 def test_an_odd_session_id_never_costs_the_prompt_its_memories(running: FullStack) -> None:
     reply = running.memory("inject", {"prompt": PROMPT, "session_id": "x" * 1_000})
     assert running.ids["newton"] in [m["id"] for m in reply["memories"]]
+
+
+def test_hub_keys_learn_less_than_specific_keys(running: FullStack) -> None:
+    """Growth is scaled by the key's specificity: "gravity" (2 of 8 memories) grows less than
+    "Newton" (1 of 8) on the same read; a key on every memory would not grow at all."""
+    newton = running.ids["newton"]
+    before = weights(running, newton)
+    surface(running)
+    running.memory("read_memory", {"memory_id": newton})
+    after = weights(running, newton)
+    ceiling = PATH_CEILING_FACTOR * 1.0
+    assert after["Newton"] - before["Newton"] == pytest.approx(
+        PATH_GROWTH_RATE * (ceiling - before["Newton"]), abs=1e-4
+    )
+    assert after["gravity"] - before["gravity"] == pytest.approx(
+        PATH_GROWTH_RATE * specificity(2, 8) * (ceiling - before["gravity"]), abs=1e-4
+    )
+    assert specificity(8, 8) == 0.0 and specificity(1, 8) == 1.0
+
+
+DEPLOY = "The team ships on Tuesday at 14:00 UTC, after the standup"
+FREEZE = "The release freeze starts on the first of December"
+
+
+def test_a_read_wires_the_prompts_specific_key_to_the_memory(tmp_path: Path) -> None:
+    """Fire together, wire together: a prompt's key that surfaced with a memory the agent then
+    read gains a learned link, so a later, differently worded prompt that names only that key
+    reaches the memory, which it could not before."""
+    with full_stack(tmp_path) as stack:
+        deploy = stack.remember(DEPLOY, ["deploy window", "Tuesday"])
+        freeze = stack.remember(FREEZE, ["release freeze"])
+        for content, keys in FILLERS:
+            stack.remember(content, keys)
+        stack.search("release freeze", top_k=1)
+        freeze_key = stack.client.call("graph", "memory_keys", {"memory_ids": [freeze]})[
+            "memories"
+        ][freeze][0]["key_id"]
+        later = "Is there anything I should know about the release freeze?"
+
+        def deploy_rank() -> tuple[int, list[str]]:
+            found = stack.search(later)["memories"]
+            rank = next(i for i, m in enumerate(found) if m["memory_id"] == deploy)
+            return rank, found[rank]["matched_keys"]
+
+        rank_before, keys_before = deploy_rank()
+        assert freeze_key not in keys_before
+
+        prompt = "During the release freeze, does the team still ship on Tuesday?"
+        shown = stack.memory("inject", {"prompt": prompt})
+        assert deploy in [m["id"] for m in shown["memories"]]
+        read = stack.memory("read_memory", {"memory_id": deploy})
+        associated = read["surfaced_path"]["associated"]
+        assert {row["memory_id"] for row in associated} == {deploy}
+        assert freeze_key in {row["key_id"] for row in associated}
+        assert all(row["weight"] == pytest.approx(LEARNED_LINK_WEIGHT) for row in associated)
+
+        rank_after, keys_after = deploy_rank()
+        assert freeze_key in keys_after
+        assert rank_after < rank_before
+
+
+def test_learned_links_are_capped_per_memory(running: FullStack) -> None:
+    """However many prompts' keys a memory is read under, it holds at most
+    ``LEARNED_MAX_PER_MEMORY`` learned links."""
+    newton = running.ids["newton"]
+    keys = [
+        running.remember(f"Filler fact number {i} about topic{i}", [f"topic{i}"]) for i in range(12)
+    ]
+    running.search("topic0", top_k=1)
+    key_ids = [
+        running.client.call("graph", "memory_keys", {"memory_ids": [m]})["memories"][m][0]["key_id"]
+        for m in keys
+    ]
+    made = 0
+    for at in range(0, len(key_ids), 3):
+        body = {
+            "namespace": "default",
+            "hit": newton,
+            "keys": [],
+            "associate": key_ids[at : at + 3],
+        }
+        made += len(running.client.call("graph", "reinforce_path", body)["associated"])
+    assert made == LEARNED_MAX_PER_MEMORY
+    assert len(weights(running, newton)) == 3 + LEARNED_MAX_PER_MEMORY
+
+
+def test_bad_association_input_is_refused_and_changes_nothing(running: FullStack) -> None:
+    newton = running.ids["newton"]
+    other = running.remember("A fact in another namespace", ["elsewhere"], namespace="other")
+    body = {"memory_ids": [other], "namespace": "other"}
+    reply = running.client.call("graph", "memory_keys", body)
+    foreign = reply["memories"][other][0]["key_id"]
+    before = weights(running, newton)
+    bad = [
+        ({"namespace": "default", "hit": newton, "keys": [], "associate": [foreign]}, BadRequest),
+        ({"namespace": "default", "hit": newton, "keys": [], "associate": "k"}, BadRequest),
+        ({"namespace": "default", "hit": newton, "keys": [], "associate": [7]}, BadRequest),
+        ({"namespace": "other", "hit": newton, "keys": [], "associate": [foreign]}, NotFound),
+    ]
+    for body, error in bad:
+        with pytest.raises(error):
+            running.client.call("graph", "reinforce_path", body)
+    assert weights(running, newton) == before

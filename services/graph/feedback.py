@@ -16,6 +16,7 @@ read through that key, earns heat; three earn the query a place as a learned ali
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -65,6 +66,17 @@ PATH_DECAY_RATE = 0.05
 PATH_CEILING_FACTOR = 2.0
 PATH_MAX_KEYS = 64
 PATH_MAX_EXPLORED = 64
+# Association (fire together, wire together): a key the prompt matched but the read memory is
+# not linked to gets a learned link starting at this weight (half an auto key's, a quarter of
+# an agent's), auto-typed, growing like any link on later credited reads to at most twice
+# that and fading to the weight floor when shown but not read.
+LEARNED_LINK_WEIGHT = 0.25
+# Only keys at least this specific (normalised IDF: 0.5 = on at most √N of the namespace's N
+# memories) associate; as a key gains learned links its specificity falls, so this also caps
+# the learned links of any one key.
+ASSOCIATE_MIN_SPECIFICITY = 0.5
+ASSOCIATE_MAX_PER_READ = 3  # new learned links per credited read, the most specific keys first
+LEARNED_MAX_PER_MEMORY = 8  # learned links a memory may ever hold
 
 
 @dataclass
@@ -253,7 +265,31 @@ def prune_learned_aliases(state: GraphState, now: float) -> int:
 
 def starting_weight(link: LinkRecord) -> float:
     """The weight a link was created with: what hook learning decays back towards."""
+    if link.learned:
+        return LEARNED_LINK_WEIGHT
     return AUTO_LINK_WEIGHT if link.auto else LINK_WEIGHT_DEFAULT
+
+
+def decay_floor(link: LinkRecord) -> float:
+    """Where a shown-but-unread link decays to: its start, or for a learned association the
+    weight floor — an association that is not confirmed again fades out."""
+    return LINK_WEIGHT_MIN if link.learned else starting_weight(link)
+
+
+def specificity(key_count: int, namespace_count: int) -> float:
+    """How specific a key is in its namespace, in [0, 1]: ``1 - ln(n_k) / ln(N)`` for a key on
+    ``n_k`` of the namespace's ``N`` active memories (normalised IDF). A key on one memory is
+    1, a key on every memory (a LoCoMo speaker's name) 0, a key on √N memories 0.5. Hub keys
+    say nothing about which of their memories a question wants, so they learn nothing."""
+    if key_count <= 1 or namespace_count <= 1:
+        return 1.0
+    return max(0.0, 1.0 - math.log(key_count) / math.log(namespace_count))
+
+
+def active_in_namespace(state: GraphState, namespace: str, now: float) -> int:
+    """Active memories of a namespace: one pass over the memories (~10 ms per 100k), paid per
+    credited read, not per prompt."""
+    return sum(1 for m in state.memories.values() if m.namespace == namespace and m.active(now))
 
 
 def _link_row(link: LinkRecord, before: float) -> dict[str, Any]:
@@ -265,24 +301,54 @@ def _link_row(link: LinkRecord, before: float) -> dict[str, Any]:
     }
 
 
+def _associable(
+    state: GraphState, namespace: str, hit: str, key_ids: list[str], total: int
+) -> list[tuple[float, str]]:
+    """The prompt's keys that may learn a link to ``hit``, most specific first: live keys of the
+    namespace not yet linked to it, at least ``ASSOCIATE_MIN_SPECIFICITY`` specific.
+
+    A key of another namespace is a caller's error (namespaces never leak); a key deleted
+    since the surfacing is skipped, as a path that is gone teaches nothing.
+    """
+    own = state.mem_links.get(hit, {})
+    ranked = []
+    for key_id in key_ids:
+        key = state.keys.get(key_id)
+        if key is None:
+            continue
+        if key.namespace != namespace:
+            raise BadRequest(f"key {key_id} is not a key of namespace {namespace!r}")
+        count = state.active_count.get(key_id, 0)
+        share = specificity(count, total)
+        if key_id not in own and count > 0 and share >= ASSOCIATE_MIN_SPECIFICITY:
+            ranked.append((share, key_id))
+    ranked.sort(key=lambda item: -item[0])  # stable: the prompt's own order breaks ties
+    learned = sum(1 for link in own.values() if link.learned)
+    room = max(0, min(ASSOCIATE_MAX_PER_READ, LEARNED_MAX_PER_MEMORY - learned))
+    return ranked[:room]
+
+
 def prepare_reinforce_path(
     state: GraphState, raw: Any, now: float
 ) -> Callable[[float], dict[str, Any]]:
     """Hebbian learning from a surfaced-then-read memory, bounded (see the module docstring).
 
     Body: ``namespace``, ``hit`` (the memory read), ``keys`` (the keys that surfaced it),
-    ``explored`` (the other memories of that surfacing). Keys no longer linked to the hit are
-    skipped: the graph may have changed since the surfacing, and a path that is gone teaches
-    nothing. Validated before anything changes.
+    ``explored`` (the other memories of that surfacing), ``associate`` (optional: the keys
+    the prompt matched; those not linked to the hit may gain a learned link). Keys no longer
+    linked to the hit are skipped: the graph may have changed since the surfacing, and a path
+    that is gone teaches nothing. Validated before anything changes.
     """
     body = body_of(raw)
     namespace = namespace_of(body)
     hit = req_str(body, "hit")
     key_ids = id_list(body, "keys", PATH_MAX_KEYS)
     explored = id_list(body, "explored", PATH_MAX_EXPLORED) if body.get("explored") else []
+    associate = id_list(body, "associate", PATH_MAX_KEYS) if body.get("associate") else []
     memory = state.memories.get(hit)
     if memory is None or memory.namespace != namespace or not memory.active(now):
         raise NotFound(f"memory {hit} is not an active memory of namespace {namespace!r}")
+    total = active_in_namespace(state, namespace, now)
     grown = [link for key_id in key_ids if (link := state.link(key_id, hit)) is not None]
     shrunk = [
         link
@@ -290,21 +356,35 @@ def prepare_reinforce_path(
         for other in explored
         if other != hit and (link := state.link(key_id, other)) is not None
     ]
+    new_keys = _associable(state, namespace, hit, associate, total)
 
     def action(now: float) -> dict[str, Any]:
-        reinforced, decayed = [], []
+        reinforced, decayed, associated = [], [], []
         for link in grown:
             before = link.weight
             ceiling = PATH_CEILING_FACTOR * starting_weight(link)
-            if before < ceiling:
-                state.set_weight(link, before + PATH_GROWTH_RATE * (ceiling - before))
+            rate = PATH_GROWTH_RATE * specificity(state.active_count.get(link.key_id, 0), total)
+            if before < ceiling and rate > 0:
+                state.set_weight(link, before + rate * (ceiling - before))
                 reinforced.append(_link_row(link, before))
         for link in shrunk:
             before = link.weight
-            start = starting_weight(link)
-            if before > start:
-                state.set_weight(link, before - PATH_DECAY_RATE * (before - start))
+            floor = decay_floor(link)
+            if before > floor:
+                state.set_weight(link, before - PATH_DECAY_RATE * (before - floor))
                 decayed.append(_link_row(link, before))
-        return {"hit": hit, "reinforced": reinforced, "decayed": decayed}
+        for _, key_id in new_keys:
+            state.add_link(key_id, hit, LEARNED_LINK_WEIGHT, auto=True)
+            link = state.mem_links[hit][key_id]
+            link.learned = True
+            associated.append(_link_row(link, 0.0))
+        if associated:  # the lexicon indexes a memory's key surfaces with its text
+            state.changes.upsert_event(memory)
+        return {
+            "hit": hit,
+            "reinforced": reinforced,
+            "decayed": decayed,
+            "associated": associated,
+        }
 
     return action

@@ -52,6 +52,9 @@ SURFACED_MAX_ENTRIES = 4_096
 # Other memories of the surfacing search whose links from the same keys decay when the read
 # one grows (inject's search returns its top 10).
 EXPLORED_MAX = 16
+# The prompt's matched keys carried for association (the graph's ``PATH_MAX_KEYS`` limit; a
+# search matches at most 50).
+PROMPT_KEYS_MAX = 64
 MAX_SESSION_CHARS = 200
 # Budget for the reinforce call when the read arrived without a deadline (in-process callers).
 DEFAULT_BUDGET_MS = 10_000
@@ -71,6 +74,7 @@ class Surfacing:
     explored: tuple[str, ...]  # the other memories of that search
     session_id: str | None
     at: float  # time.monotonic() when surfaced
+    prompt_keys: tuple[str, ...] = ()  # every key the prompt matched, for association
 
     def matches(self, memory_id: str, namespace: str | None, session_id: str | None) -> bool:
         if self.memory_id != memory_id:
@@ -182,7 +186,8 @@ def surfacings_of(
             if candidate is None:
                 continue
             keys = path_of(candidate)
-            if keys:
+            prompt_keys = tuple(k["key_id"] for k in search.get("keys", []))[:PROMPT_KEYS_MAX]
+            if keys or prompt_keys:  # a BM25-only hit can still learn the prompt's keys
                 explored = tuple(c["memory_id"] for c in pool if c is not candidate)
                 found.append(
                     Surfacing(
@@ -192,6 +197,7 @@ def surfacings_of(
                         explored[:EXPLORED_MAX],
                         session_id,
                         now,
+                        prompt_keys,
                     )
                 )
             break
@@ -263,6 +269,7 @@ class Learner:
             "hit": surfacing.memory_id,
             "keys": list(surfacing.keys),
             "explored": list(surfacing.explored),
+            "associate": list(surfacing.prompt_keys),
         }
         try:
             learned: dict[str, Any] = self.client.call(
