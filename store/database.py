@@ -63,7 +63,7 @@ def graph_path(home: Path) -> Path:
 
 # Links with their latest weight (appended changes not yet folded in win).
 EFFECTIVE_LINKS = (
-    "SELECT l.key_id, l.memory_id, coalesce(w.weight, l.weight) AS weight, l.auto "
+    "SELECT l.key_id, l.memory_id, coalesce(w.weight, l.weight) AS weight, l.auto, l.learned "
     "FROM links l LEFT JOIN (SELECT key_id, memory_id, arg_max(weight, serial) AS weight "
     "FROM link_weights GROUP BY key_id, memory_id) w "
     "ON l.key_id = w.key_id AND l.memory_id = w.memory_id"
@@ -225,6 +225,7 @@ class GraphStore:
                 links["memory_id"].tolist(),
                 links["weight"].tolist(),
                 links["auto"].tolist(),
+                links["learned"].tolist(),
             )
         )
 
@@ -322,8 +323,11 @@ class GraphStore:
         )
         self.insert_rows(
             "links",
-            4,
-            [(ln.key_id, ln.memory_id, ln.weight, ln.auto) for ln in c.new_links.values()],
+            5,
+            [
+                (ln.key_id, ln.memory_id, ln.weight, ln.auto, ln.learned)
+                for ln in c.new_links.values()
+            ],
         )
         if c.touched_links:
             self.serial += 1

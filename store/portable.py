@@ -136,13 +136,17 @@ def import_graph(store: GraphStore, document: dict[str, Any]) -> dict[str, int]:
     for table in EXPORTED_TABLES:
         columns = _columns(conn, table)
         names = tables[table]["columns"]
+        rows_in = tables[table]["rows"]
+        if table == "links" and names == [name for name, _ in columns[:-1]]:
+            # an export from before schema 3 has no links.learned: none of its links was
+            names, rows_in = [*names, "learned"], [[*row, False] for row in rows_in]
         if names != [name for name, _ in columns]:
             raise BadRequest(f"export columns of {table} do not match this schema")
         key_col, memory_col = OWNER_COLUMNS[table]
         key_at = names.index(key_col) if key_col else None
         memory_at = names.index(memory_col) if memory_col else None
         rows = []
-        for row in tables[table]["rows"]:
+        for row in rows_in:
             if table == "links":
                 # a link is new when either end is new and both ends exist afterwards
                 if row[key_at] not in known_keys:

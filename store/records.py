@@ -100,5 +100,5 @@ class LinkRecord:
     weight: float = 1.0
     auto: bool = False
     # Made by hook learning (an association the agent's reads taught), not written with the
-    # memory. Runtime only: the file records it as an auto link (see services/graph/feedback.py).
+    # memory (services/graph/feedback.py).
     learned: bool = False

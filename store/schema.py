@@ -62,8 +62,15 @@ CREATE TABLE link_weights (
 );
 """
 
+# Hook learning (services/graph/feedback.py) makes links of its own: auto-typed associations a
+# read taught, which start lower, fade when not confirmed, and are capped per memory. The file
+# must know them apart from links written with a memory, or a restart would lift those bounds.
+_V3 = """
+ALTER TABLE links ADD COLUMN learned BOOLEAN NOT NULL DEFAULT false;
+"""
+
 # Index i holds the script that takes a file from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # Tables in dependency-free order, for export/import and for tests that compare contents.

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from protocol.errors import BadRequest, NotFound
@@ -22,7 +23,11 @@ from services.graph.feedback import (
     specificity,
 )
 from services.router.learning import SurfacedLog, Surfacing
+from store.database import GraphStore
+from store.portable import export_graph, import_graph, read_export
 from tests.full_stack import FullStack, full_stack
+from tests.graph_helpers import GRAPH_FILE, open_graph
+from tests.vectors import remember_body
 
 NEWTON = "Newton discovered gravity when an apple fell on his head"
 EINSTEIN = "Einstein explained gravity as the curvature of spacetime"
@@ -245,29 +250,36 @@ def test_a_read_wires_the_prompts_specific_key_to_the_memory(tmp_path: Path) -> 
         assert rank_after < rank_before
 
 
-def test_learned_links_are_capped_per_memory(running: FullStack) -> None:
+def test_learned_links_are_capped_per_memory_also_after_a_restart(tmp_path: Path) -> None:
     """However many prompts' keys a memory is read under, it holds at most
-    ``LEARNED_MAX_PER_MEMORY`` learned links."""
-    newton = running.ids["newton"]
-    keys = [
-        running.remember(f"Filler fact number {i} about topic{i}", [f"topic{i}"]) for i in range(12)
-    ]
-    running.search("topic0", top_k=1)
-    key_ids = [
-        running.client.call("graph", "memory_keys", {"memory_ids": [m]})["memories"][m][0]["key_id"]
-        for m in keys
-    ]
-    made = 0
-    for at in range(0, len(key_ids), 3):
-        body = {
-            "namespace": "default",
-            "hit": newton,
-            "keys": [],
-            "associate": key_ids[at : at + 3],
-        }
-        made += len(running.client.call("graph", "reinforce_path", body)["associated"])
-    assert made == LEARNED_MAX_PER_MEMORY
-    assert len(weights(running, newton)) == 3 + LEARNED_MAX_PER_MEMORY
+    ``LEARNED_MAX_PER_MEMORY`` learned links; the file knows which links were learned, so a
+    restart does not lift the cap."""
+
+    def associate(stack: FullStack, newton: str, key_ids: list[str]) -> int:
+        made = 0
+        for at in range(0, len(key_ids), 3):
+            body = {"namespace": "default", "hit": newton, "keys": [], "associate": []}
+            body["associate"] = key_ids[at : at + 3]
+            made += len(stack.client.call("graph", "reinforce_path", body)["associated"])
+        return made
+
+    topics = [f"topic{i}" for i in range(16)]
+    with full_stack(tmp_path) as stack:
+        newton = stack.remember(NEWTON, ["Newton", "gravity", "apple"])
+        held = [
+            stack.remember(f"Filler fact number {i} about {t}", [t]) for i, t in enumerate(topics)
+        ]
+        key_ids = [
+            stack.client.call("graph", "memory_keys", {"memory_ids": [m]})["memories"][m][0][
+                "key_id"
+            ]
+            for m in held
+        ]
+        assert associate(stack, newton, key_ids[:12]) == LEARNED_MAX_PER_MEMORY
+        assert len(weights(stack, newton)) == 3 + LEARNED_MAX_PER_MEMORY
+    with full_stack(tmp_path) as stack:
+        assert associate(stack, newton, key_ids[12:]) == 0
+        assert len(weights(stack, newton)) == 3 + LEARNED_MAX_PER_MEMORY
 
 
 def test_bad_association_input_is_refused_and_changes_nothing(running: FullStack) -> None:
@@ -287,3 +299,30 @@ def test_bad_association_input_is_refused_and_changes_nothing(running: FullStack
         with pytest.raises(error):
             running.client.call("graph", "reinforce_path", body)
     assert weights(running, newton) == before
+
+
+def test_an_export_from_before_learned_links_still_imports(tmp_path: Path) -> None:
+    """Schema 3 added ``links.learned``; an export written before it imports with every link
+    not learned (store/portable.py)."""
+    graph = open_graph(tmp_path / "a")
+    try:
+        graph.remember(remember_body("Dana prefers tabs", ["Dana", "indentation"]))
+    finally:
+        graph.close()
+    conn = duckdb.connect(str(tmp_path / "a" / GRAPH_FILE), read_only=True)
+    try:
+        export_graph(conn, tmp_path / "new.json")
+    finally:
+        conn.close()
+    document = read_export(tmp_path / "new.json")
+    links = document["tables"]["links"]
+    assert links["columns"][-1] == "learned"
+    links["columns"] = links["columns"][:-1]  # as schema 2 wrote it
+    links["rows"] = [row[:-1] for row in links["rows"]]
+    target = GraphStore(tmp_path / "b" / GRAPH_FILE)
+    try:
+        assert import_graph(target, document)["links"] == 2
+        rows = target.conn.execute("SELECT learned FROM links").fetchall()
+    finally:
+        target.close()
+    assert rows == [(False,), (False,)]

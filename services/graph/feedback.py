@@ -374,10 +374,8 @@ def prepare_reinforce_path(
                 state.set_weight(link, before - PATH_DECAY_RATE * (before - floor))
                 decayed.append(_link_row(link, before))
         for _, key_id in new_keys:
-            state.add_link(key_id, hit, LEARNED_LINK_WEIGHT, auto=True)
-            link = state.mem_links[hit][key_id]
-            link.learned = True
-            associated.append(_link_row(link, 0.0))
+            state.add_link(key_id, hit, LEARNED_LINK_WEIGHT, auto=True, learned=True)
+            associated.append(_link_row(state.mem_links[hit][key_id], 0.0))
         if associated:  # the lexicon indexes a memory's key surfaces with its text
             state.changes.upsert_event(memory)
         return {

@@ -241,10 +241,18 @@ class GraphState:
                 self.changes.upsert_event(memory)
 
     # -- links -----------------------------------------------------------------------------
-    def add_link(self, key_id: str, memory_id: str, weight: float, *, auto: bool = False) -> None:
+    def add_link(
+        self,
+        key_id: str,
+        memory_id: str,
+        weight: float,
+        *,
+        auto: bool = False,
+        learned: bool = False,
+    ) -> None:
         if self.link(key_id, memory_id) is not None:
             return
-        record = LinkRecord(key_id, memory_id, clamp_weight(weight), auto)
+        record = LinkRecord(key_id, memory_id, clamp_weight(weight), auto, learned)
         self._strongest.pop(key_id, None)
         self.key_links[key_id][memory_id] = record
         self.mem_links[memory_id][key_id] = record
