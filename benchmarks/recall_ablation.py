@@ -1,7 +1,7 @@
 """Recall ablation: one benchmark load, many ``memory.search`` variants, one table.
 
-    python -m benchmarks.recall_ablation FILE [--keys provided|title] [--limit N]
-        [--variants a,b,...] [--no-baselines] [--json OUT]
+    python -m benchmarks.recall_ablation FILE [--keys provided|title|auto] [--limit N]
+        [--variants a,b,...] [--no-baselines] [--json OUT] [--dump OUT [--dump-variant V]]
 
 ``keymem eval`` answers "how good is recall as shipped"; tuning needs "which of these ideas
 helps", and reloading a file into a fresh deployment for every idea costs minutes each. So this
@@ -11,7 +11,10 @@ deployment, loader, metrics and baselines, used read-only, so the numbers compar
 under each variant: a variant is just a set of search-body options (``hops``, ``pool``,
 ``rerank`` and the ``tuning`` knobs of ``services.router.recall``). Each idea costs one query
 pass. The flat baselines (bm25 with keymem's tokens, dense, hybrid) are computed in the same
-run, after the services are down, exactly as ``keymem eval`` does.
+run, after the services are down, exactly as ``keymem eval`` does. Below the table: failed
+and ``degraded`` replies per variant (a timed-out reranker otherwise passes for a worse
+ranking) and each variant's median client wall time (the first variant of a query pays its
+cold caches).
 
 Settings that win here must win on several files (issue 8: no per-dataset switches).
 """
