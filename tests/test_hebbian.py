@@ -17,6 +17,7 @@ import pytest
 from protocol.errors import BadRequest, NotFound
 from services.graph.feedback import (
     LEARNED_LINK_WEIGHT,
+    LEARNED_MAX_PER_KEY,
     LEARNED_MAX_PER_MEMORY,
     PATH_CEILING_FACTOR,
     PATH_GROWTH_RATE,
@@ -252,8 +253,10 @@ def test_a_read_wires_the_prompts_specific_key_to_the_memory(tmp_path: Path) -> 
 
 def test_learned_links_are_capped_per_memory_also_after_a_restart(tmp_path: Path) -> None:
     """However many prompts' keys a memory is read under, it holds at most
-    ``LEARNED_MAX_PER_MEMORY`` learned links; the file knows which links were learned, so a
-    restart does not lift the cap."""
+    ``LEARNED_MAX_PER_MEMORY`` learned links, and a key at most ``LEARNED_MAX_PER_KEY``; the
+    file knows which links were learned, so a restart does not lift the caps, and learned
+    links never count as a key's memories (its IDF stays that of the memories written with it).
+    """
 
     def associate(stack: FullStack, newton: str, key_ids: list[str]) -> int:
         made = 0
@@ -280,6 +283,13 @@ def test_learned_links_are_capped_per_memory_also_after_a_restart(tmp_path: Path
     with full_stack(tmp_path) as stack:
         assert associate(stack, newton, key_ids[12:]) == 0
         assert len(weights(stack, newton)) == 3 + LEARNED_MAX_PER_MEMORY
+        made = 0
+        for other in held[1:]:
+            body = {"namespace": "default", "hit": other, "keys": [], "associate": key_ids[:1]}
+            made += len(stack.client.call("graph", "reinforce_path", body)["associated"])
+        assert made == LEARNED_MAX_PER_KEY - 1  # its first learned link went to Newton
+        rows = stack.client.call("graph", "memory_keys", {"memory_ids": held[:1]})
+        assert rows["memories"][held[0]][0]["memory_count"] == 1
 
 
 def test_bad_association_input_is_refused_and_changes_nothing(running: FullStack) -> None:

@@ -72,11 +72,12 @@ PATH_MAX_EXPLORED = 64
 # that and fading to the weight floor when shown but not read.
 LEARNED_LINK_WEIGHT = 0.25
 # Only keys at least this specific (normalised IDF: 0.5 = on at most √N of the namespace's N
-# memories) associate; as a key gains learned links its specificity falls, so this also caps
-# the learned links of any one key.
+# memories) associate. Learned links do not count as the key's memories (they would dilute its
+# IDF for the memories written with it), so they have caps of their own.
 ASSOCIATE_MIN_SPECIFICITY = 0.5
 ASSOCIATE_MAX_PER_READ = 3  # new learned links per credited read, the most specific keys first
 LEARNED_MAX_PER_MEMORY = 8  # learned links a memory may ever hold
+LEARNED_MAX_PER_KEY = 8  # learned links a key may ever hold
 
 
 @dataclass
@@ -305,7 +306,8 @@ def _associable(
     state: GraphState, namespace: str, hit: str, key_ids: list[str], total: int
 ) -> list[tuple[float, str]]:
     """The prompt's keys that may learn a link to ``hit``, most specific first: live keys of the
-    namespace not yet linked to it, at least ``ASSOCIATE_MIN_SPECIFICITY`` specific.
+    namespace not yet linked to it, at least ``ASSOCIATE_MIN_SPECIFICITY`` specific, with room
+    under ``LEARNED_MAX_PER_KEY``; at most as many as the hit has room for.
 
     A key of another namespace is a caller's error (namespaces never leak); a key deleted
     since the surfacing is skipped, as a path that is gone teaches nothing.
@@ -320,7 +322,10 @@ def _associable(
             raise BadRequest(f"key {key_id} is not a key of namespace {namespace!r}")
         count = state.active_count.get(key_id, 0)
         share = specificity(count, total)
-        if key_id not in own and count > 0 and share >= ASSOCIATE_MIN_SPECIFICITY:
+        if key_id in own or count == 0 or share < ASSOCIATE_MIN_SPECIFICITY:
+            continue
+        members = state.key_links.get(key_id, {}).values()
+        if sum(1 for link in members if link.learned) < LEARNED_MAX_PER_KEY:
             ranked.append((share, key_id))
     ranked.sort(key=lambda item: -item[0])  # stable: the prompt's own order breaks ties
     learned = sum(1 for link in own.values() if link.learned)

@@ -68,6 +68,8 @@ class GraphState:
         # namespace -> normalised content -> active memory; built on first use (it costs a
         # Unicode normalisation per memory, which start-up should not pay)
         self._dedup: dict[str, dict[str, str]] | None = None
+        # key id -> active memories written with it (learned links left out: an association
+        # hook learning made must not dilute the key's IDF for the memories it names)
         self.active_count: dict[str, int] = defaultdict(int)
         self.ttl_heap: list[tuple[float, str]] = []
         # memory id -> memories whose related_to names it (kept loosely: readers re-check)
@@ -85,7 +87,11 @@ class GraphState:
             key_links[link.key_id][link.memory_id] = link
         inactive = {m.id for m in self.memories.values() if m.superseded_by is not None}
         self.active_count.update(
-            Counter(link.key_id for link in loaded.links if link.memory_id not in inactive)
+            Counter(
+                link.key_id
+                for link in loaded.links
+                if link.memory_id not in inactive and not link.learned
+            )
         )
         by_namespace: dict[str, list[KeyRecord]] = defaultdict(list)
         for key in self.keys.values():
@@ -163,8 +169,9 @@ class GraphState:
         norm = normalize_content(memory.content)
         if table.get(norm) == memory.id:
             del table[norm]
-        for key_id in self.mem_links.get(memory.id, {}):
-            self.active_count[key_id] -= 1
+        for key_id, link in self.mem_links.get(memory.id, {}).items():
+            if not link.learned:
+                self.active_count[key_id] -= 1
         self.changes.delete_event(memory)
 
     def delete_memory(self, memory: MemoryRecord, now: float) -> list[str]:
@@ -177,9 +184,9 @@ class GraphState:
                 del table[norm]
             self.changes.delete_event(memory)
         orphaned: list[str] = []
-        for key_id in self.mem_links.pop(memory.id, {}):
+        for key_id, link in self.mem_links.pop(memory.id, {}).items():
             self._strongest.pop(key_id, None)
-            if was_active:
+            if was_active and not link.learned:
                 self.active_count[key_id] -= 1
             holders = self.key_links.get(key_id)
             if holders is not None:
@@ -256,7 +263,7 @@ class GraphState:
         self._strongest.pop(key_id, None)
         self.key_links[key_id][memory_id] = record
         self.mem_links[memory_id][key_id] = record
-        if self.memories[memory_id].superseded_by is None:
+        if self.memories[memory_id].superseded_by is None and not learned:
             self.active_count[key_id] += 1
         self.changes.add_link(record)
 

@@ -224,7 +224,7 @@ def correct(
     if plan.keys is None:
         for key_id, link in state.mem_links.get(old.id, {}).items():
             weight = max(LINK_WEIGHT_MIN, link.weight - INHERITED_LINK_PENALTY)
-            state.add_link(key_id, new.id, weight, auto=link.auto)
+            state.add_link(key_id, new.id, weight, auto=link.auto, learned=link.learned)
     else:
         for wanted in plan.keys:
             resolution = resolve_key(state, old.namespace, wanted, thresholds, now)
