@@ -183,6 +183,12 @@ def test_two_auto_keys_sharing_a_word_make_no_hop(graph: GraphService) -> None:
     walked = graph.recall_candidates({**body, "auto_hops": True})["candidates"]
     hop = next(c for c in walked if c["memory_id"] == reached)["components"]
     assert hop["hop"] == 1 and hop["hop_link"] == 0.25  # two half-weight links
+    # a link a read taught is an association, though marked auto
+    link = graph.state.link(key_id_of(graph, "garden"), reached)
+    assert link is not None
+    link.learned = True
+    taught = graph.recall_candidates(body)["candidates"]
+    assert reached in [c["memory_id"] for c in taught]
 
 
 def test_the_seed_steps_through_keys_its_text_names_whatever_the_write_order(

@@ -38,7 +38,7 @@ from services.graph.text import query_phrases
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
 from services.graph.views import key_idf
 from services.graph.writes import AUTO_LINK_WEIGHT
-from store.records import MemoryRecord
+from store.records import LinkRecord, MemoryRecord
 
 RRF_K = 60
 # A memory under a literally named key counts as if it ranked first in one more list.
@@ -310,7 +310,7 @@ def _named_steps(
                 other = state.memories.get(link.memory_id)
                 if other is None or link.memory_id in seeds or not other.active(now):
                     continue
-                if link.auto and not auto_hops:
+                if _extracted(link) and not auto_hops:
                     continue
                 fresh = freshness_factor(freshness(other, now))
                 score = base * matching.HOP_DECAY * idf * link.weight * fresh
@@ -321,18 +321,26 @@ def _named_steps(
     return steps
 
 
+def _extracted(link: LinkRecord) -> bool:
+    """An auto-key's link from text extraction; a learned link (a read taught it) is an
+    association even though it is marked auto."""
+    return link.auto and not link.learned
+
+
 def _via_weight(state: GraphState, hop: dict[str, Any], auto_hops: bool) -> float:
     """The last step of a hop as a share of two default links: the weight of the link that
     left the memory it came from times the one that reached it, over the default's square
     (a related_to edge counts as default links). Unless ``auto_hops``, a step between two
-    auto-keys' links counts nothing: two texts sharing an extracted word is co-occurrence, not
-    an association an agent made (on auto-keyed stores those hops cost recall, see
-    docs/BENCHMARKS.md)."""
+    extracted auto-keys' links counts nothing: two texts sharing an extracted word is
+    co-occurrence, not an association an agent made or a read taught (on auto-keyed stores
+    those hops cost recall, see docs/BENCHMARKS.md)."""
     if hop["via"] == "related_to":
         return 1.0
     left = state.link(hop["via"], hop["from"])
     reached = state.link(hop["via"], hop["memory_id"])
-    if left is None or reached is None or (left.auto and reached.auto and not auto_hops):
+    if left is None or reached is None:
+        return 0.0
+    if _extracted(left) and _extracted(reached) and not auto_hops:
         return 0.0
     return left.weight * reached.weight / LINK_WEIGHT_DEFAULT**2
 
