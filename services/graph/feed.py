@@ -27,9 +27,14 @@ RETAINED_EVENTS = 200_000
 
 
 def document(state: GraphState, memory: MemoryRecord) -> dict[str, Any]:
+    """What the lexicon indexes for a memory: its text and the surfaces of the keys it was
+    written with. Learned links (hook learning) are left out: BM25 would count a learned key's
+    words at full strength whatever the link's weight, so a weak association would act as a
+    written key from the first read."""
     surfaces: list[str] = []
-    for key_id in state.mem_links.get(memory.id, {}):
-        surfaces.extend(state.keys[key_id].surfaces())
+    for key_id, link in state.mem_links.get(memory.id, {}).items():
+        if not link.learned:
+            surfaces.extend(state.keys[key_id].surfaces())
     return {
         "id": memory.id,
         "namespace": memory.namespace,

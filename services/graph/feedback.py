@@ -3,9 +3,13 @@
 ``reinforce_path`` is the graph half of learning from the hook's traffic
 (``services/router/learning.py``): a memory the hook surfaced and the agent then read grows the
 links that surfaced it, by a share of the distance to a ceiling (twice the link's starting
-weight), and the same keys' links to memories that were shown but not read shrink back
+weight) scaled by the key's specificity (hub keys say nothing about which memory a question
+wants), and the same keys' links to memories that were shown but not read shrink back
 towards their starting weight, never below it. So hook traffic alone keeps every link within
 [its starting weight, twice that] (or leaves it where explicit reads and dismissals put it).
+The prompt's specific keys the read memory lacked get a weak *learned* link (fire together,
+wire together): capped per read, per memory and per key, fading when shown but not read, left
+out of the key's IDF and of the lexicon's document, so it counts only at its own weight.
 
 A read reinforces only the edge it traversed (+0.1, capped at 3.0) and never touches depth or
 freshness; only evidence-backed ``confirm_memory`` deepens a memory (+0.05) and restarts its
@@ -381,8 +385,6 @@ def prepare_reinforce_path(
         for _, key_id in new_keys:
             state.add_link(key_id, hit, LEARNED_LINK_WEIGHT, auto=True, learned=True)
             associated.append(_link_row(state.mem_links[hit][key_id], 0.0))
-        if associated:  # the lexicon indexes a memory's key surfaces with its text
-            state.changes.upsert_event(memory)
         return {
             "hit": hit,
             "reinforced": reinforced,

@@ -4,10 +4,12 @@ The hook puts memories in front of the agent unasked (``memory.inject``); when t
 to ``read_memory`` one of them, that is the best evidence keymem gets that the path which
 surfaced it was right. So the router remembers, for every memory inject surfaces, the path that
 surfaced it — the matched keys and, for a memory reached by a hop, the key the hop came through
-— together with the other memories of that search, the namespace, the hook's session id (when
-the host gave one) and the time. A later read of that memory asks the graph to reinforce that
-path (``graph.reinforce_path``, ``services/graph/feedback.py``: bounded growth towards a
-ceiling, the unread neighbours' links decay back towards their starting weight).
+— together with every key the prompt matched, the other memories of that search, the
+namespace, the hook's session id (when the host gave one) and the time. A later read of that
+memory asks the graph to reinforce that path and to associate the prompt's specific keys with
+the memory (``graph.reinforce_path``, ``services/graph/feedback.py``: growth scaled by the
+key's specificity towards a ceiling, the unread neighbours' links decay, new learned links are
+weak and capped).
 
 Where the state lives: in the router process's memory, shared by its memory worker threads
 under one lock, bounded in entries and age. It is soft state: a router restart forgets what was
