@@ -12,7 +12,7 @@ from protocol.errors import BadRequest, KeymemError, TooLarge, Unavailable
 from services.config import Settings
 from services.embedder.backends.usem3 import Usem3Backend
 from services.reranker.gate import Gate, dominant_script
-from services.reranker.scorers import COSINE_PASSAGE_CHARS, EmbeddingCosineScorer
+from services.reranker.scorers import COSINE_READ_CHARS, EmbeddingCosineScorer
 from services.reranker.service import MAX_PASSAGES, Reranker, build, make_service
 from services.reranker.settings import RerankerSettings
 from services.stack import InprocStack
@@ -75,8 +75,21 @@ def test_cached_passages_score_the_same(stack: InprocStack, backend: Usem3Backen
 
 def test_long_passage_is_cut_and_reported(stack: InprocStack, backend: Usem3Backend) -> None:
     client = start(stack, backend)
-    result = score(client, "q", ["short", "long " * COSINE_PASSAGE_CHARS])
+    result = score(client, "q", ["short", "long " * COSINE_READ_CHARS])
     assert result["truncated"] == [1]
+
+
+def test_a_detail_deep_in_a_long_passage_is_read(stack: InprocStack, backend: Usem3Backend) -> None:
+    """A long transcript mentions the asked detail far past its head: the window holding the
+    query's words is scored too, so the transcript is not judged by its opening alone."""
+    client = start(stack, backend)
+    opening = "We talked about tomato seedlings, compost and watering schedules. " * 20
+    detail = "By the way, my cat is called Miso and she loves sleeping on the sofa."
+    transcript = opening + detail
+    assert len(opening) > 1000
+    query = "what is my cat called"
+    head_only, whole = score(client, query, [opening, transcript])["scores"]
+    assert whole > head_only + 0.1
 
 
 def test_gate_on_cosines(stack: InprocStack, backend: Usem3Backend) -> None:

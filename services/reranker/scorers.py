@@ -9,9 +9,8 @@ memories come back in pool after pool.
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
-
-import numpy as np
 
 from services.embedder.backends import EmbeddingBackend, fingerprint
 from services.embedder.cache import Cached, VectorCache
@@ -32,45 +31,84 @@ class Scorer(Protocol):
         ...
 
 
-# The cosine default reads the head of each passage: USE-m costs ~20 µs per character, so a
-# pool of 30 full paragraphs would cost 150 ms cold; the opening carries the topic.
-COSINE_PASSAGE_CHARS = 1000
+# USE-m costs ~20 µs per character, so the cosine default reads the head of a passage (where a
+# paragraph's topic is) and, in a longer one, at most one more window: the one holding more of
+# the query's words than the head does (where a long transcript mentions the detail asked
+# about). A pool of 30 long memories then costs 30 heads (warmed when they are written) and at
+# most 30 windows cold, not 30 whole transcripts; windows are cached like heads.
+COSINE_HEAD_CHARS = 1000
+COSINE_WINDOW_CHARS = 600
+COSINE_READ_CHARS = 20_000  # the graph's content limit: beyond it a passage is cut (and said so)
+_WORD = re.compile(r"\w{3,}")
+
+
+def windows(text: str) -> list[str]:
+    """``text`` in consecutive windows of at most ``COSINE_WINDOW_CHARS``, cut at spaces."""
+    parts = []
+    rest = text
+    while len(rest) > COSINE_WINDOW_CHARS:
+        cut_at = rest.rfind(" ", COSINE_WINDOW_CHARS // 2, COSINE_WINDOW_CHARS)
+        cut_at = COSINE_WINDOW_CHARS if cut_at < 0 else cut_at
+        parts.append(rest[:cut_at])
+        rest = rest[cut_at:].lstrip()
+    if rest:
+        parts.append(rest)
+    return parts
+
+
+def read_windows(query: str, passage: str) -> list[str]:
+    """What of ``passage`` is scored against ``query``: its head, and the window past the head
+    holding the most of the query's words, if it holds more than the head does."""
+    head = passage[:COSINE_HEAD_CHARS]
+    if len(passage) <= COSINE_HEAD_CHARS:
+        return [head]
+    wanted = {w.lower() for w in _WORD.findall(query)}
+
+    def shared(text: str) -> int:
+        return len(wanted & {w.lower() for w in _WORD.findall(text)})
+
+    rest = windows(passage[COSINE_HEAD_CHARS:])
+    best = max(rest, key=shared)
+    return [head, best] if shared(best) > shared(head) else [head]
 
 
 class EmbeddingCosineScorer:
     score_kind = "embedding_cosine"
-    max_chars = COSINE_PASSAGE_CHARS
+    max_chars = COSINE_READ_CHARS
 
     def __init__(self, backend: EmbeddingBackend, cache_entries: int) -> None:
         self.backend = backend
         self.model = fingerprint(backend)
         self.cache = VectorCache(cache_entries)
 
-    def _rows(self, passages: list[str]) -> tuple[dict[str, Cached], int]:
-        """A cached vector for every passage, embedding the missing ones in one call."""
+    def _rows(self, texts: list[str]) -> tuple[dict[str, Cached], int]:
+        """A cached vector for every text, embedding the missing ones in one call."""
         rows: dict[str, Cached] = {}
         missing: dict[str, None] = {}
-        for passage in passages:
-            found = self.cache.get("passage", passage)
+        for text in texts:
+            found = self.cache.get("passage", text)
             if found is not None:
-                rows[passage] = found
+                rows[text] = found
             else:
-                missing[passage] = None
+                missing[text] = None
         if missing:
-            texts = list(missing)
-            encoded = self.backend.encode(texts, "passage")
-            for i, passage in enumerate(texts):
+            fresh = list(missing)
+            encoded = self.backend.encode(fresh, "passage")
+            for i, text in enumerate(fresh):
                 entry = Cached(encoded.vectors[i].copy(), i in encoded.truncated)
-                rows[passage] = entry
-                self.cache.put("passage", passage, entry)
+                rows[text] = entry
+                self.cache.put("passage", text, entry)
         return rows, len(missing)
 
     def score(self, query: str, passages: list[str]) -> tuple[list[float], set[int]]:
-        rows, _ = self._rows(passages)
+        """A passage scores as its best window read (``read_windows``)."""
+        read = [read_windows(query, p) for p in passages]
+        rows, _ = self._rows([w for parts in read for w in parts])
         query_vector = self.backend.encode([query], "query").vectors[0]
-        matrix = np.stack([rows[p].vector for p in passages])
-        scores = (matrix @ query_vector).astype(float).tolist()
-        return scores, {i for i, p in enumerate(passages) if rows[p].truncated}
+        scores = [max(float(rows[w].vector @ query_vector) for w in parts) for parts in read]
+        truncated = {i for i, parts in enumerate(read) if any(rows[w].truncated for w in parts)}
+        return scores, truncated
 
     def warm(self, passages: list[str]) -> int:
-        return self._rows(passages)[1]
+        """The heads: what every query reads."""
+        return self._rows([p[:COSINE_HEAD_CHARS] for p in passages])[1]

@@ -11,8 +11,8 @@ a candidate only when
   appears in it verbatim — "3.11.2" must not surface a note about 3.12;
 * the graph connects it to the prompt (a matched key, a literal name, or a hop) and its
   reranker relevance reaches the floor for that score kind — unless its words alone cover most
-  of the prompt (the cosine default reads only the head of a long memory, and auto-keys rarely
-  name the detail asked about);
+  of the prompt (the cosine default reads the head and one window of a long memory, and
+  auto-keys rarely name the detail asked about);
 * it covers what the prompt asks about: the idf-weighted share of the prompt's content words it
   contains (``lexicon.coverage``) reaches a floor, unless its relevance alone is strong (a
   paraphrase shares meaning, not words).
