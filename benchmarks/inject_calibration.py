@@ -29,10 +29,11 @@ from services.evaluation.loader import LoadedStore, default_key_mode, load
 from services.evaluation.progress import Progress
 from services.evaluation.recall import KeymemRecall, memory_ids
 from services.evaluation.runner import InjectResult
+from services.router.inject import COVERAGE_MAX
 
 CLIENT_TIMEOUT_MS = 30_000
 QUERY_TIMEOUT_MS = 30_000
-NEVER = 2.0  # a coverage no memory reaches: switches the word-only admission off
+NEVER = COVERAGE_MAX  # a coverage no memory reaches: switches the word-only admission off
 
 # Before calibration: graph connection and the 0.3 cosine floor only.
 LEGACY = {"min_coverage": 0.0, "strong_coverage": NEVER, "entities": False, "premise": False}

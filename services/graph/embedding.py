@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from protocol.errors import BadRequest, Conflict, NotFound
+from protocol.fields import body_of, opt_int
 from services.graph.keyindex import KeyIndex
-from services.graph.requests import body_of, id_list, opt_int, opt_str, req_str
+from services.graph.requests import id_list, opt_str, req_str
 from services.graph.state import GraphState
 
 REEMBED_PAGE_MAX = 5_000

@@ -14,7 +14,8 @@ import heapq
 from typing import Any
 
 from protocol.errors import BadRequest, Conflict
-from services.graph.requests import body_of, opt_int, opt_str
+from protocol.fields import body_of, opt_int
+from services.graph.requests import opt_str
 from services.graph.state import GraphState
 from store.changes import OP_DELETE, OP_UPSERT
 from store.database import GraphStore

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import BadRequest, NotFound
+from protocol.fields import body_of
 from services.graph.requests import (
-    body_of,
     evidence_of,
     id_list,
     namespace_filter,

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from protocol.errors import BadRequest, NotFound
+from protocol.fields import body_of, opt_bool, opt_int
 from services.graph import matching
 from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds
-from services.graph.requests import body_of, id_list, namespace_of, opt_bool, opt_int, req_str
+from services.graph.requests import id_list, namespace_of, req_str
 from services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
 from services.graph.text import query_phrases
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view

@@ -15,18 +15,11 @@ from typing import Any
 import numpy as np
 
 from protocol.errors import BadRequest
+from protocol.fields import body_of, opt_bool, opt_int
 from services.graph.feedback import RecallBuffer
 from services.graph.keyindex import KeyIndex
 from services.graph.profile import Thresholds, with_overrides
-from services.graph.requests import (
-    MAX_CONTENT_CHARS,
-    body_of,
-    id_list,
-    namespace_of,
-    opt_bool,
-    opt_int,
-    opt_str,
-)
+from services.graph.requests import MAX_CONTENT_CHARS, id_list, namespace_of, opt_str
 from services.graph.state import GraphState
 from services.graph.text import is_short_concept, query_phrases, surface_norm
 from services.graph.validity import depth_factor, freshness, freshness_factor

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from protocol import fields
 from protocol.errors import BadRequest, TooLarge
 from services.graph.text import normalize_namespace, usable_key
 from store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
@@ -28,48 +29,13 @@ MAX_IDS_PER_REQUEST = 1_000
 MAX_ID_CHARS = 64
 
 
-def body_of(raw: Any) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise BadRequest("request body must be an object")
-    return raw
-
-
 def opt_str(body: dict[str, Any], name: str, max_chars: int = MAX_ID_CHARS) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string")
-    if len(value) > max_chars:
-        raise TooLarge(f"{name} is longer than {max_chars} characters")
-    return value
+    """An optional string field; the graph's fields are ids unless told otherwise."""
+    return fields.opt_str(body, name, max_chars)
 
 
 def req_str(body: dict[str, Any], name: str, max_chars: int = MAX_ID_CHARS) -> str:
-    value = opt_str(body, name, max_chars)
-    if value is None or not value.strip():
-        raise BadRequest(f"{name} is required")
-    return value
-
-
-def opt_int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{name} must be an integer")
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be in [{low}, {high}]")
-    return value
-
-
-def opt_bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if not isinstance(value, bool):
-        raise BadRequest(f"{name} must be true or false")
-    return value
+    return fields.req_str(body, name, max_chars)
 
 
 def namespace_of(body: dict[str, Any]) -> str:

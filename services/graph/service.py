@@ -20,6 +20,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
+from protocol.fields import body_of
 from protocol.worker import Service
 from services.config import Settings
 from services.graph import (
@@ -34,13 +35,7 @@ from services.graph import (
 )
 from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds, thresholds_from_env, with_overrides
-from services.graph.requests import (
-    MAX_BATCH_ITEMS,
-    body_of,
-    namespace_filter,
-    req_str,
-    source_of,
-)
+from services.graph.requests import MAX_BATCH_ITEMS, namespace_filter, req_str, source_of
 from services.graph.state import GraphState
 from store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
 from store.changes import Changes

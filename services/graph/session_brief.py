@@ -10,7 +10,8 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from services.graph.requests import body_of, namespace_of, opt_int
+from protocol.fields import body_of, opt_int
+from services.graph.requests import namespace_of
 from services.graph.state import GraphState
 from services.graph.validity import freshness, status_of, validity_view
 

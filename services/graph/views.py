@@ -12,14 +12,8 @@ import time
 from typing import Any
 
 from protocol.errors import BadRequest, NotFound
-from services.graph.requests import (
-    body_of,
-    id_list,
-    namespace_filter,
-    opt_bool,
-    opt_int,
-    req_str,
-)
+from protocol.fields import body_of, opt_bool, opt_int
+from services.graph.requests import id_list, namespace_filter, req_str
 from services.graph.state import GraphState
 from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
 from store.records import KeyRecord, MemoryRecord, from_json

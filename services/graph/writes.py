@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import BadRequest, Conflict, NotFound
+from protocol.fields import body_of
 from services.graph.keys import near_key_hints, resolve_key
 from services.graph.profile import Thresholds
 from services.graph.requests import (
     KeyInput,
-    body_of,
     content_of,
     decay_profile_of,
     keys_of,

@@ -15,7 +15,8 @@ from collections import Counter
 from typing import Any
 
 from protocol.client import Client
-from protocol.errors import BadRequest, TooLarge
+from protocol.errors import BadRequest
+from protocol.fields import body_of, opt_bool, opt_int, opt_int_or_none, req_str
 from protocol.worker import HeartbeatPolicy, Service
 from services.config import Settings
 from services.lexicon import cache
@@ -45,32 +46,9 @@ RETRY_AFTER_S = 1.0  # after the graph was unreachable
 CACHE_SAVE_INTERVAL_S = 30.0
 
 
-def _body(body: Any) -> dict[str, Any]:
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise BadRequest(f"body must be a map, got {type(body).__name__}")
-    return body
-
-
-def _text(body: dict[str, Any], name: str, max_chars: int, *, required: bool = True) -> str:
-    value = body.get(name)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str):
-        raise BadRequest(f"{name!r} must be a string")
-    if len(value) > max_chars:
-        raise TooLarge(f"{name!r} has {len(value)} characters; at most {max_chars}")
-    return value
-
-
-def _int(body: dict[str, Any], name: str, default: int | None, low: int, high: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadRequest(f"{name!r} must be an integer in {low}..{high}")
-    return value
+def _text(body: dict[str, Any], name: str, max_chars: int) -> str:
+    """A required text that may be blank: searching for nothing finds nothing."""
+    return req_str(body, name, max_chars, blank=True)
 
 
 class Lexicon:
@@ -193,13 +171,12 @@ class Lexicon:
 
     # -- methods -------------------------------------------------------------------------------
     def search(self, raw: Any) -> dict[str, Any]:
-        body = _body(raw)
+        body = body_of(raw)
         query = _text(body, "query", MAX_QUERY_CHARS)
         namespace = _text(body, "namespace", MAX_NAMESPACE_CHARS)
-        top_n = _int(body, "top_n", DEFAULT_TOP_N, 1, MAX_TOP_N)
-        min_seq = _int(body, "min_seq", None, 0, 2**63 - 1)
-        wait_ms = _int(body, "wait_ms", DEFAULT_WAIT_MS, 0, 60_000)
-        assert top_n is not None and wait_ms is not None
+        top_n = opt_int(body, "top_n", DEFAULT_TOP_N, 1, MAX_TOP_N)
+        min_seq = opt_int_or_none(body, "min_seq", 0, 2**63 - 1)
+        wait_ms = opt_int(body, "wait_ms", DEFAULT_WAIT_MS, 0, 60_000)
         caught_up = self.follower.consistent
         if min_seq is not None:
             budget = min(wait_ms / 1000, self.max_wait_s)
@@ -220,7 +197,7 @@ class Lexicon:
         The inject path's topical-agreement gate: a memory that shares a name with the prompt
         but none of its rarer words is not what the prompt asks about.
         """
-        body = _body(raw)
+        body = body_of(raw)
         query = _text(body, "query", MAX_QUERY_CHARS)
         namespace = _text(body, "namespace", MAX_NAMESPACE_CHARS)
         ids = body.get("ids")
@@ -235,22 +212,19 @@ class Lexicon:
         return {"coverage": shares, "terms": terms}
 
     def tokenize(self, raw: Any) -> dict[str, Any]:
-        text = _text(_body(raw), "text", MAX_TEXT_CHARS)
+        text = _text(body_of(raw), "text", MAX_TEXT_CHARS)
         return {"tokens": self.tokenizer.tokenize(text)}
 
     def extract_keys(self, raw: Any) -> dict[str, Any]:
-        body = _body(raw)
+        body = body_of(raw)
         text = _text(body, "text", MAX_TEXT_CHARS)
-        limit = _int(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        assert limit is not None
-        content_words = body.get("content_words", False)
-        if not isinstance(content_words, bool):
-            raise BadRequest("content_words must be true or false")
+        limit = opt_int(body, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        content_words = opt_bool(body, "content_words", False)
         found = extract_keys(text, self.tokenizer.analyse(text), limit, content_words)
         return {"keys": [c.to_wire() for c in found]}
 
     def index_stats(self, raw: Any) -> dict[str, Any]:
-        _body(raw)
+        body_of(raw)
         spaces = {
             name: {
                 "documents": space.n_docs,
@@ -274,7 +248,7 @@ class Lexicon:
 
     def index_ids(self, raw: Any) -> dict[str, Any]:
         """Every indexed id (of one namespace): for convergence checks and diagnostics."""
-        body = _body(raw)
+        body = body_of(raw)
         namespace = body.get("namespace")
         if namespace is not None and not isinstance(namespace, str):
             raise BadRequest("'namespace' must be a string or null")

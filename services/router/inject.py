@@ -37,10 +37,12 @@ from typing import Any
 
 from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError
+from protocol.fields import only_fields, opt_bool, opt_int, opt_number
 from protocol.worker import remaining_ms
 from services.router.recall import DEFAULT_BUDGET_MS, Recall, rerank_segments
 
 TOP_K_DEFAULT = 2
+TOP_K_MAX = 10
 CANDIDATES = 10  # of hybrid search's ranking, per namespace, for the gates to judge
 MAX_CHARS_DEFAULT = 2_000
 MAX_CHARS_RANGE = (256, 20_000)
@@ -54,6 +56,8 @@ MIN_RELEVANCE_BY_KIND = {"embedding_cosine": 0.3, "cross_encoder_logit": 0.0}
 # Relevance at which a candidate needs no shared words (the coverage gate's escape hatch).
 STRONG_RELEVANCE_BY_KIND = {"embedding_cosine": 0.6, "cross_encoder_logit": 3.0}
 MIN_COVERAGE = 0.2
+COVERAGE_MAX = 2.0  # above 1 switches a coverage admission off (the calibration's "never")
+RELEVANCE_MAX = 100.0  # any cosine or logit a threshold could mean
 # Coverage at which a memory is admitted on its words alone: it contains most of what the
 # prompt asks about, though no key links it and the reranker (which reads only the head of a
 # long passage) scores it low.
@@ -142,25 +146,19 @@ class Gate:
     def parse(cls, raw: Any) -> Gate:
         if raw is None:
             return cls()
-        if not isinstance(raw, dict) or set(raw) - set(cls.__dataclass_fields__):
-            raise BadRequest(f"gate must be a map of {sorted(cls.__dataclass_fields__)}")
+        if not isinstance(raw, dict):
+            raise BadRequest("gate must be a map")
+        only_fields(raw, tuple(cls.__dataclass_fields__), "gate")
         base = cls()
-        for name in ("entities", "premise"):
-            if not isinstance(raw.get(name, True), bool):
-                raise BadRequest(f"gate.{name} must be true or false")
-        for name in ("min_relevance", "strong_relevance", "min_coverage", "strong_coverage"):
-            value = raw.get(name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float)
-            ):
-                raise BadRequest(f"gate.{name} must be a number")
         return cls(
-            min_relevance=raw.get("min_relevance"),
-            strong_relevance=raw.get("strong_relevance"),
-            min_coverage=_number(raw, "min_coverage", base.min_coverage),
-            strong_coverage=_number(raw, "strong_coverage", base.strong_coverage),
-            entities=raw.get("entities", True),
-            premise=raw.get("premise", True),
+            min_relevance=_optional_number(raw, "min_relevance"),
+            strong_relevance=_optional_number(raw, "strong_relevance"),
+            min_coverage=opt_number(raw, "min_coverage", base.min_coverage, 0.0, COVERAGE_MAX),
+            strong_coverage=opt_number(
+                raw, "strong_coverage", base.strong_coverage, 0.0, COVERAGE_MAX
+            ),
+            entities=opt_bool(raw, "entities", base.entities),
+            premise=opt_bool(raw, "premise", base.premise),
         )
 
     def floor(self, kind: str) -> float | None:
@@ -172,9 +170,11 @@ class Gate:
         return STRONG_RELEVANCE_BY_KIND.get(kind)
 
 
-def _number(raw: dict[str, Any], name: str, default: float) -> float:
-    value = raw.get(name)
-    return default if value is None else float(value)
+def _optional_number(raw: dict[str, Any], name: str) -> float | None:
+    """A relevance threshold in the reranker's own units (a cosine or a logit), or None."""
+    if raw.get(name) is None:
+        return None
+    return opt_number(raw, name, 0.0, -RELEVANCE_MAX, RELEVANCE_MAX)
 
 
 def admit(
@@ -258,9 +258,7 @@ class Inject:
             or not all(isinstance(n, str) for n in namespaces)
         ):
             raise BadRequest(f"namespaces must be a list of 1..{MAX_NAMESPACES} strings")
-        top_k = body.get("top_k", TOP_K_DEFAULT)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 10:
-            raise BadRequest("top_k must be an integer in [1, 10]")
+        top_k = opt_int(body, "top_k", TOP_K_DEFAULT, 1, TOP_K_MAX)
         max_chars = body.get("max_chars", MAX_CHARS_DEFAULT)
         low, high = MAX_CHARS_RANGE
         if isinstance(max_chars, bool) or not isinstance(max_chars, int):

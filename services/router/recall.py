@@ -29,6 +29,16 @@ from typing import Any
 
 from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError
+from protocol.fields import (
+    body_of,
+    only_fields,
+    opt_bool,
+    opt_choice,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_str,
+)
 from protocol.worker import remaining_ms
 from services.graph.hybrid import (
     KEY_AGGREGATES,
@@ -38,6 +48,7 @@ from services.graph.hybrid import (
     SEEDS_DEFAULT,
 )
 from services.graph.matching import PHRASE_KEYS_MAX, PHRASES_MAX
+from services.graph.requests import MAX_NAMESPACE_CHARS
 from services.graph.text import normalize_namespace
 from services.router.profile import EmbedderProfile
 
@@ -145,46 +156,26 @@ class Tuning:
             return cls()
         if not isinstance(raw, dict):
             raise BadRequest("tuning must be a map")
-        unknown = set(raw) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise BadRequest(f"unknown tuning options {sorted(unknown)}")
+        only_fields(raw, tuple(cls.__dataclass_fields__), "tuning")
         base = cls()
         return cls(
-            fusion=_choice(raw, "fusion", base.fusion, FUSIONS),
-            hop_gate=_choice(raw, "hop_gate", base.hop_gate, HOP_GATES),
-            hop_weight=_weight(raw, "hop_weight", base.hop_weight),
-            dense_weight=_weight(raw, "dense_weight", base.dense_weight),
-            key_weight=_weight(raw, "key_weight", base.key_weight),
-            seeds=_int(raw, "seeds", base.seeds, 1, SEEDS_MAX),
-            key_agg=_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
-            evidence=_bool(raw, "evidence", base.evidence),
-            fallback=_bool(raw, "fallback", base.fallback),
-            bm25_depth=_int(raw, "bm25_depth", base.bm25_depth, 1, BM25_DEPTH_MAX),
-            phrase_keys=_int(raw, "phrase_keys", base.phrase_keys, 0, PHRASE_KEYS_MAX),
-            phrase_floor=_weight(raw, "phrase_floor", base.phrase_floor),
-            phrase_links=_choice(raw, "phrase_links", base.phrase_links, PHRASE_LINKS),
-            link_weighted=_bool(raw, "link_weighted", base.link_weighted),
-            auto_hops=_bool(raw, "auto_hops", base.auto_hops),
-            named_hops=_bool(raw, "named_hops", base.named_hops),
+            fusion=opt_choice(raw, "fusion", base.fusion, FUSIONS),
+            hop_gate=opt_choice(raw, "hop_gate", base.hop_gate, HOP_GATES),
+            hop_weight=opt_number(raw, "hop_weight", base.hop_weight, 0.0, WEIGHT_MAX),
+            dense_weight=opt_number(raw, "dense_weight", base.dense_weight, 0.0, WEIGHT_MAX),
+            key_weight=opt_number(raw, "key_weight", base.key_weight, 0.0, WEIGHT_MAX),
+            seeds=opt_int(raw, "seeds", base.seeds, 1, SEEDS_MAX),
+            key_agg=opt_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
+            evidence=opt_bool(raw, "evidence", base.evidence),
+            fallback=opt_bool(raw, "fallback", base.fallback),
+            bm25_depth=opt_int(raw, "bm25_depth", base.bm25_depth, 1, BM25_DEPTH_MAX),
+            phrase_keys=opt_int(raw, "phrase_keys", base.phrase_keys, 0, PHRASE_KEYS_MAX),
+            phrase_floor=opt_number(raw, "phrase_floor", base.phrase_floor, 0.0, WEIGHT_MAX),
+            phrase_links=opt_choice(raw, "phrase_links", base.phrase_links, PHRASE_LINKS),
+            link_weighted=opt_bool(raw, "link_weighted", base.link_weighted),
+            auto_hops=opt_bool(raw, "auto_hops", base.auto_hops),
+            named_hops=opt_bool(raw, "named_hops", base.named_hops),
         )
-
-
-def _choice(body: dict[str, Any], name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = body.get(name, default)
-    if value not in allowed:
-        raise BadRequest(f"{name} must be one of {allowed}")
-    return str(value)
-
-
-def _weight(body: dict[str, Any], name: str, default: float) -> float:
-    value = body.get(name, default)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 <= value <= WEIGHT_MAX
-    ):
-        raise BadRequest(f"{name} must be a number in [0, {WEIGHT_MAX}]")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -202,44 +193,21 @@ class SearchRequest:
 
     @classmethod
     def parse(cls, body: Any, *, top_k_default: int = TOP_K_DEFAULT) -> SearchRequest:
-        if not isinstance(body, dict):
-            raise BadRequest(f"body must be a map, got {type(body).__name__}")
-        query = body.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise BadRequest("query must be a non-empty string")
-        if len(query) > MAX_QUERY_CHARS:
-            raise BadRequest(f"query is longer than {MAX_QUERY_CHARS} characters")
-        namespace = body.get("namespace")
-        if namespace is not None and not isinstance(namespace, str):
-            raise BadRequest("namespace must be a string")
+        body = body_of(body)
+        query = req_str(body, "query", MAX_QUERY_CHARS)
+        namespace = opt_str(body, "namespace", MAX_NAMESPACE_CHARS)
         return cls(
             query=query,
             namespace=normalize_namespace(namespace),
-            top_k=_int(body, "top_k", top_k_default, 1, TOP_K_MAX),
-            hops=_int(body, "hops", 2, 0, 5),
-            pool=_int(body, "pool", POOL_DEFAULT, 1, POOL_MAX),
-            rerank=_bool(body, "rerank", True),
-            reinforce=_bool(body, "reinforce", False),
-            timing=_bool(body, "timing", False),
-            min_seq=_int(body, "min_seq", 0, 0, 2**62) or None,
+            top_k=opt_int(body, "top_k", top_k_default, 1, TOP_K_MAX),
+            hops=opt_int(body, "hops", 2, 0, 5),
+            pool=opt_int(body, "pool", POOL_DEFAULT, 1, POOL_MAX),
+            rerank=opt_bool(body, "rerank", True),
+            reinforce=opt_bool(body, "reinforce", False),
+            timing=opt_bool(body, "timing", False),
+            min_seq=opt_int(body, "min_seq", 0, 0, 2**62) or None,
             tuning=Tuning.parse(body.get("tuning")),
         )
-
-
-def _int(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadRequest(f"{name} must be an integer in [{low}, {high}]")
-    return value
-
-
-def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if not isinstance(value, bool):
-        raise BadRequest(f"{name} must be true or false")
-    return value
 
 
 def rerank_segments(query: str) -> list[str]:
