@@ -33,6 +33,9 @@ from tests.vectors import remember_body
 NEWTON = "Newton discovered gravity when an apple fell on his head"
 EINSTEIN = "Einstein explained gravity as the curvature of spacetime"
 PROMPT = "What did Newton discover about gravity when the apple fell?"
+DEPLOY = "The team ships on Tuesday at 14:00 UTC, after the standup"
+FREEZE = "The release freeze starts on the first of December"
+TRAIN_PROMPT = "During the release freeze, does the team still ship on Tuesday?"
 # Unrelated memories, so that "gravity" (on 2 of 8 memories) is a specific key, as in any real
 # store, rather than a hub of a two-memory namespace.
 FILLERS = [
@@ -192,6 +195,24 @@ def test_an_odd_session_id_never_costs_the_prompt_its_memories(running: FullStac
     assert running.ids["newton"] in [m["id"] for m in reply["memories"]]
 
 
+def test_association_is_off_unless_switched_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the dev files association did not pay on held-out questions, so by default a read
+    only reinforces the path (docs/BENCHMARKS.md, "Hebbian replay")."""
+    monkeypatch.delenv("KEYMEM_LEARN_ASSOCIATE", raising=False)
+    with full_stack(tmp_path) as stack:
+        deploy = stack.remember(DEPLOY, ["deploy window", "Tuesday"])
+        stack.remember(FREEZE, ["release freeze"])
+        for content, keys in FILLERS:
+            stack.remember(content, keys)
+        stack.search("release freeze", top_k=1)
+        shown = stack.memory("inject", {"prompt": TRAIN_PROMPT})
+        assert deploy in [m["id"] for m in shown["memories"]]
+        read = stack.memory("read_memory", {"memory_id": deploy})
+        assert read["surfaced_path"]["reinforced"] and not read["surfaced_path"]["associated"]
+
+
 def test_hub_keys_learn_less_than_specific_keys(running: FullStack) -> None:
     """Growth is scaled by the key's specificity: "gravity" (2 of 8 memories) grows less than
     "Newton" (1 of 8) on the same read; a key on every memory would not grow at all."""
@@ -210,14 +231,13 @@ def test_hub_keys_learn_less_than_specific_keys(running: FullStack) -> None:
     assert specificity(8, 8) == 0.0 and specificity(1, 8) == 1.0
 
 
-DEPLOY = "The team ships on Tuesday at 14:00 UTC, after the standup"
-FREEZE = "The release freeze starts on the first of December"
-
-
-def test_a_read_wires_the_prompts_specific_key_to_the_memory(tmp_path: Path) -> None:
-    """Fire together, wire together: a prompt's key that surfaced with a memory the agent then
-    read gains a learned link, so a later, differently worded prompt that names only that key
-    reaches the memory, which it could not before."""
+def test_a_read_wires_the_prompts_specific_key_to_the_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fire together, wire together (with ``KEYMEM_LEARN_ASSOCIATE``): a prompt's key that
+    surfaced with a memory the agent then read gains a learned link, so a later, differently
+    worded prompt that names only that key reaches the memory, which it could not before."""
+    monkeypatch.setenv("KEYMEM_LEARN_ASSOCIATE", "true")
     with full_stack(tmp_path) as stack:
         deploy = stack.remember(DEPLOY, ["deploy window", "Tuesday"])
         freeze = stack.remember(FREEZE, ["release freeze"])
@@ -237,8 +257,7 @@ def test_a_read_wires_the_prompts_specific_key_to_the_memory(tmp_path: Path) -> 
         rank_before, keys_before = deploy_rank()
         assert freeze_key not in keys_before
 
-        prompt = "During the release freeze, does the team still ship on Tuesday?"
-        shown = stack.memory("inject", {"prompt": prompt})
+        shown = stack.memory("inject", {"prompt": TRAIN_PROMPT})
         assert deploy in [m["id"] for m in shown["memories"]]
         read = stack.memory("read_memory", {"memory_id": deploy})
         associated = read["surfaced_path"]["associated"]

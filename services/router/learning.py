@@ -57,12 +57,21 @@ EXPLORED_MAX = 16
 # The prompt's matched keys carried for association (the graph's ``PATH_MAX_KEYS`` limit; a
 # search matches at most 50).
 PROMPT_KEYS_MAX = 64
+# Only keys the prompt names (its words are the key's concept or alias, or one of its phrases
+# lands on the key) are associated: a key near the whole prompt's vector ("semantic") is a
+# guess about what it is about, and wiring guesses to read memories adds noise.
+NAMED_MATCHES = ("concept", "alias", "phrase")
 MAX_SESSION_CHARS = 200
 # Budget for the reinforce call when the read arrived without a deadline (in-process callers).
 DEFAULT_BUDGET_MS = 10_000
 TTL_ENV = "KEYMEM_LEARN_TTL_S"
 ENABLED_ENV = "KEYMEM_LEARN_FROM_READS"
+# Association (learned links from the prompt's keys) is off unless this says true: on the dev
+# files it did not improve recall on held-out questions and cost some (docs/BENCHMARKS.md,
+# "Hebbian replay", round 2), so it stays available for traffic where questions recur.
+ASSOCIATE_ENV = "KEYMEM_LEARN_ASSOCIATE"
 FALSE_WORDS = ("0", "false", "no", "off")
+TRUE_WORDS = ("1", "true", "yes", "on")
 RELATED_VIA = "related_to"  # a hop over an explicit related_to link: no key link to grow
 
 
@@ -188,7 +197,9 @@ def surfacings_of(
             if candidate is None:
                 continue
             keys = path_of(candidate)
-            prompt_keys = tuple(k["key_id"] for k in search.get("keys", []))[:PROMPT_KEYS_MAX]
+            prompt_keys = tuple(
+                k["key_id"] for k in search.get("keys", []) if k.get("match_type") in NAMED_MATCHES
+            )[:PROMPT_KEYS_MAX]
             if keys or prompt_keys:  # a BM25-only hit can still learn the prompt's keys
                 explored = tuple(c["memory_id"] for c in pool if c is not candidate)
                 found.append(
@@ -210,6 +221,10 @@ def enabled_from_env() -> bool:
     return os.environ.get(ENABLED_ENV, "").strip().lower() not in FALSE_WORDS
 
 
+def associate_from_env() -> bool:
+    return os.environ.get(ASSOCIATE_ENV, "").strip().lower() in TRUE_WORDS
+
+
 def ttl_from_env() -> float:
     raw = os.environ.get(TTL_ENV, "").strip()
     return float(raw) if raw else SURFACED_TTL_S
@@ -226,12 +241,14 @@ class Learner:
         log_: SurfacedLog | None = None,
         *,
         enabled: bool = True,
+        associate: bool | None = None,
     ) -> None:
         self.client = client
         self.recall = recall
         self._inject = inject
         self.log = log_ if log_ is not None else SurfacedLog()
         self.enabled = enabled
+        self.associate = associate_from_env() if associate is None else associate
 
     def inject(self, body: Any) -> dict[str, Any]:
         try:  # an odd session id from the host must not cost the prompt its memories
@@ -271,8 +288,9 @@ class Learner:
             "hit": surfacing.memory_id,
             "keys": list(surfacing.keys),
             "explored": list(surfacing.explored),
-            "associate": list(surfacing.prompt_keys),
         }
+        if self.associate:
+            body["associate"] = list(surfacing.prompt_keys)
         try:
             learned: dict[str, Any] = self.client.call(
                 "graph", "reinforce_path", body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
