@@ -275,7 +275,8 @@ class Learner:
         # surfacing of it must have.
         memory = reply["memory"]
         surfacing = self.log.claim(memory["id"], memory["namespace"], session_id)
-        if surfacing is not None:
+        # a BM25-only surfacing has no path: it can teach only by association
+        if surfacing is not None and (surfacing.keys or self.associate):
             learned = self._reinforce(surfacing)
             if learned is not None:
                 reply["surfaced_path"] = learned
