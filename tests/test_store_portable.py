@@ -165,6 +165,31 @@ def test_migrations_upgrade_old_files_and_refuse_newer_ones(tmp_path: Path) -> N
         GraphStore(path)
 
 
+def test_a_file_from_before_learned_links_opens_with_every_link_kept(tmp_path: Path) -> None:
+    """A user's schema-2 graph file (no ``links.learned``) upgrades in place on start."""
+    ids = _populate(tmp_path)
+    path = tmp_path / GRAPH_FILE
+    conn = duckdb.connect(str(path))
+    links_before = conn.execute("SELECT count(*) FROM links").fetchone()
+    conn.execute("ALTER TABLE links DROP COLUMN learned")
+    conn.execute("UPDATE meta SET value = '2' WHERE name = 'schema_version'")
+    conn.close()
+    store = GraphStore(path)
+    try:
+        loaded = store.load()
+        assert ids["current"] in loaded.memories
+    finally:
+        store.close()
+    conn = duckdb.connect(str(path), read_only=True)
+    try:
+        assert conn.execute("SELECT count(*) FROM links").fetchone() == links_before
+        assert conn.execute("SELECT count(*) FROM links WHERE learned").fetchone() == (0,)
+        version = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        assert version == (str(SCHEMA_VERSION),)
+    finally:
+        conn.close()
+
+
 def test_a_service_backup_runs_beside_writes(tmp_path: Path) -> None:
     ids = _populate(tmp_path)
     graph = open_graph(tmp_path)
