@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from services.cli import main
-from services.evaluation.deployment import STARTING
+from services.evaluation.deployment import STARTING, reap_orphans
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PER_QUERY = FIXTURES / "eval_tiny_per_query.json"
@@ -152,3 +152,34 @@ def test_sigterm_stops_the_services_and_removes_the_home() -> None:
             process.kill()
     assert process.returncode == 130, err
     assert not home.exists() and processes_of(home) == []
+
+
+@pytest.mark.supervised
+def test_the_next_run_reaps_what_a_killed_run_left_running() -> None:
+    """SIGKILL leaves no chance to clean up; the next eval stops those services and removes
+    that home before starting its own."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY)],
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        home = announced_home(process.stderr.readline())
+        pidfile = home / "run" / "supervisord.pid"
+        give_up = time.monotonic() + E2E_TIMEOUT_S
+        while not pidfile.exists():
+            assert time.monotonic() < give_up and process.poll() is None
+            time.sleep(0.05)
+        process.kill()
+        process.wait(timeout=E2E_TIMEOUT_S)
+        assert home.exists() and processes_of(home) != []  # left behind, still running
+        notes: list[str] = []
+        assert reap_orphans(notes.append) >= 1
+        assert any(str(home) in note for note in notes)
+        assert not home.exists() and processes_of(home) == []
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -3,7 +3,9 @@
 The eval must measure the product as users run it (supervisord, the five programs, ipc
 sockets), but must never touch the user's own memories: so it gets a fresh KEYMEM_HOME under
 /tmp (short, because ipc socket paths must fit in 107 bytes) and always stops what it started —
-on success, on error, on Ctrl-C and on SIGTERM — and removes the home.
+on success, on error, on Ctrl-C and on SIGTERM — and removes the home. A run killed outright
+(SIGKILL, a lost terminal) cannot clean up after itself, so each home records the pid that owns
+it, and the next run stops and removes every home whose owner is gone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ HOME_PARENT = "/tmp"
 HOME_PREFIX = "km-eval-"
 TRANSPORT_VARIABLE = "KEYMEM_TRANSPORT"
 STARTING = "starting keymem's services in the temporary home"
+OWNER_FILE = "owner.pid"
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -64,6 +67,37 @@ def ipc_transport() -> Iterator[None]:
             os.environ[TRANSPORT_VARIABLE] = previous
 
 
+def _owner_alive(home: Path) -> bool:
+    try:
+        pid = int((home / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return True  # not ours to judge (being created, or not an eval home after all)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_orphans(announce: Callable[[str], None]) -> int:
+    """Stop and remove the throwaway deployments of eval runs that died without cleaning up."""
+    reaped = 0
+    for home in Path(HOME_PARENT).glob(f"{HOME_PREFIX}*"):
+        if not home.is_dir() or _owner_alive(home):
+            continue
+        announce(f"stopping the services of a dead eval run in {home}")
+        settings = dataclasses.replace(
+            Settings.from_env(), home=home, endpoints=ipc_endpoints(home)
+        )
+        with contextlib.suppress(Exception):  # whatever state it is in, the home goes
+            Supervision(settings).shutdown()
+        shutil.rmtree(home, ignore_errors=True)
+        reaped += 1
+    return reaped
+
+
 @contextlib.contextmanager
 def temporary_deployment(
     announce: Callable[[str], None], ready_timeout_s: float = READY_TIMEOUT_S
@@ -72,7 +106,9 @@ def temporary_deployment(
 
     ``announce`` is told the home before anything starts (logs live there while it runs).
     """
+    reap_orphans(announce)
     home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX, dir=HOME_PARENT))
+    (home / OWNER_FILE).write_text(str(os.getpid()))
     announce(f"{STARTING} {home} ...")
     base = Settings.from_env()
     settings = dataclasses.replace(base, home=home, endpoints=ipc_endpoints(home))
