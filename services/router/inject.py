@@ -59,8 +59,8 @@ MIN_COVERAGE = 0.2
 COVERAGE_MAX = 2.0  # above 1 switches a coverage admission off (the calibration's "never")
 RELEVANCE_MAX = 100.0  # any cosine or logit a threshold could mean
 # Coverage at which a memory is admitted on its words alone: it contains most of what the
-# prompt asks about, though no key links it and the reranker (which reads only the head of a
-# long passage) scores it low.
+# prompt asks about, though no key links it and the reranker (which reads a long passage's head
+# and one window of it) scores it low.
 STRONG_COVERAGE = 0.6
 ENTITY_KEY_TYPES = frozenset({"name", "proper_noun"})
 STRUCTURED_TOKEN = re.compile(
