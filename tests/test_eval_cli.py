@@ -128,36 +128,8 @@ def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
     assert not home.exists() and processes_of(home) == []
 
 
-@pytest.mark.supervised
-def test_sigterm_stops_the_services_and_removes_the_home() -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY)],
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        home = announced_home(process.stderr.readline())
-        pidfile = home / "run" / "supervisord.pid"
-        give_up = time.monotonic() + E2E_TIMEOUT_S
-        while not pidfile.exists():  # supervisord is up: services are starting
-            assert time.monotonic() < give_up and process.poll() is None
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=E2E_TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 130, err
-    assert not home.exists() and processes_of(home) == []
-
-
-@pytest.mark.supervised
-def test_the_next_run_reaps_what_a_killed_run_left_running() -> None:
-    """SIGKILL leaves no chance to clean up; the next eval stops those services and removes
-    that home before starting its own."""
+def _eval_until_supervised() -> tuple[subprocess.Popen[str], Path]:
+    """A ``keymem eval`` subprocess, once its supervisord is up (its services are starting)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY)],
         env=clean_env(),
@@ -173,13 +145,34 @@ def test_the_next_run_reaps_what_a_killed_run_left_running() -> None:
         while not pidfile.exists():
             assert time.monotonic() < give_up and process.poll() is None
             time.sleep(0.05)
+    except BaseException:
         process.kill()
-        process.wait(timeout=E2E_TIMEOUT_S)
-        assert home.exists() and processes_of(home) != []  # left behind, still running
-        notes: list[str] = []
-        assert reap_orphans(notes.append) >= 1
-        assert any(str(home) in note for note in notes)
-        assert not home.exists() and processes_of(home) == []
+        raise
+    return process, home
+
+
+@pytest.mark.supervised
+def test_sigterm_stops_the_services_and_removes_the_home() -> None:
+    process, home = _eval_until_supervised()
+    try:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=E2E_TIMEOUT_S)
     finally:
         if process.poll() is None:
             process.kill()
+    assert process.returncode == 130, err
+    assert not home.exists() and processes_of(home) == []
+
+
+@pytest.mark.supervised
+def test_the_next_run_reaps_what_a_killed_run_left_running() -> None:
+    """SIGKILL leaves no chance to clean up; the next eval stops those services and removes
+    that home before starting its own."""
+    process, home = _eval_until_supervised()
+    process.kill()
+    process.wait(timeout=E2E_TIMEOUT_S)
+    assert home.exists() and processes_of(home) != []  # left behind, still running
+    notes: list[str] = []
+    assert reap_orphans(notes.append) >= 1
+    assert any(str(home) in note for note in notes)
+    assert not home.exists() and processes_of(home) == []
