@@ -12,7 +12,7 @@ from types import FrameType
 from protocol.endpoints import prepare_run_dir
 from protocol.worker import Worker
 from services.catalog import BUILDERS
-from services.config import ALL_PROGRAMS, Settings
+from services.config import ALL_PROGRAMS, ConfigError, Settings
 from services.router.process import run_router
 
 EXIT_CONFIG_ERROR = 78  # sysexits.h EX_CONFIG
@@ -43,14 +43,18 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if name == "router":
-        run_router(settings, stop)
-    else:
-        Worker(
-            BUILDERS[name](settings),
-            settings.endpoints.backend,
-            direct_endpoint=settings.endpoints.direct(name, os.getpid()),
-            heartbeat=settings.heartbeat,
-            stop=stop,
-        ).run()
+    try:
+        if name == "router":
+            run_router(settings, stop)
+        else:
+            Worker(
+                BUILDERS[name](settings),
+                settings.endpoints.backend,
+                direct_endpoint=settings.endpoints.direct(name, os.getpid()),
+                heartbeat=settings.heartbeat,
+                stop=stop,
+            ).run()
+    except ConfigError as exc:  # a service's own setting, read as it is built
+        print(f"keymem {name}: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     return 0

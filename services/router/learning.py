@@ -40,6 +40,7 @@ from typing import Any
 from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError
 from protocol.worker import remaining_ms
+from services.config import ConfigError
 from services.router.profile import EmbedderProfile
 from services.router.recall import Recall
 
@@ -226,8 +227,17 @@ def associate_from_env() -> bool:
 
 
 def ttl_from_env() -> float:
+    """``KEYMEM_LEARN_TTL_S``; ``ConfigError`` (the router exits 78, and stays down) if unusable."""
     raw = os.environ.get(TTL_ENV, "").strip()
-    return float(raw) if raw else SURFACED_TTL_S
+    if not raw:
+        return SURFACED_TTL_S
+    try:
+        ttl_s = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{TTL_ENV} must be a number of seconds, got {raw!r}") from exc
+    if not ttl_s > 0:
+        raise ConfigError(f"{TTL_ENV} must be more than 0 seconds, got {raw!r}")
+    return ttl_s
 
 
 class Learner:

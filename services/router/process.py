@@ -29,6 +29,7 @@ def orchestration_heartbeat(settings: Settings) -> HeartbeatPolicy:
 
 
 def run_router(settings: Settings, stop: threading.Event) -> None:
+    surfaced = SurfacedLog(ttl_from_env())  # one for all workers: learning.py
     local = inproc_endpoints("router")
     broker = Broker(
         settings.endpoints.frontend,
@@ -38,7 +39,6 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
         stop=stop,
         local=local,
     )
-    surfaced = SurfacedLog(ttl_from_env())  # one for all workers: learning.py
     threads = [
         threading.Thread(
             target=Worker(
