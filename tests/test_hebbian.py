@@ -6,11 +6,6 @@ through it, and weights read back from the graph.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -360,25 +355,3 @@ def test_an_export_from_before_learned_links_still_imports(tmp_path: Path) -> No
     finally:
         target.close()
     assert rows == [(False,), (False,)]
-
-
-@pytest.mark.parametrize("ttl", ["soon", "0", "-5"])
-def test_an_unusable_learning_ttl_stops_the_router_with_one_clear_line(ttl: str) -> None:
-    """Exit 78 (a configuration error supervisord leaves down), not a traceback or a router
-    that learns with a nonsense window."""
-    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))  # ipc paths must stay short
-    try:
-        env = {**os.environ, "KEYMEM_HOME": str(home), "KEYMEM_LEARN_TTL_S": ttl}
-        result = subprocess.run(
-            [sys.executable, "-m", "services", "router"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    assert result.returncode == 78
-    assert result.stderr.strip().startswith(
-        "keymem router: configuration error: KEYMEM_LEARN_TTL_S"
-    )

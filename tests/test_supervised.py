@@ -119,6 +119,34 @@ def test_a_bad_setting_is_one_clear_line_not_a_traceback(deployment: Deployment)
     )
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("KEYMEM_LEARN_TTL_S", "soon"),
+        ("KEYMEM_LEARN_TTL_S", "0"),
+        ("KEYMEM_LEARN_TTL_S", "-5"),
+        ("KEYMEM_INJECT_MIN_RELEVANCE", "high"),
+    ],
+)
+def test_an_unusable_router_setting_stops_it_with_one_clear_line(variable: str, value: str) -> None:
+    """Exit 78 (a configuration error supervisord leaves down), not a traceback, a restart
+    loop, a router that learns with a nonsense window or fails every inject."""
+    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))  # ipc paths must stay short
+    try:
+        env = {**os.environ, "KEYMEM_HOME": str(home), variable: value}
+        result = subprocess.run(
+            [sys.executable, "-m", "services", "router"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert result.returncode == 78
+    assert result.stderr.strip().startswith(f"keymem router: configuration error: {variable}")
+
+
 class Caller(threading.Thread):
     """Calls one service's ping in a loop, recording each outcome and how long it took."""
 

@@ -39,6 +39,7 @@ from protocol.client import Client
 from protocol.errors import BadRequest, KeymemError
 from protocol.fields import only_fields, opt_bool, opt_int, opt_number
 from protocol.worker import remaining_ms
+from services.config import ConfigError
 from services.router.recall import DEFAULT_BUDGET_MS, Recall, rerank_segments
 
 TOP_K_DEFAULT = 2
@@ -53,6 +54,7 @@ MAX_PROMPT_CHARS = 4_000
 # cosine) and for cross-encoder logits (sigmoid 0.5); KEYMEM_INJECT_MIN_RELEVANCE overrides
 # whichever kind is in use.
 MIN_RELEVANCE_BY_KIND = {"embedding_cosine": 0.3, "cross_encoder_logit": 0.0}
+MIN_RELEVANCE_ENV = "KEYMEM_INJECT_MIN_RELEVANCE"
 # Relevance at which a candidate needs no shared words (the coverage gate's escape hatch).
 STRONG_RELEVANCE_BY_KIND = {"embedding_cosine": 0.6, "cross_encoder_logit": 3.0}
 MIN_COVERAGE = 0.2
@@ -84,10 +86,20 @@ def structured_tokens(text: str) -> list[str]:
 
 
 def relevance_floor(score_kind: str) -> float | None:
-    override = os.environ.get("KEYMEM_INJECT_MIN_RELEVANCE", "").strip()
-    if override:
+    """The floor for this score kind, or ``KEYMEM_INJECT_MIN_RELEVANCE`` (``ConfigError`` if
+    it is not a number: the router checks it at start and exits 78)."""
+    override = os.environ.get(MIN_RELEVANCE_ENV, "").strip()
+    if not override:
+        return MIN_RELEVANCE_BY_KIND.get(score_kind)
+    try:
         return float(override)
-    return MIN_RELEVANCE_BY_KIND.get(score_kind)
+    except ValueError as exc:
+        raise ConfigError(f"{MIN_RELEVANCE_ENV} must be a number, got {override!r}") from exc
+
+
+def check_inject_settings() -> None:
+    """``ConfigError`` now, at start, for a setting every inject would otherwise fail on."""
+    relevance_floor("")
 
 
 def graph_connected(candidate: dict[str, Any]) -> bool:

@@ -16,6 +16,7 @@ from services.catalog import BUILDERS
 from services.config import Settings
 from services.router import memory
 from services.router.broker import Broker
+from services.router.inject import check_inject_settings
 from services.router.learning import SurfacedLog, ttl_from_env
 
 MEMORY_WORKER_THREADS = 4
@@ -30,6 +31,7 @@ def orchestration_heartbeat(settings: Settings) -> HeartbeatPolicy:
 
 def run_router(settings: Settings, stop: threading.Event) -> None:
     surfaced = SurfacedLog(ttl_from_env())  # one for all workers: learning.py
+    check_inject_settings()  # a bad KEYMEM_INJECT_MIN_RELEVANCE stops the start
     local = inproc_endpoints("router")
     broker = Broker(
         settings.endpoints.frontend,
