@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -86,6 +87,7 @@ def deployed(
         yield deployment, ids
     finally:
         deployment.keymem("down", check=False)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 pytestmark = pytest.mark.supervised
