@@ -95,6 +95,21 @@ def _bad_cases(graph: GraphService) -> list[tuple[str, Callable[[], Any], type[K
             BadRequest,
         ),
         (
+            "a phrase cosine floor outside [-1, 1]",
+            lambda: graph.match_keys(
+                {
+                    "phrase_vectors": np.ones((1, 512), dtype=np.float32),
+                    "phrase_min_cosine": 2,
+                }
+            ),
+            BadRequest,
+        ),
+        (
+            "an unknown phrase_links",
+            lambda: graph.recall_candidates({"text": "apple", "phrase_links": "some"}),
+            BadRequest,
+        ),
+        (
             "invalid decay profile",
             lambda: graph.remember(_body(decay_profile="forever")),
             BadRequest,

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from protocol.errors import BadRequest, NotFound
-from protocol.fields import body_of, opt_bool, opt_int
+from protocol.fields import body_of, opt_bool, opt_choice, opt_int
 from services.graph import matching
 from services.graph.feedback import RecallBuffer
 from services.graph.profile import Thresholds
@@ -94,9 +94,7 @@ def recall_candidates(
     phrase_keys = opt_int(body, "phrase_keys", 1, 1, matching.PHRASE_KEYS_MAX)
     auto_hops = opt_bool(body, "auto_hops", False)
     named_hops = opt_bool(body, "named_hops", True)
-    phrase_links = body.get("phrase_links", "auto")
-    if phrase_links not in PHRASE_LINKS:
-        raise BadRequest(f"phrase_links must be one of {PHRASE_LINKS}")
+    phrase_links = opt_choice(body, "phrase_links", "auto", PHRASE_LINKS)
     # every phrase may bring its own keys on top of the whole query's
     extra = phrases.shape[0] * phrase_keys if isinstance(phrases, np.ndarray) else 0
     match_body = {

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from protocol.errors import BadRequest
-from protocol.fields import body_of, opt_bool, opt_int
+from protocol.fields import body_of, opt_bool, opt_int, opt_number
 from services.graph.feedback import RecallBuffer
 from services.graph.keyindex import KeyIndex
 from services.graph.profile import Thresholds, with_overrides
@@ -152,11 +152,7 @@ def _phrase_matches(index: KeyIndex, body: dict[str, Any], floor: float) -> dict
     if raw is None:
         return {}
     per_phrase = opt_int(body, "phrase_keys", 1, 1, PHRASE_KEYS_MAX)
-    if body.get("phrase_min_cosine") is not None:
-        value = body["phrase_min_cosine"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not -1 <= value <= 1:
-            raise BadRequest("phrase_min_cosine must be a number in [-1, 1]")
-        floor = float(value)
+    floor = opt_number(body, "phrase_min_cosine", floor, -1.0, 1.0)
     if not isinstance(raw, np.ndarray) or raw.ndim != 2 or raw.shape[1] != index.matrix.shape[1]:
         raise BadRequest("phrase_vectors must be a two-dimensional float32 array of key width")
     if raw.shape[0] > PHRASES_MAX:

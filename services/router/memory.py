@@ -38,10 +38,10 @@ EMBED_TEXTS_PER_CALL = 256
 WARM_PASSAGES_PER_CALL = 16
 WARM_BUDGET_MS = 1_000
 
-# Graph methods the agent API exposes unchanged (they need no vectors); read_memory also
-# teaches the graph when it reads what inject surfaced (learning.py).
+# Graph methods the agent API exposes unchanged (they need no vectors). read_memory is not
+# among them: it goes through the learner, which teaches the graph when it reads what inject
+# surfaced (learning.py).
 GRAPH_PASSTHROUGH = (
-    "read_memory",
     "browse_keys",
     "confirm_memory",
     "dismiss",
@@ -187,6 +187,5 @@ def make_service(router_endpoint: str, surfaced: SurfacedLog | None = None) -> S
     service.add("correct", api.correct)
     service.add("read_memory", learner.read_memory)
     for method in GRAPH_PASSTHROUGH:
-        if method != "read_memory":
-            service.add(method, api.passthrough(method), idempotent=method in IDEMPOTENT)
+        service.add(method, api.passthrough(method), idempotent=method in IDEMPOTENT)
     return service
