@@ -65,9 +65,10 @@ BM25_DEPTH = 50
 PHRASE_KEYS_DEFAULT = 2  # nearest keys per query phrase (0 turns phrase matching off)
 TOP_K_DEFAULT = 8
 TOP_K_MAX = 50
-# Candidates the graph hands the reranker. 64 (one reranker call; passage vectors are cached
-# at write time, so a bigger pool costs dot products, not model time): locomo recall@5
-# 0.541 → 0.571, longmemeval 0.620 → 0.656, hotpot unchanged (docs/BENCHMARKS.md).
+# Candidates the graph hands the reranker: 64, one reranker call (locomo recall@5 0.541 →
+# 0.571, longmemeval 0.620 → 0.656, hotpot unchanged; docs/BENCHMARKS.md). Warm passages cost
+# dot products; a cold one costs its embedding, so on a cold store the rerank stage grows
+# with the pool.
 POOL_DEFAULT = 64
 POOL_MAX = 200  # the graph's limit
 BM25_DEPTH_MAX = 1_000  # the lexicon's limit
