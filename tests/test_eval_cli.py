@@ -123,6 +123,10 @@ def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
     not_found = report["not_found"]
     assert not_found["queries"] == 1
     assert not_found["unavailable"] is not None or not_found["rate"] in (0.0, 1.0)
+    # every answerable query also went through inject, counted per type
+    shown = report["inject_gold_shown"]
+    assert {kind: v["queries"] for kind, v in shown.items()} == {"single-hop": 3, "comparison": 1}
+    assert all(0 <= v["shown"] <= v["queries"] for v in shown.values())
     # the temporary deployment is gone: no home left, no process of it running
     home = announced_home(completed.stderr)
     assert not home.exists() and processes_of(home) == []
