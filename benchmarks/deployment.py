@@ -24,7 +24,7 @@ class BenchHome:
 
     def keymem(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "services.cli", *args],
+            [sys.executable, "-m", "keymem.services.cli", *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -42,7 +42,7 @@ def bench_home(prefix: str) -> Iterator[BenchHome]:
         yield BenchHome(home, env)
     finally:
         subprocess.run(
-            [sys.executable, "-m", "services.cli", "down"],
+            [sys.executable, "-m", "keymem.services.cli", "down"],
             env=env,
             capture_output=True,
             timeout=DOWN_TIMEOUT_S,

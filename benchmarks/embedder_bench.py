@@ -3,7 +3,7 @@
     python -m benchmarks.embedder_bench [--seconds 5] [--json]
 
 Starts real processes in a temporary KEYMEM_HOME: a router and one embedder worker (the same
-``python -m services NAME`` supervisord runs), then drives them with closed-loop client
+``python -m keymem.services NAME`` supervisord runs), then drives them with closed-loop client
 processes. Every request carries keys no earlier request used, so neither the vector cache nor
 the in-batch de-duplication can flatter the numbers (the cache is also off:
 ``KEYMEM_EMBED_CACHE=0``). Micro-batching on and off are measured in the same run, each on a
@@ -31,10 +31,10 @@ from typing import Any
 import psutil
 
 from benchmarks.deployment import bench_home
-from protocol.client import Client
-from protocol.endpoints import ipc_endpoints
-from protocol.errors import KeymemError
-from protocol.stats import percentile
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.protocol.errors import KeymemError
+from keymem.protocol.stats import percentile
 
 START_TIMEOUT_S = 60.0
 START_DELAY_S = 2.0  # lets every spawned client connect before the clock starts
@@ -86,7 +86,7 @@ class Deployment:
 def _spawn(name: str, env: dict[str, str], log_dir: Path) -> subprocess.Popen[bytes]:
     log = (log_dir / f"{name}.log").open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "services", name], env=env, stdout=log, stderr=log
+        [sys.executable, "-m", "keymem.services", name], env=env, stdout=log, stderr=log
     )
 
 

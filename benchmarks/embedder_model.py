@@ -18,9 +18,9 @@ from typing import Any
 
 from benchmarks.embedder_bench import CONCEPTS
 from benchmarks.reranker_bench import POOL, QUERY, corpus
-from protocol.stats import percentile
-from services.embedder.backends.usem3 import Usem3Backend
-from services.reranker.scorers import EmbeddingCosineScorer
+from keymem.protocol.stats import percentile
+from keymem.services.embedder.backends.usem3 import Usem3Backend
+from keymem.services.reranker.scorers import EmbeddingCosineScorer
 
 BATCH_SIZES = (1, 8, 32)
 THREADS = (1, 2)

@@ -8,7 +8,7 @@ a per-namespace vocabulary, so keys are shared and some become hubs; 4 namespace
 calls of 200 items in-process. Then it measures, in the same run:
 
 - start-up: reopening the file in-process (load + index build), and the real process
-  (``python -m services graph``) from spawn to its first answered ping through the router;
+  (``python -m keymem.services graph``) from spawn to its first answered ping through the router;
 - RSS of that process;
 - through the router over ipc (one client, closed loop): ``remember`` (durable, new memory with
   3-6 existing keys), ``remember_batch`` of 100, ``read_key``, ``read_memory`` (via a key),
@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from protocol.endpoints import ipc_endpoints, prepare_run_dir
-from services.graph import GraphService
-from services.graph.profile import DEFAULT_MODEL, thresholds_for
-from services.graph.service import BLAS_THREADS
-from services.stack import InprocStack
-from store.database import graph_path
+from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
+from keymem.services.graph import GraphService
+from keymem.services.graph.profile import DEFAULT_MODEL, thresholds_for
+from keymem.services.graph.service import BLAS_THREADS
+from keymem.services.stack import InprocStack
+from keymem.store.database import graph_path
 
 DIM = 512
 NAMESPACES = 4
@@ -221,7 +221,7 @@ def over_the_wire(
     with InprocStack(endpoints=endpoints) as stack:
         client = stack.client(timeout_ms=60_000)
         started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, "-m", "services", "graph"], env=env)
+        process = subprocess.Popen([sys.executable, "-m", "keymem.services", "graph"], env=env)
         try:
             while True:
                 try:

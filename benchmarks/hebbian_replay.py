@@ -34,14 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.evaluation.dataset import Query, load_benchmark
-from services.evaluation.deployment import temporary_deployment
-from services.evaluation.loader import KEY_MODES, KeyMode, LoadedStore, default_key_mode, load
-from services.evaluation.metrics import ScoreSheet, hit_at
-from services.evaluation.progress import Progress
-from services.evaluation.recall import memory_ids
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.evaluation.dataset import Query, load_benchmark
+from keymem.services.evaluation.deployment import temporary_deployment
+from keymem.services.evaluation.loader import (
+    KEY_MODES,
+    KeyMode,
+    LoadedStore,
+    default_key_mode,
+    load,
+)
+from keymem.services.evaluation.metrics import ScoreSheet, hit_at
+from keymem.services.evaluation.progress import Progress
+from keymem.services.evaluation.recall import memory_ids
 
 KS = (2, 5, 10)
 CLIENT_TIMEOUT_MS = 30_000

@@ -4,7 +4,7 @@
 
 Inject is what the hook shows unasked, so it must stay silent when the store does not hold the
 answer (``gold: []`` queries: the not-found rate) and still show a gold memory when it does.
-A variant is a ``gate`` override of ``services.router.inject.Gate`` (thresholds and switches);
+A variant is a ``gate`` override of ``services.memory.inject.Gate`` (thresholds and switches);
 each costs one pass over the queries against the same loaded store, so the trade-off between
 the two rates can be read off one table. The file's queries are scored with the eval's own
 tally (``services.evaluation.runner.InjectResult``), so "shipped" matches ``keymem eval``.
@@ -21,15 +21,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.evaluation.dataset import Benchmark, load_benchmark
-from services.evaluation.deployment import temporary_deployment
-from services.evaluation.loader import LoadedStore, default_key_mode, load
-from services.evaluation.progress import Progress
-from services.evaluation.recall import KeymemRecall, memory_ids
-from services.evaluation.runner import InjectResult
-from services.router.inject import COVERAGE_MAX
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.evaluation.dataset import Benchmark, load_benchmark
+from keymem.services.evaluation.deployment import temporary_deployment
+from keymem.services.evaluation.loader import LoadedStore, default_key_mode, load
+from keymem.services.evaluation.progress import Progress
+from keymem.services.evaluation.recall import KeymemRecall, memory_ids
+from keymem.services.evaluation.runner import InjectResult
+from keymem.services.memory.inject import COVERAGE_MAX
 
 CLIENT_TIMEOUT_MS = 30_000
 QUERY_TIMEOUT_MS = 30_000

@@ -40,15 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.endpoints import ipc_endpoints, prepare_run_dir
-from protocol.errors import KeymemError
-from protocol.stats import percentile
-from protocol.worker import Service, Worker
-from services.lexicon import cache
-from services.lexicon.index import LexiconIndex, NamespaceIndex
-from services.lexicon.sync import text_digest
-from services.lexicon.tokenizer import TOKENIZER_VERSION, Tokenizer
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
+from keymem.protocol.errors import KeymemError
+from keymem.protocol.stats import percentile
+from keymem.protocol.worker import Service, Worker
+from keymem.services.lexicon import cache
+from keymem.services.lexicon.index import LexiconIndex, NamespaceIndex
+from keymem.services.lexicon.sync import text_digest
+from keymem.services.lexicon.tokenizer import TOKENIZER_VERSION, Tokenizer
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SENTENCE_SOURCES = ("hotpot_pooled.dev.json", "koblex_ko.dev.json", "locomo_turns.dev.json")
@@ -327,14 +327,14 @@ def measure_service(
     endpoints = ipc_endpoints(home)
     prepare_run_dir(endpoints)
     procs = [
-        _spawn(env, "services", "router"),
+        _spawn(env, "keymem.services", "router"),
         _spawn(env, "benchmarks.lexicon_scale", "serve-feed", str(n), str(n)),
     ]
     report: dict[str, Any] = {"cache_bytes": info.bytes, "cache_save_s": round(save_s, 2)}
     try:
         with Client(endpoints.frontend) as client:
             spawned = time.perf_counter()
-            lexicon_proc = _spawn(env, "services", "lexicon")
+            lexicon_proc = _spawn(env, "keymem.services", "lexicon")
             procs.append(lexicon_proc)
             _wait_ready(client, n, n)
             report["restart_to_ready_s"] = round(time.perf_counter() - spawned, 2)
@@ -368,7 +368,7 @@ def measure_service(
 
 
 def measure(sizes: list[int], seconds: float, reference_max: int) -> dict[str, Any]:
-    from services.lexicon.tokenizer import shared_tokenizer
+    from keymem.services.lexicon.tokenizer import shared_tokenizer
 
     t0 = time.perf_counter()
     maker = CorpusMaker(shared_tokenizer())

@@ -9,7 +9,7 @@ driver loads a dev file ONCE into a real throwaway deployment (``services.evalua
 deployment, loader, metrics and baselines, used read-only, so the numbers compare with
 ``keymem eval`` and BASELINES.md) and sends every answerable query through ``memory.search``
 under each variant: a variant is just a set of search-body options (``hops``, ``pool``,
-``rerank`` and the ``tuning`` knobs of ``services.router.recall``). Each idea costs one query
+``rerank`` and the ``tuning`` knobs of ``services.memory.search``). Each idea costs one query
 pass. The flat baselines (bm25 with keymem's tokens, dense, hybrid) are computed in the same
 run, after the services are down, exactly as ``keymem eval`` does. Below the table: failed
 and ``degraded`` replies per variant (a timed-out reranker otherwise passes for a worse
@@ -30,17 +30,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.evaluation.baselines import BASELINES, BaselineSuite
-from services.evaluation.dataset import Benchmark, Query, load_benchmark
-from services.evaluation.deployment import temporary_deployment
-from services.evaluation.loader import KEY_MODES, KeyMode, LoadedStore, default_key_mode, load
-from services.evaluation.metrics import Scores, ScoreSheet
-from services.evaluation.progress import Progress
-from services.evaluation.recall import memory_ids
-from services.evaluation.tokens import tokenizer
-from services.router.recall import POOL_DEFAULT, TOP_K_MAX
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.evaluation.baselines import BASELINES, BaselineSuite
+from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
+from keymem.services.evaluation.deployment import temporary_deployment
+from keymem.services.evaluation.loader import (
+    KEY_MODES,
+    KeyMode,
+    LoadedStore,
+    default_key_mode,
+    load,
+)
+from keymem.services.evaluation.metrics import Scores, ScoreSheet
+from keymem.services.evaluation.progress import Progress
+from keymem.services.evaluation.recall import memory_ids
+from keymem.services.evaluation.tokens import tokenizer
+from keymem.services.memory.search import POOL_DEFAULT, TOP_K_MAX
 
 KS = (2, 5, 10)
 REPORT_K = 5  # the per-type column: all@5 (recall@5)

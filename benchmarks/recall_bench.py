@@ -29,8 +29,8 @@ import numpy as np
 
 from benchmarks.deployment import bench_home
 from benchmarks.graph_bench import Synthetic, build
-from protocol.client import Client
-from protocol.endpoints import ipc_endpoints
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
 
 INDEX_WAIT_S = 1_800
 QUERY_POOL = 200
@@ -116,7 +116,7 @@ def _hook(env: dict[str, str], queries: list[dict[str, Any]], runs: int) -> dict
             "prompt": queries[0]["query"],
         }
     ).encode()
-    hook = _spawn_times([sys.executable, "-m", "hooks.prompt_submit"], payload, env, runs)
+    hook = _spawn_times([sys.executable, "-m", "keymem.hooks.prompt_submit"], payload, env, runs)
     floor = _spawn_times([sys.executable, "-c", "import zmq, msgpack"], b"", env, runs)
     return {
         "runs": runs,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.embedder_bench import closed_loop, deployment
-from protocol.client import Client
+from keymem.protocol.client import Client
 
 POOL = 30
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpot_per_query.dev.json"

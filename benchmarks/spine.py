@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from benchmarks.deployment import bench_home
-from protocol.client import Client
-from protocol.endpoints import ipc_endpoints
-from services.loadtest import run_load
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.services.loadtest import run_load
 
 IDLE_SETTLE_S = 3.0
 CLIENT_COUNTS = (1, 8)

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.endpoints import endpoints_from_env, ipc_path, keymem_home
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import endpoints_from_env, ipc_path, keymem_home
 
 TIMEOUT_MS_DEFAULT = 2_000
 MIN_PROMPT_CHARS = 6

@@ -1,8 +1,8 @@
 """keymem's wire protocol: envelope, codec, typed errors, clients and the worker runtime."""
 
-from protocol.client import Client
-from protocol.envelope import PROTOCOL_VERSION
-from protocol.errors import (
+from keymem.protocol.client import Client
+from keymem.protocol.envelope import PROTOCOL_VERSION
+from keymem.protocol.errors import (
     BadRequest,
     Conflict,
     DeadlineExceeded,

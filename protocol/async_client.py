@@ -8,9 +8,15 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from protocol import envelope
-from protocol.client import DEFAULT_TIMEOUT_MS, REPLY_GRACE_MS, RequestIds, build_request, result_of
-from protocol.errors import DeadlineExceeded, KeymemError
+from keymem.protocol import envelope
+from keymem.protocol.client import (
+    DEFAULT_TIMEOUT_MS,
+    REPLY_GRACE_MS,
+    RequestIds,
+    build_request,
+    result_of,
+)
+from keymem.protocol.errors import DeadlineExceeded, KeymemError
 
 
 class AsyncClient:

@@ -15,10 +15,10 @@ from typing import Any
 
 import zmq
 
-from protocol import envelope
-from protocol.codec import pack, unpack
-from protocol.errors import DeadlineExceeded, KeymemError, Unavailable, error_from_wire
-from protocol.sockets import send_frames
+from keymem.protocol import envelope
+from keymem.protocol.codec import pack, unpack
+from keymem.protocol.errors import DeadlineExceeded, KeymemError, Unavailable, error_from_wire
+from keymem.protocol.sockets import send_frames
 
 DEFAULT_TIMEOUT_MS = 5_000
 # How long past its deadline a client waits for the router's own typed ``timeout`` reply.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from protocol.errors import BadRequest
+from keymem.protocol.errors import BadRequest
 
 if TYPE_CHECKING:
     import numpy as np

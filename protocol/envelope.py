@@ -22,8 +22,8 @@ import struct
 import time
 from dataclasses import dataclass
 
-from protocol.codec import pack
-from protocol.errors import BadRequest, KeymemError, UnsupportedVersion
+from keymem.protocol.codec import pack
+from keymem.protocol.errors import BadRequest, KeymemError, UnsupportedVersion
 
 PROTOCOL_VERSION = 1
 _MAGIC = b"KMP"

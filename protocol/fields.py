@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import BadRequest, TooLarge
+from keymem.protocol.errors import BadRequest, TooLarge
 
 
 def body_of(raw: Any) -> dict[str, Any]:

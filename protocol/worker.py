@@ -29,11 +29,11 @@ from typing import Any, cast
 
 import zmq
 
-from protocol import envelope
-from protocol.codec import pack, unpack
-from protocol.errors import BadRequest, DeadlineExceeded, InternalError, KeymemError
-from protocol.sockets import send_frames
-from protocol.stats import RequestStats
+from keymem.protocol import envelope
+from keymem.protocol.codec import pack, unpack
+from keymem.protocol.errors import BadRequest, DeadlineExceeded, InternalError, KeymemError
+from keymem.protocol.sockets import send_frames
+from keymem.protocol.stats import RequestStats
 
 log = logging.getLogger("keymem.worker")
 

@@ -1,5 +1,5 @@
 import sys
 
-from services.serve import main
+from keymem.services.serve import main
 
 sys.exit(main())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from protocol.worker import Service
-from services import embedder, graph, lexicon, reranker
-from services.config import WORKER_SERVICES, Settings
+from keymem.protocol.worker import Service
+from keymem.services import embedder, graph, lexicon, reranker
+from keymem.services.config import WORKER_SERVICES, Settings
 
 BUILDERS: dict[str, Callable[[Settings], Service]] = {
     "embedder": embedder.build,

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol.endpoints import EndpointError, Endpoints, endpoints_from_env, keymem_home
-from protocol.worker import (
+from keymem.protocol.endpoints import EndpointError, Endpoints, endpoints_from_env, keymem_home
+from keymem.protocol.worker import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_HEARTBEAT_LIVENESS,
     HeartbeatPolicy,

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.config import Settings
-from services.router.migration import auto_migrate_enabled, migrate_if_needed, spaces
-from services.supervision import READY_TIMEOUT_S, Supervision, SupervisionError
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import Settings
+from keymem.services.memory.migration import auto_migrate_enabled, migrate_if_needed, spaces
+from keymem.services.supervision import READY_TIMEOUT_S, Supervision, SupervisionError
 
 
 class ModelMismatch(SupervisionError):

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from protocol.stats import percentile
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.protocol.stats import percentile
 
 START_DELAY_S = 1.5  # lets every spawned client connect before the clock starts
 CALL_TIMEOUT_MS = 5_000

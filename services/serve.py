@@ -1,4 +1,4 @@
-"""Run one service as a process (what supervisord starts): ``python -m services <name>``."""
+"""Run one service as a process (what supervisord starts): ``python -m keymem.services <name>``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 import threading
 from types import FrameType
 
-from protocol.endpoints import prepare_run_dir
-from protocol.worker import Worker
-from services.catalog import BUILDERS
-from services.config import ALL_PROGRAMS, ConfigError, Settings
-from services.router.process import run_router
+from keymem.protocol.endpoints import prepare_run_dir
+from keymem.protocol.worker import Worker
+from keymem.services.catalog import BUILDERS
+from keymem.services.config import ALL_PROGRAMS, ConfigError, Settings
+from keymem.services.router.process import run_router
 
 EXIT_CONFIG_ERROR = 78  # sysexits.h EX_CONFIG
 
@@ -21,7 +21,7 @@ EXIT_CONFIG_ERROR = 78  # sysexits.h EX_CONFIG
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] not in ALL_PROGRAMS:
-        print(f"usage: python -m services {{{','.join(ALL_PROGRAMS)}}}", file=sys.stderr)
+        print(f"usage: python -m keymem.services {{{','.join(ALL_PROGRAMS)}}}", file=sys.stderr)
         return 2
     name = args[0]
     try:

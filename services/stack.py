@@ -17,11 +17,11 @@ from typing import Any
 
 import zmq
 
-from protocol.client import Client
-from protocol.endpoints import Endpoints, inproc_endpoints
-from protocol.worker import HeartbeatPolicy, Service, Worker
-from services.config import Settings
-from services.router import Broker
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import Endpoints, inproc_endpoints
+from keymem.protocol.worker import HeartbeatPolicy, Service, Worker
+from keymem.services.config import Settings
+from keymem.services.router import Broker
 
 START_TIMEOUT_S = 10.0
 

@@ -21,10 +21,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.endpoints import prepare_run_dir
-from protocol.errors import KeymemError
-from services.config import ALL_PROGRAMS, Settings
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import prepare_run_dir
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import ALL_PROGRAMS, Settings
 
 GROUP = "keymem"
 SUPERVISOR_START_TIMEOUT_S = 15.0
@@ -60,7 +60,7 @@ class Supervision:
 
     # -- configuration ---------------------------------------------------------------------
     def render_config(self) -> Path:
-        templates = resources.files("deploy")
+        templates = resources.files("keymem.deploy")
         program = string.Template(templates.joinpath("program.conf.template").read_text())
         main = string.Template(templates.joinpath("supervisord.conf.template").read_text())
         common = {

@@ -7,7 +7,7 @@ tables at start; the tables are the truth, the memory is a cache that answers re
 
 from __future__ import annotations
 
-from store.database import GraphStore, StoreLocked
-from store.records import KeyAlias, KeyRecord, LinkRecord, MemoryRecord
+from keymem.store.database import GraphStore, StoreLocked
+from keymem.store.records import KeyAlias, KeyRecord, LinkRecord, MemoryRecord
 
 __all__ = ["GraphStore", "KeyAlias", "KeyRecord", "LinkRecord", "MemoryRecord", "StoreLocked"]

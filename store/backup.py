@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from store.database import GraphStore
+from keymem.store.database import GraphStore
 
 BACKUP_DIR_NAME = "backups"
 BACKUPS_KEPT = 5

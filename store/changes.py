@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.records import KeyRecord, LinkRecord, MemoryRecord
+from keymem.store.records import KeyRecord, LinkRecord, MemoryRecord
 
 OP_UPSERT = "upsert"
 OP_DELETE = "delete"

@@ -18,10 +18,10 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from protocol.errors import Unavailable
-from store.changes import Changes
-from store.records import AliasCandidate, KeyAlias, KeyRecord, LinkRecord, MemoryRecord
-from store.schema import migrate
+from keymem.protocol.errors import Unavailable
+from keymem.store.changes import Changes
+from keymem.store.records import AliasCandidate, KeyAlias, KeyRecord, LinkRecord, MemoryRecord
+from keymem.store.schema import migrate
 
 log = logging.getLogger("keymem.store")
 

@@ -18,10 +18,10 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from protocol.errors import BadRequest, Conflict
-from store.changes import OP_UPSERT
-from store.database import EFFECTIVE_LINKS, GraphStore
-from store.schema import SCHEMA_VERSION
+from keymem.protocol.errors import BadRequest, Conflict
+from keymem.store.changes import OP_UPSERT
+from keymem.store.database import EFFECTIVE_LINKS, GraphStore
+from keymem.store.schema import SCHEMA_VERSION
 
 EXPORT_FORMAT = "keymem-graph-export"
 EXPORT_VERSION = 1

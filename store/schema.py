@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import duckdb
 
-from protocol.errors import Conflict
+from keymem.protocol.errors import Conflict
 
 # Every column the service reads at start; vectors are float32 bytes (dim in meta).
 _V1 = """

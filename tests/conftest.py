@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.worker import HeartbeatPolicy
-from services.stack import InprocStack
+from keymem.protocol.worker import HeartbeatPolicy
+from keymem.services.stack import InprocStack
 
 # Fast liveness so tests notice dead or hung workers in ~0.3 s instead of 3 s.
 FAST_HEARTBEAT = HeartbeatPolicy(interval_ms=100, liveness=3)

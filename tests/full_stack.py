@@ -12,17 +12,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.worker import HeartbeatPolicy, Service
-from services import graph, lexicon
-from services.config import Settings
-from services.embedder.service import Embedder, load_embedder
-from services.embedder.service import make_service as embedder_service
-from services.embedder.settings import EmbedderSettings
-from services.reranker import build as reranker_build
-from services.router import memory
-from services.router.process import ORCHESTRATION_LIVENESS
-from services.stack import InprocStack, RunningWorker
+from keymem.protocol.client import Client
+from keymem.protocol.worker import HeartbeatPolicy, Service
+from keymem.services import graph, lexicon
+from keymem.services.config import Settings
+from keymem.services.embedder.service import Embedder, load_embedder
+from keymem.services.embedder.service import make_service as embedder_service
+from keymem.services.embedder.settings import EmbedderSettings
+from keymem.services.memory import service as memory
+from keymem.services.reranker import build as reranker_build
+from keymem.services.router.process import ORCHESTRATION_LIVENESS
+from keymem.services.stack import InprocStack, RunningWorker
 
 
 @lru_cache(maxsize=1)

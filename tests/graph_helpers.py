@@ -7,9 +7,9 @@ from typing import Any
 
 import duckdb
 
-from services.graph import GraphService
-from services.graph.profile import DEFAULT_MODEL, thresholds_for
-from store.schema import TABLES
+from keymem.services.graph import GraphService
+from keymem.services.graph.profile import DEFAULT_MODEL, thresholds_for
+from keymem.store.schema import TABLES
 
 GRAPH_FILE = "graph.duckdb"
 

@@ -14,8 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.errors import BadRequest, Conflict
-from protocol.worker import Service
+from keymem.protocol.errors import BadRequest, Conflict
+from keymem.protocol.worker import Service
 
 MAX_SNAPSHOT_PAGE = 2000
 MAX_EVENTS = 5000

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from services.lexicon.service import Lexicon, make_service
-from services.lexicon.sync import document_text
-from services.lexicon.tokenizer import shared_tokenizer
-from services.stack import InprocStack, RunningWorker
+from keymem.protocol.client import Client
+from keymem.services.lexicon.service import Lexicon, make_service
+from keymem.services.lexicon.sync import document_text
+from keymem.services.lexicon.tokenizer import shared_tokenizer
+from keymem.services.stack import InprocStack, RunningWorker
 
 WAIT_S = 30.0
 POLL_S = 0.02

@@ -23,7 +23,7 @@ class Deployment:
 
     def keymem(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         completed = subprocess.run(
-            [sys.executable, "-m", "services.cli", *args],
+            [sys.executable, "-m", "keymem.services.cli", *args],
             env=self.env,
             capture_output=True,
             text=True,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.embedder.backends.usem3 import MODEL_ID, Usem3Backend
-from services.embedder.calibrate import PairSet, choose, fixture_sets, score_sets
-from services.embedder.thresholds import FALLBACK, PROFILES, profile_for
+from keymem.services.embedder.backends.usem3 import MODEL_ID, Usem3Backend
+from keymem.services.embedder.calibrate import PairSet, choose, fixture_sets, score_sets
+from keymem.services.embedder.thresholds import FALLBACK, PROFILES, profile_for
 
 
 @pytest.fixture(scope="module")

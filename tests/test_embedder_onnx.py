@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from services.config import Settings
-from services.embedder.backends.onnx import OnnxBackend, load_onnx_backend, pool
-from services.embedder.models.download import COMPLETE_MARKER, ensure_downloaded
-from services.embedder.models.local import ModelDirError, find_model_files
-from services.embedder.models.registry import KNOWN_MODELS, ModelSpec
-from services.embedder.service import load_embedder, make_service
-from services.embedder.settings import EmbedderSettings
-from services.stack import InprocStack
+from keymem.services.config import Settings
+from keymem.services.embedder.backends.onnx import OnnxBackend, load_onnx_backend, pool
+from keymem.services.embedder.models.download import COMPLETE_MARKER, ensure_downloaded
+from keymem.services.embedder.models.local import ModelDirError, find_model_files
+from keymem.services.embedder.models.registry import KNOWN_MODELS, ModelSpec
+from keymem.services.embedder.service import load_embedder, make_service
+from keymem.services.embedder.settings import EmbedderSettings
+from keymem.services.stack import InprocStack
 
 MINILM = "all-MiniLM-L6-v2"
 
@@ -189,7 +189,7 @@ def test_download_is_single_flight_across_waiters(tmp_path: Path, minilm_dir: Pa
 
 
 def test_missing_models_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.embedder.models import runtime
+    from keymem.services.embedder.models import runtime
 
     runtime.require_models_extra("EMBEDDING_BACKEND=onnx")  # installed here: no error
     monkeypatch.setattr(runtime, "EXTRA_MODULES", ("onnxruntime", "keymem_absent_module"))
@@ -202,7 +202,7 @@ def test_missing_models_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatc
 def test_download_command_reports_failure_without_a_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from services.embedder.models import download
+    from keymem.services.embedder.models import download
 
     monkeypatch.setenv("KEYMEM_HOME", str(tmp_path))
 

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from protocol.errors import BadRequest, Unavailable
-from services.embedder.backends.openai import OpenAIBackend
-from services.embedder.service import Embedder, make_service
-from services.embedder.settings import OpenAISettings
-from services.stack import InprocStack
+from keymem.protocol.errors import BadRequest, Unavailable
+from keymem.services.embedder.backends.openai import OpenAIBackend
+from keymem.services.embedder.service import Embedder, make_service
+from keymem.services.embedder.settings import OpenAISettings
+from keymem.services.stack import InprocStack
 
 KEY = "sk-test-key"
 DIM = 8
@@ -169,9 +169,8 @@ def test_services_build_from_the_environment(
     server: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What supervisord runs: ``build(Settings.from_env())`` with only variables set."""
-    import services.embedder
-    import services.reranker
-    from services.config import Settings
+    from keymem.services import embedder, reranker
+    from keymem.services.config import Settings
 
     host, port = server.server_address[:2]
     monkeypatch.setenv("EMBEDDING_BACKEND", "openai")
@@ -179,9 +178,9 @@ def test_services_build_from_the_environment(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.setenv("OPENAI_EMBEDDING_MODEL", "env-model")
     monkeypatch.setenv("KEYMEM_RERANK_MIN_SCORE", "0.25")
-    embedder_service = services.embedder.build(Settings.from_env())
+    embedder_service = embedder.build(Settings.from_env())
     assert embedder_service.capacity > 1 and embedder_service.methods["embed"].batch
-    reranker_service = services.reranker.build(Settings.from_env())
+    reranker_service = reranker.build(Settings.from_env())
     with InprocStack() as stack:
         stack.add_worker(embedder_service)
         stack.add_worker(reranker_service)
@@ -193,4 +192,4 @@ def test_services_build_from_the_environment(
         assert result["model"] == "openai:env-model:d8"
         assert result["gate"]["min_score"] == 0.25
     monkeypatch.setenv("KEYMEM_RERANK", "false")
-    assert services.reranker.build(Settings.from_env()).name == "reranker"
+    assert reranker.build(Settings.from_env()).name == "reranker"

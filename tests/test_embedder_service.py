@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from protocol import envelope
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError, TooLarge
-from services.config import Settings
-from services.embedder.backends.usem3 import MAX_CHARS as USEM3_MAX_CHARS
-from services.embedder.requests import MAX_REQUEST_CHARS, MAX_TEXTS
-from services.embedder.service import Embedder, load_embedder, make_service
-from services.embedder.settings import EmbedderSettings
-from services.stack import InprocStack
+from keymem.protocol import envelope
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError, TooLarge
+from keymem.services.config import Settings
+from keymem.services.embedder.backends.usem3 import MAX_CHARS as USEM3_MAX_CHARS
+from keymem.services.embedder.requests import MAX_REQUEST_CHARS, MAX_TEXTS
+from keymem.services.embedder.service import Embedder, load_embedder, make_service
+from keymem.services.embedder.settings import EmbedderSettings
+from keymem.services.stack import InprocStack
 from tests.wire import direct_reply
 
 

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from services.evaluation.baselines import BASELINES, BaselineSuite, Encode, fuse_rrf, usem3_encode
-from services.evaluation.dataset import Benchmark, load_benchmark
-from services.evaluation.metrics import ScoreSheet
-from services.evaluation.progress import SILENT
-from services.evaluation.tokens import KEYMEM, KIWI, Tokenize, tokenizer
+from keymem.services.evaluation.baselines import (
+    BASELINES,
+    BaselineSuite,
+    Encode,
+    fuse_rrf,
+    usem3_encode,
+)
+from keymem.services.evaluation.dataset import Benchmark, load_benchmark
+from keymem.services.evaluation.metrics import ScoreSheet
+from keymem.services.evaluation.progress import SILENT
+from keymem.services.evaluation.tokens import KEYMEM, KIWI, Tokenize, tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.cli import main
-from services.evaluation.deployment import STARTING, reap_orphans
+from keymem.services.cli import main
+from keymem.services.evaluation.deployment import STARTING, reap_orphans
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PER_QUERY = FIXTURES / "eval_tiny_per_query.json"
@@ -92,7 +92,16 @@ def clean_env() -> dict[str, str]:
 @pytest.mark.supervised
 def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY), "--k", "1,2", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "keymem.services.cli",
+            "eval",
+            str(PER_QUERY),
+            "--k",
+            "1,2",
+            "--json",
+        ],
         env=clean_env(),
         capture_output=True,
         text=True,
@@ -135,7 +144,7 @@ def test_end_to_end_on_the_fixture_through_supervised_services() -> None:
 def _eval_until_supervised() -> tuple[subprocess.Popen[str], Path]:
     """A ``keymem eval`` subprocess, once its supervisord is up (its services are starting)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "eval", str(PER_QUERY)],
+        [sys.executable, "-m", "keymem.services.cli", "eval", str(PER_QUERY)],
         env=clean_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

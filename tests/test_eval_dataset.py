@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from services.evaluation.dataset import (
+from keymem.services.evaluation.dataset import (
     DEFAULT_NAMESPACE,
     Benchmark,
     DatasetError,
     load_benchmark,
     parse_benchmark,
 )
-from services.evaluation.loader import check_key_mode, default_key_mode, keys_for
+from keymem.services.evaluation.loader import check_key_mode, default_key_mode, keys_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POOLED = FIXTURES / "eval_tiny.json"

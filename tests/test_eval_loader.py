@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import BadRequest
-from protocol.worker import Service
-from services.evaluation.dataset import load_benchmark, parse_benchmark
-from services.evaluation.loader import LoadedStore, LoadError, load, query_namespace
-from services.evaluation.progress import SILENT
-from services.graph.requests import MAX_BATCH_ITEMS, MAX_CONTENT_CHARS
-from services.stack import InprocStack
+from keymem.protocol.errors import BadRequest
+from keymem.protocol.worker import Service
+from keymem.services.evaluation.dataset import load_benchmark, parse_benchmark
+from keymem.services.evaluation.loader import LoadedStore, LoadError, load, query_namespace
+from keymem.services.evaluation.progress import SILENT
+from keymem.services.graph.requests import MAX_BATCH_ITEMS, MAX_CONTENT_CHARS
+from keymem.services.stack import InprocStack
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

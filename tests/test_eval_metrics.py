@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.evaluation.metrics import (
+from keymem.services.evaluation.metrics import (
     ScoreSheet,
     all_at,
     hit_at,

@@ -6,10 +6,15 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import InternalError
-from protocol.worker import Service
-from services.evaluation.recall import MethodUnavailable, memory_ids, offered_methods, require
-from services.stack import InprocStack
+from keymem.protocol.errors import InternalError
+from keymem.protocol.worker import Service
+from keymem.services.evaluation.recall import (
+    MethodUnavailable,
+    memory_ids,
+    offered_methods,
+    require,
+)
+from keymem.services.stack import InprocStack
 
 
 def memory_service(*methods: str) -> Service:

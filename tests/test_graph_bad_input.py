@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from protocol.errors import BadRequest, KeymemError, NotFound, TooLarge
-from services.graph import GraphService
-from services.graph.requests import MAX_CONTENT_CHARS, MAX_KEYS_PER_MEMORY
+from keymem.protocol.errors import BadRequest, KeymemError, NotFound, TooLarge
+from keymem.services.graph import GraphService
+from keymem.services.graph.requests import MAX_CONTENT_CHARS, MAX_KEYS_PER_MEMORY
 from tests.graph_helpers import GRAPH_FILE, key_id_of, open_graph, table_counts
 from tests.vectors import remember_body, vectors
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.graph import GraphService
-from services.graph.state import DEPTH_MAX, DEPTH_MIN, LINK_WEIGHT_MAX, LINK_WEIGHT_MIN
+from keymem.services.graph import GraphService
+from keymem.services.graph.state import DEPTH_MAX, DEPTH_MIN, LINK_WEIGHT_MAX, LINK_WEIGHT_MIN
 from tests.graph_helpers import open_graph
 from tests.vectors import remember_body
 

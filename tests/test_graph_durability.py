@@ -1,6 +1,6 @@
 """Durability with real processes: kill -9 the graph service under a stream of writes.
 
-The graph runs as ``python -m services graph`` (what supervisord starts), a separate writer
+The graph runs as ``python -m keymem.services graph`` (what supervisord starts), a separate writer
 process streams ``remember`` calls through the router and prints each id only once the reply
 arrived, i.e. once the graph acknowledged it. After SIGKILL and a restart every acknowledged
 id must be readable, and the file must open and take writes again. The router is a Broker
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol.client import Client
-from protocol.endpoints import ipc_endpoints, prepare_run_dir
-from protocol.errors import KeymemError
-from services.stack import InprocStack
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
+from keymem.protocol.errors import KeymemError
+from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
 
 ACKS_BEFORE_KILL = 150
@@ -32,8 +32,8 @@ START_TIMEOUT_S = 30.0
 
 WRITER = r"""
 import sys, numpy as np
-from protocol.client import Client
-from protocol.errors import KeymemError
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
 rng = np.random.default_rng(7)
 client = Client(sys.argv[1], timeout_ms=3000)
 vocabulary = [f"topic {i}" for i in range(40)]
@@ -65,7 +65,7 @@ def _env(home: Path) -> dict[str, str]:
 
 def _start_graph(home: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "services", "graph"],
+        [sys.executable, "-m", "keymem.services", "graph"],
         env=_env(home),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -162,7 +162,7 @@ def test_every_acknowledged_write_survives_kill_9(router: InprocStack, short_hom
 def test_backup_and_export_go_through_the_running_service(
     router: InprocStack, short_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from services.cli import main
+    from keymem.services.cli import main
 
     client = router.client(timeout_ms=5_000)
     graph = _start_graph(short_home)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol.errors import Conflict, NotFound
+from keymem.protocol.errors import Conflict, NotFound
 from tests.graph_helpers import open_graph
 from tests.vectors import FINGERPRINT, remember_body, vector, vectors
 

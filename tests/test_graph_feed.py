@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from protocol.client import Client
-from protocol.errors import Conflict
-from services.graph import GraphService, make_service
-from services.stack import InprocStack
+from keymem.protocol.client import Client
+from keymem.protocol.errors import Conflict
+from keymem.services.graph import GraphService, make_service
+from keymem.services.stack import InprocStack
 from tests.graph_helpers import open_graph
 from tests.vectors import remember_body
 

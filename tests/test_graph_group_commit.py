@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from protocol.errors import BadRequest
-from services.graph import make_service
-from services.stack import InprocStack
+from keymem.protocol.errors import BadRequest
+from keymem.services.graph import make_service
+from keymem.services.stack import InprocStack
 from tests.graph_helpers import open_graph
 
 WRITERS = 6

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import NotFound
-from services.graph import GraphService
+from keymem.protocol.errors import NotFound
+from keymem.services.graph import GraphService
 from tests.graph_helpers import active_ids, key_id_of, open_graph
 from tests.vectors import remember_body, vector, vectors
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from protocol.errors import BadRequest, NotFound
-from services.graph.feedback import (
+from keymem.protocol.errors import BadRequest, NotFound
+from keymem.services.graph.feedback import (
     LEARNED_LINK_WEIGHT,
     LEARNED_MAX_PER_KEY,
     LEARNED_MAX_PER_MEMORY,
@@ -23,9 +23,9 @@ from services.graph.feedback import (
     PATH_GROWTH_RATE,
     specificity,
 )
-from services.router.learning import SurfacedLog, Surfacing
-from store.database import GraphStore
-from store.portable import export_graph, import_graph, read_export
+from keymem.services.memory.learning import SurfacedLog, Surfacing
+from keymem.store.database import GraphStore
+from keymem.store.portable import export_graph, import_graph, read_export
 from tests.full_stack import FullStack, full_stack
 from tests.graph_helpers import GRAPH_FILE, open_graph
 from tests.vectors import remember_body

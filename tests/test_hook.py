@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from protocol.client import Client
-from protocol.endpoints import ipc_endpoints
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
 from tests.supervised import Deployment, deployment_env
 
 HOOK_TIMEOUT_MS = 3_000
@@ -39,7 +39,7 @@ def run_hook(home: Path, stdin: bytes) -> tuple[subprocess.CompletedProcess[byte
     env = deployment_env(home, KEYMEM_HOOK_TIMEOUT_MS=str(HOOK_TIMEOUT_MS))
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "hooks.prompt_submit"],
+        [sys.executable, "-m", "keymem.hooks.prompt_submit"],
         input=stdin,
         capture_output=True,
         env=env,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.router.inject import Gate, admit
+from keymem.services.memory.inject import Gate, admit
 
 PROMPT = "when is the acme quarterly invoice due"
 

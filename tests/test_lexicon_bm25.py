@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from rank_bm25 import BM25Okapi
 
-from services.lexicon import cache, index
-from services.lexicon.index import LexiconIndex, NamespaceIndex
-from services.lexicon.tokenizer import Tokenizer, shared_tokenizer
+from keymem.services.lexicon import cache, index
+from keymem.services.lexicon.index import LexiconIndex, NamespaceIndex
+from keymem.services.lexicon.tokenizer import Tokenizer, shared_tokenizer
 
 TOLERANCE = 1e-6
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from protocol.client import Client
-from services.graph import make_service
-from services.stack import InprocStack
+from keymem.protocol.client import Client
+from keymem.services.graph import make_service
+from keymem.services.stack import InprocStack
 from tests.graph_helpers import open_graph
 from tests.lexicon_support import (
     Running,

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import BadRequest, TooLarge
-from protocol.worker import Service
-from services.lexicon import cache
-from services.lexicon import service as service_module
-from services.stack import InprocStack
+from keymem.protocol.errors import BadRequest, TooLarge
+from keymem.protocol.worker import Service
+from keymem.services.lexicon import cache
+from keymem.services.lexicon import service as service_module
+from keymem.services.stack import InprocStack
 from tests.lexicon_feed_double import FeedDouble
 from tests.lexicon_support import (
     Running,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.lexicon.keys import extract_keys
-from services.lexicon.tokenizer import Tokenizer, cjk_terms, run_terms, shared_tokenizer
+from keymem.services.lexicon.keys import extract_keys
+from keymem.services.lexicon.tokenizer import Tokenizer, cjk_terms, run_terms, shared_tokenizer
 
 
 @pytest.fixture(scope="session")

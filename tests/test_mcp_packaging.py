@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from services.cli import build_parser
+from keymem.services.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = ROOT / "hooks"

@@ -1,6 +1,6 @@
 """``keymem mcp`` as an agent host runs it: a real subprocess over stdio, real supervised services.
 
-Each session is the SDK's stdio client spawning ``python -m services.cli mcp`` in a temporary
+Each session is the SDK's stdio client spawning ``python -m keymem.services.cli mcp`` in a temporary
 KEYMEM_HOME; the server's stderr goes to a file the test reads. Covers the tool and prompt
 listing with their schemas, the key walk, argument errors, concurrent writers from two
 servers, a cold start by several servers at once (one supervisord), and services that cannot
@@ -27,9 +27,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
 
-from protocol.client import Client as RouterClient
-from protocol.endpoints import ipc_endpoints
-from services.config import ALL_PROGRAMS
+from keymem.protocol.client import Client as RouterClient
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.services.config import ALL_PROGRAMS
 from tests.supervised import Deployment, deployment_env
 from tests.test_mcp_tools import TOOLS
 
@@ -74,7 +74,7 @@ async def mcp_session(
 ) -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "services.cli", "mcp", *args],
+        args=["-m", "keymem.services.cli", "mcp", *args],
         env={**deployment.env, **env},
     )
     async with Client(stdio_client(params, errlog=errlog)) as client:

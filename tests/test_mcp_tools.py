@@ -17,10 +17,10 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from services.mcp.backend import MemoryBackend
-from services.mcp.prompt import RULES, memory_system_prompt
-from services.mcp.provenance import Provenance
-from services.mcp.server import build_server
+from keymem.services.mcp.backend import MemoryBackend
+from keymem.services.mcp.prompt import RULES, memory_system_prompt
+from keymem.services.mcp.provenance import Provenance
+from keymem.services.mcp.server import build_server
 from tests.full_stack import FullStack, full_stack
 
 TOOLS = {

@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from protocol.client import Client
-from protocol.errors import BadRequest, Unavailable
-from protocol.worker import HeartbeatPolicy
-from services import graph
-from services.config import Settings
-from services.embedder.service import Embedder, load_embedder
-from services.embedder.service import make_service as embedder_service
-from services.embedder.settings import EmbedderSettings
-from services.router import memory
-from services.router.process import ORCHESTRATION_LIVENESS
-from services.stack import InprocStack, RunningWorker
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, Unavailable
+from keymem.protocol.worker import HeartbeatPolicy
+from keymem.services import graph
+from keymem.services.config import Settings
+from keymem.services.embedder.service import Embedder, load_embedder
+from keymem.services.embedder.service import make_service as embedder_service
+from keymem.services.embedder.settings import EmbedderSettings
+from keymem.services.memory import service as memory
+from keymem.services.router.process import ORCHESTRATION_LIVENESS
+from keymem.services.stack import InprocStack, RunningWorker
 
 
 @pytest.fixture(scope="module")

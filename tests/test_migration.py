@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol.errors import Conflict
-from services.router.migration import reembed_all, spaces
+from keymem.protocol.errors import Conflict
+from keymem.services.memory.migration import reembed_all, spaces
 from tests.full_stack import full_stack
 from tests.graph_helpers import open_graph
 from tests.supervised import Deployment, deployment_env

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol import envelope
-from protocol.codec import pack, unpack
-from protocol.endpoints import EndpointError, ipc_endpoints, tcp_endpoints
-from protocol.errors import BadRequest, NotFound, UnsupportedVersion, error_from_wire
+from keymem.protocol import envelope
+from keymem.protocol.codec import pack, unpack
+from keymem.protocol.endpoints import EndpointError, ipc_endpoints, tcp_endpoints
+from keymem.protocol.errors import BadRequest, NotFound, UnsupportedVersion, error_from_wire
 
 
 def test_request_survives_a_round_trip_through_frames() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import BadRequest
+from keymem.protocol.errors import BadRequest
 from tests.full_stack import FullStack, full_stack
 
 NEWTON = "Newton discovered gravity when an apple fell on his head"
@@ -160,7 +160,7 @@ def test_inject_refuses_a_malformed_gate(deployed: FullStack, gate: Any) -> None
 def test_recall_degrades_service_by_service_and_never_hangs(tmp_path: Path) -> None:
     import time
 
-    from protocol.errors import Unavailable
+    from keymem.protocol.errors import Unavailable
 
     with full_stack(tmp_path) as running:
         newton = running.remember(NEWTON, ["Newton", "apple", "gravity"])

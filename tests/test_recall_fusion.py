@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import BadRequest
-from services.router.recall import (
+from keymem.protocol.errors import BadRequest
+from keymem.services.memory.search import (
     RERANK_MAX_PASSAGES,
-    Recall,
     Relevance,
+    Search,
     Tuning,
     fuse_blend,
     min_max,
@@ -108,7 +108,7 @@ def test_a_pool_larger_than_one_reranker_call_is_scored_in_pieces() -> None:
             return replies
 
     client = Reranker()
-    recall = Recall(client, None)  # type: ignore[arg-type]
+    recall = Search(client, None)  # type: ignore[arg-type]
     pool = [{"content": f"p{i}"} for i in range(RERANK_MAX_PASSAGES + 6)]
     relevance = recall._relevance("query", pool, {})
     assert client.sizes == [RERANK_MAX_PASSAGES, 6]

@@ -20,13 +20,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer
 
-from protocol.errors import BadRequest
-from services.config import Settings
-from services.embedder.models.local import ModelDirError
-from services.reranker.cross_encoder import CrossEncoderScorer, load_cross_encoder
-from services.reranker.service import build
-from services.reranker.settings import RerankerSettings
-from services.stack import InprocStack
+from keymem.protocol.errors import BadRequest
+from keymem.services.config import Settings
+from keymem.services.embedder.models.local import ModelDirError
+from keymem.services.reranker.cross_encoder import CrossEncoderScorer, load_cross_encoder
+from keymem.services.reranker.service import build
+from keymem.services.reranker.settings import RerankerSettings
+from keymem.services.stack import InprocStack
 
 WEIGHTS = {"strawberry": 3.0, "fruit": 1.0, "[PAD]": 100.0}
 TOKENIZER = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError, TooLarge, Unavailable
-from services.config import Settings
-from services.embedder.backends.usem3 import Usem3Backend
-from services.reranker.gate import Gate, dominant_script
-from services.reranker.scorers import COSINE_READ_CHARS, EmbeddingCosineScorer
-from services.reranker.service import MAX_PASSAGES, Reranker, build, make_service
-from services.reranker.settings import RerankerSettings
-from services.stack import InprocStack
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError, TooLarge, Unavailable
+from keymem.services.config import Settings
+from keymem.services.embedder.backends.usem3 import Usem3Backend
+from keymem.services.reranker.gate import Gate, dominant_script
+from keymem.services.reranker.scorers import COSINE_READ_CHARS, EmbeddingCosineScorer
+from keymem.services.reranker.service import MAX_PASSAGES, Reranker, build, make_service
+from keymem.services.reranker.settings import RerankerSettings
+from keymem.services.stack import InprocStack
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from protocol import envelope
-from protocol.async_client import AsyncClient
-from protocol.client import Client
-from protocol.codec import pack
-from protocol.endpoints import ipc_endpoints, prepare_run_dir, tcp_endpoints
-from protocol.errors import (
+from keymem.protocol import envelope
+from keymem.protocol.async_client import AsyncClient
+from keymem.protocol.client import Client
+from keymem.protocol.codec import pack
+from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir, tcp_endpoints
+from keymem.protocol.errors import (
     BadRequest,
     DeadlineExceeded,
     InternalError,
@@ -24,9 +24,9 @@ from protocol.errors import (
     TooLarge,
     Unavailable,
 )
-from protocol.worker import Service
-from services.router.broker import MAX_BODY_BYTES
-from services.stack import InprocStack
+from keymem.protocol.worker import Service
+from keymem.services.router.broker import MAX_BODY_BYTES
+from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
 
 

@@ -9,12 +9,12 @@ import duckdb
 import numpy as np
 import pytest
 
-from protocol.errors import Conflict
-from services.cli import main
-from store.backup import backup_dir, take_backup
-from store.database import GraphStore
-from store.portable import export_graph, import_graph, read_export
-from store.schema import SCHEMA_VERSION, migrate
+from keymem.protocol.errors import Conflict
+from keymem.services.cli import main
+from keymem.store.backup import backup_dir, take_backup
+from keymem.store.database import GraphStore
+from keymem.store.portable import export_graph, import_graph, read_export
+from keymem.store.schema import SCHEMA_VERSION, migrate
 from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
 from tests.vectors import remember_body
 

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import zmq
 
-from protocol import envelope
-from protocol.client import REPLY_GRACE_MS, Client
-from protocol.codec import pack
-from protocol.endpoints import ipc_endpoints
-from protocol.errors import KeymemError
-from services.config import ALL_PROGRAMS, WORKER_SERVICES
+from keymem.protocol import envelope
+from keymem.protocol.client import REPLY_GRACE_MS, Client
+from keymem.protocol.codec import pack
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import ALL_PROGRAMS, WORKER_SERVICES
 from tests.supervised import Deployment, deployment_env
 
 pytestmark = pytest.mark.supervised
@@ -85,7 +85,7 @@ def test_up_status_down_leaves_nothing_behind(deployment: Deployment) -> None:
 def test_concurrent_ups_start_exactly_one_supervisord(deployment: Deployment) -> None:
     launches = [
         subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up"],
+            [sys.executable, "-m", "keymem.services.cli", "up"],
             env=deployment.env,
             stdout=subprocess.PIPE,
             text=True,
@@ -135,7 +135,7 @@ def test_an_unusable_router_setting_stops_it_with_one_clear_line(variable: str, 
     try:
         env = {**os.environ, "KEYMEM_HOME": str(home), variable: value}
         result = subprocess.run(
-            [sys.executable, "-m", "services", "router"],
+            [sys.executable, "-m", "keymem.services", "router"],
             env=env,
             capture_output=True,
             text=True,

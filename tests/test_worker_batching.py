@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from protocol import envelope
-from protocol.client import Client
-from protocol.errors import BadRequest, DeadlineExceeded, KeymemError
-from protocol.worker import Service
-from services.stack import InprocStack
+from keymem.protocol import envelope
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, DeadlineExceeded, KeymemError
+from keymem.protocol.worker import Service
+from keymem.services.stack import InprocStack
 from tests.wire import direct_reply
 
 HOLD_S = 0.3  # long enough for every test thread to have its request queued

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import DeadlineExceeded
-from protocol.worker import Service
-from services.stack import InprocStack
+from keymem.protocol.errors import DeadlineExceeded
+from keymem.protocol.worker import Service
+from keymem.services.stack import InprocStack
 
 HOLD_S = 0.25  # under the fast heartbeat's liveness (0.3 s), over the short deadline
 SHORT_DEADLINE_MS = 100

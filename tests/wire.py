@@ -6,7 +6,7 @@ from typing import Any
 
 import zmq
 
-from protocol import envelope
+from keymem.protocol import envelope
 
 
 def direct_reply(

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from services.cli import (
+from keymem.services.cli import (
     backup,
     bench,
     demo,
@@ -19,8 +19,8 @@ from services.cli import (
     status,
     up,
 )
-from services.cli import eval as eval_
-from services.config import ConfigError
+from keymem.services.cli import eval as eval_
+from keymem.services.config import ConfigError
 
 COMMANDS = (up, down, status, demo, doctor, mcp, bench, migrate, backup, export, import_, eval_)
 

@@ -1,5 +1,5 @@
 import sys
 
-from services.cli import main
+from keymem.services.cli import main
 
 sys.exit(main())

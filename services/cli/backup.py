@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import DeadlineExceeded, InternalError, KeymemError
-from services.config import Settings
-from store.backup import BACKUPS_KEPT, backup_dir, take_backup
-from store.database import GraphStore, StoreLocked, graph_path
+from keymem.protocol.client import Client
+from keymem.protocol.errors import DeadlineExceeded, InternalError, KeymemError
+from keymem.services.config import Settings
+from keymem.store.backup import BACKUPS_KEPT, backup_dir, take_backup
+from keymem.store.database import GraphStore, StoreLocked, graph_path
 
 SERVICE_TIMEOUT_MS = 600_000
 CALL_TIMEOUT_MS = 5_000

@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.config import ALL_PROGRAMS, Settings
-from services.loadtest import LoadResult, run_load
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import ALL_PROGRAMS, Settings
+from keymem.services.loadtest import LoadResult, run_load
 
 ROW = (
     "{path:<7} {clients:>7} {requests:>9} {throughput:>10} "

@@ -13,12 +13,12 @@ import sys
 import textwrap
 from typing import Any
 
-from hooks.prompt_submit import render
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.cli import up
-from services.config import Settings
-from services.supervision import READY_TIMEOUT_S
+from keymem.hooks.prompt_submit import render
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.cli import up
+from keymem.services.config import Settings
+from keymem.services.supervision import READY_TIMEOUT_S
 
 NAMESPACE = "demo"
 STORY = [

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.cli.status import hook_failures
-from services.config import ALL_PROGRAMS, Settings
-from services.supervision import Supervision
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.cli.status import hook_failures
+from keymem.services.config import ALL_PROGRAMS, Settings
+from keymem.services.supervision import Supervision
 
 MIN_PYTHON = (3, 11)
 MIN_FREE_DISK_BYTES = 1 << 30
@@ -80,8 +80,8 @@ def _dependencies(settings: Settings) -> list[Check]:
 
 
 def _models(settings: Settings) -> list[Check]:
-    from services.embedder.backends import fingerprint, load_backend
-    from services.embedder.settings import EmbedderSettings
+    from keymem.services.embedder.backends import fingerprint, load_backend
+    from keymem.services.embedder.settings import EmbedderSettings
 
     checks = []
     started = time.perf_counter()
@@ -205,8 +205,8 @@ def _services(settings: Settings) -> list[Check]:
 
 
 def _schema(settings: Settings) -> list[Check]:
-    from store.database import graph_path
-    from store.schema import SCHEMA_VERSION, current_version
+    from keymem.store.database import graph_path
+    from keymem.store.schema import SCHEMA_VERSION, current_version
 
     path = graph_path(settings.home)
     if not path.exists():

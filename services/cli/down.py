@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from services.config import Settings
-from services.supervision import Supervision, SupervisionError
+from keymem.services.config import Settings
+from keymem.services.supervision import Supervision, SupervisionError
 
 
 def add_parser(subparsers: Any) -> None:

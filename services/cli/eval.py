@@ -12,13 +12,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.evaluation.dataset import DatasetError, load_benchmark
-from services.evaluation.loader import KEY_MODES, LoadError, default_key_mode
-from services.evaluation.progress import Progress
-from services.evaluation.report import render_text, to_json
-from services.evaluation.runner import METHODS, EvalOptions, evaluate, parse_ks, parse_methods
-from services.evaluation.tokens import KEYMEM, TOKENIZATIONS
-from services.supervision import SupervisionError
+from keymem.services.evaluation.dataset import DatasetError, load_benchmark
+from keymem.services.evaluation.loader import KEY_MODES, LoadError, default_key_mode
+from keymem.services.evaluation.progress import Progress
+from keymem.services.evaluation.report import render_text, to_json
+from keymem.services.evaluation.runner import (
+    METHODS,
+    EvalOptions,
+    evaluate,
+    parse_ks,
+    parse_methods,
+)
+from keymem.services.evaluation.tokens import KEYMEM, TOKENIZATIONS
+from keymem.services.supervision import SupervisionError
 
 DEFAULT_KS = "2,5,10"
 

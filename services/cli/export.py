@@ -14,12 +14,12 @@ from typing import Any
 
 import duckdb
 
-from protocol.errors import KeymemError
-from services.cli.backup import snapshot
-from services.config import Settings
-from store.backup import BACKUPS_KEPT
-from store.database import GraphStore, StoreLocked, graph_path
-from store.portable import export_graph
+from keymem.protocol.errors import KeymemError
+from keymem.services.cli.backup import snapshot
+from keymem.services.config import Settings
+from keymem.store.backup import BACKUPS_KEPT
+from keymem.store.database import GraphStore, StoreLocked, graph_path
+from keymem.store.portable import export_graph
 
 
 def add_parser(subparsers: Any) -> None:

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import KeymemError
-from services.config import Settings
-from store.database import GraphStore, StoreLocked, graph_path
-from store.portable import import_graph, read_export
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import Settings
+from keymem.store.database import GraphStore, StoreLocked, graph_path
+from keymem.store.portable import import_graph, read_export
 
 
 def add_parser(subparsers: Any) -> None:

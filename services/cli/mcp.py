@@ -16,11 +16,11 @@ import subprocess
 import sys
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.config import Settings
-from services.launcher import ensure_up
-from services.supervision import READY_TIMEOUT_S, SupervisionError
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import Settings
+from keymem.services.launcher import ensure_up
+from keymem.services.supervision import READY_TIMEOUT_S, SupervisionError
 
 COUNTS_TIMEOUT_MS = 5_000
 LOG_FORMAT = "%(asctime)s keymem-mcp %(levelname)s %(name)s: %(message)s"
@@ -44,10 +44,10 @@ def say(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=LOG_FORMAT)
     # Imported here: the SDK is heavy and only this command needs it.
-    from services.mcp.backend import MemoryBackend
-    from services.mcp.prompt import hook_installed
-    from services.mcp.provenance import Provenance
-    from services.mcp.server import build_server
+    from keymem.services.mcp.backend import MemoryBackend
+    from keymem.services.mcp.prompt import hook_installed
+    from keymem.services.mcp.provenance import Provenance
+    from keymem.services.mcp.server import build_server
 
     settings = Settings.from_env()
     launch_error: str | None = None

@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.config import Settings
-from services.router.migration import migrate_if_needed
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import Settings
+from keymem.services.memory.migration import migrate_if_needed
 
 
 def add_parser(subparsers: Any) -> None:

@@ -6,11 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from hooks.prompt_submit import FAILURE_LOG
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.config import ALL_PROGRAMS, Settings
-from services.supervision import Supervision
+from keymem.hooks.prompt_submit import FAILURE_LOG
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.config import ALL_PROGRAMS, Settings
+from keymem.services.supervision import Supervision
 
 STATS_TIMEOUT_MS = 1_000
 COLUMNS = (

@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from services.config import Settings
-from services.launcher import ensure_up
-from services.supervision import READY_TIMEOUT_S, SupervisionError
+from keymem.services.config import Settings
+from keymem.services.launcher import ensure_up
+from keymem.services.supervision import READY_TIMEOUT_S, SupervisionError
 
 
 def add_parser(subparsers: Any) -> None:

@@ -6,6 +6,6 @@ Stateless (invariant 3): any number of workers may run. ``build`` loads the conf
 
 from __future__ import annotations
 
-from services.embedder.service import build
+from keymem.services.embedder.service import build
 
 __all__ = ["build"]

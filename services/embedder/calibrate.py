@@ -1,6 +1,6 @@
 """Calibrate the cosine thresholds of the configured embedding model on real pairs.
 
-    python -m services.embedder.calibrate [--data ../shared/data] [--json]
+    python -m keymem.services.embedder.calibrate [--data ../shared/data] [--json]
 
 Uses whatever EMBEDDING_BACKEND / LOCAL_EMBEDDING_MODEL the environment selects (USE-m by
 default), so a new model gets its own profile by running this once. Pair sets:
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from services.embedder.backends import EmbeddingBackend, Kind, fingerprint, load_backend
-from services.embedder.settings import EmbedderSettings
+from keymem.services.embedder.backends import EmbeddingBackend, Kind, fingerprint, load_backend
+from keymem.services.embedder.settings import EmbedderSettings
 
 FIXTURE = Path(__file__).with_name("calibration_keys.json")
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"

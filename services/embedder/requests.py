@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.errors import BadRequest, TooLarge
-from services.embedder.backends.base import KINDS, Kind
+from keymem.protocol.errors import BadRequest, TooLarge
+from keymem.services.embedder.backends.base import KINDS, Kind
 
 MAX_TEXTS = 256
 # Characters per request after truncation: bounds one handler call (~0.6 s of USE-m time).

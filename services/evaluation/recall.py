@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import InternalError
-from services.evaluation.baselines import Ranked
-from services.evaluation.loader import LoadedStore
+from keymem.protocol.client import Client
+from keymem.protocol.errors import InternalError
+from keymem.services.evaluation.baselines import Ranked
+from keymem.services.evaluation.loader import LoadedStore
 
 SEARCH = "search"
 INJECT = "inject"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.evaluation.runner import EvalResult, MethodResult
+from keymem.services.evaluation.runner import EvalResult, MethodResult
 
 HEADLINE_K = 5  # the per-type table's k when asked for (BASELINES.md uses 5)
 UNAVAILABLE = "n/a"

@@ -13,16 +13,22 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from protocol.client import Client
-from protocol.errors import KeymemError
-from services.evaluation.baselines import BASELINES, BaselineSuite, Ranked
-from services.evaluation.dataset import Benchmark, Query
-from services.evaluation.deployment import temporary_deployment
-from services.evaluation.loader import KeyMode, LoadedStore, check_key_mode, load
-from services.evaluation.metrics import ScoreSheet
-from services.evaluation.progress import Progress
-from services.evaluation.recall import INJECT, SEARCH, KeymemRecall, MethodUnavailable, require
-from services.evaluation.tokens import tokenizer
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
+from keymem.services.evaluation.baselines import BASELINES, BaselineSuite, Ranked
+from keymem.services.evaluation.dataset import Benchmark, Query
+from keymem.services.evaluation.deployment import temporary_deployment
+from keymem.services.evaluation.loader import KeyMode, LoadedStore, check_key_mode, load
+from keymem.services.evaluation.metrics import ScoreSheet
+from keymem.services.evaluation.progress import Progress
+from keymem.services.evaluation.recall import (
+    INJECT,
+    SEARCH,
+    KeymemRecall,
+    MethodUnavailable,
+    require,
+)
+from keymem.services.evaluation.tokens import tokenizer
 
 KEYMEM = "keymem"
 METHODS = (KEYMEM, *BASELINES)

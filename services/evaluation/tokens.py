@@ -32,7 +32,7 @@ LATIN_TAG = "SL"
 
 def keymem_tokenize() -> Tokenize:
     """The lexicon's tokenizer (Kiwi + keymem's run and CJK rules), loaded in this process."""
-    from services.lexicon.tokenizer import shared_tokenizer
+    from keymem.services.lexicon.tokenizer import shared_tokenizer
 
     return shared_tokenizer().tokenize
 

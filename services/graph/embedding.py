@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from protocol.errors import BadRequest, Conflict, NotFound
-from protocol.fields import body_of, opt_int
-from services.graph.keyindex import KeyIndex
-from services.graph.requests import id_list, opt_str, req_str
-from services.graph.state import GraphState
+from keymem.protocol.errors import BadRequest, Conflict, NotFound
+from keymem.protocol.fields import body_of, opt_int
+from keymem.services.graph.keyindex import KeyIndex
+from keymem.services.graph.requests import id_list, opt_str, req_str
+from keymem.services.graph.state import GraphState
 
 REEMBED_PAGE_MAX = 5_000
 MAX_FINGERPRINT_CHARS = 200

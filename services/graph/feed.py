@@ -13,13 +13,13 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from protocol.errors import BadRequest, Conflict
-from protocol.fields import body_of, opt_int
-from services.graph.requests import opt_str
-from services.graph.state import GraphState
-from store.changes import OP_DELETE, OP_UPSERT
-from store.database import GraphStore
-from store.records import MemoryRecord
+from keymem.protocol.errors import BadRequest, Conflict
+from keymem.protocol.fields import body_of, opt_int
+from keymem.services.graph.requests import opt_str
+from keymem.services.graph.state import GraphState
+from keymem.store.changes import OP_DELETE, OP_UPSERT
+from keymem.store.database import GraphStore
+from keymem.store.records import MemoryRecord
 
 SNAPSHOT_MAX_LIMIT = 2_000
 SINCE_MAX_LIMIT = 5_000

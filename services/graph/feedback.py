@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.errors import BadRequest, NotFound
-from protocol.fields import body_of
-from services.graph.requests import (
+from keymem.protocol.errors import BadRequest, NotFound
+from keymem.protocol.fields import body_of
+from keymem.services.graph.requests import (
     evidence_of,
     id_list,
     namespace_filter,
@@ -38,18 +38,18 @@ from services.graph.requests import (
     req_str,
     source_of,
 )
-from services.graph.state import (
+from keymem.services.graph.state import (
     DEPTH_MAX,
     LINK_WEIGHT_DEFAULT,
     LINK_WEIGHT_MIN,
     GraphState,
     clamp_depth,
 )
-from services.graph.text import is_short_concept
-from services.graph.validity import SECONDS_PER_DAY, validity_view
-from services.graph.views import memory_view
-from services.graph.writes import AUTO_LINK_WEIGHT, live_memory
-from store.records import AliasCandidate, KeyAlias, LinkRecord, to_json
+from keymem.services.graph.text import is_short_concept
+from keymem.services.graph.validity import SECONDS_PER_DAY, validity_view
+from keymem.services.graph.views import memory_view
+from keymem.services.graph.writes import AUTO_LINK_WEIGHT, live_memory
+from keymem.store.records import AliasCandidate, KeyAlias, LinkRecord, to_json
 
 READ_REINFORCE_STEP = 0.1
 DISMISS_STEP = 0.3

@@ -28,18 +28,18 @@ from typing import Any
 
 import numpy as np
 
-from protocol.errors import BadRequest, NotFound
-from protocol.fields import body_of, opt_bool, opt_choice, opt_int
-from services.graph import matching
-from services.graph.feedback import RecallBuffer
-from services.graph.profile import Thresholds
-from services.graph.requests import id_list, namespace_of, req_str
-from services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
-from services.graph.text import query_phrases
-from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
-from services.graph.views import key_idf
-from services.graph.writes import AUTO_LINK_WEIGHT
-from store.records import LinkRecord, MemoryRecord
+from keymem.protocol.errors import BadRequest, NotFound
+from keymem.protocol.fields import body_of, opt_bool, opt_choice, opt_int
+from keymem.services.graph import matching
+from keymem.services.graph.feedback import RecallBuffer
+from keymem.services.graph.profile import Thresholds
+from keymem.services.graph.requests import id_list, namespace_of, req_str
+from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
+from keymem.services.graph.text import query_phrases
+from keymem.services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
+from keymem.services.graph.views import key_idf
+from keymem.services.graph.writes import AUTO_LINK_WEIGHT
+from keymem.store.records import LinkRecord, MemoryRecord
 
 RRF_K = 60
 # A memory under a literally named key counts as if it ranked first in one more list.

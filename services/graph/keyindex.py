@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.graph.text import surface_norm
-from store.records import KeyRecord
+from keymem.services.graph.text import surface_norm
+from keymem.store.records import KeyRecord
 
 INITIAL_CAPACITY = 64
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.graph.profile import Thresholds
-from services.graph.requests import KeyInput
-from services.graph.state import GraphState
-from services.graph.text import conflicting_qualifier, is_short_concept
-from store.records import KeyAlias, KeyRecord
+from keymem.services.graph.profile import Thresholds
+from keymem.services.graph.requests import KeyInput
+from keymem.services.graph.state import GraphState
+from keymem.services.graph.text import conflicting_qualifier, is_short_concept
+from keymem.store.records import KeyAlias, KeyRecord
 
 HINT_DIGITS = 3
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from protocol.errors import BadRequest
-from protocol.fields import body_of, opt_bool, opt_int, opt_number
-from services.graph.feedback import RecallBuffer
-from services.graph.keyindex import KeyIndex
-from services.graph.profile import Thresholds, with_overrides
-from services.graph.requests import MAX_CONTENT_CHARS, id_list, namespace_of, opt_str
-from services.graph.state import GraphState
-from services.graph.text import is_short_concept, query_phrases, surface_norm
-from services.graph.validity import depth_factor, freshness, freshness_factor
-from services.graph.views import key_idf, key_view
+from keymem.protocol.errors import BadRequest
+from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_number
+from keymem.services.graph.feedback import RecallBuffer
+from keymem.services.graph.keyindex import KeyIndex
+from keymem.services.graph.profile import Thresholds, with_overrides
+from keymem.services.graph.requests import MAX_CONTENT_CHARS, id_list, namespace_of, opt_str
+from keymem.services.graph.state import GraphState
+from keymem.services.graph.text import is_short_concept, query_phrases, surface_norm
+from keymem.services.graph.validity import depth_factor, freshness, freshness_factor
+from keymem.services.graph.views import key_idf, key_view
 
 MATCH_MAX_TOP_K = 50
 HOP_DECAY = 0.3

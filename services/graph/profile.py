@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from protocol.errors import BadRequest
-from services.embedder.thresholds import profile_for
+from keymem.protocol.errors import BadRequest
+from keymem.services.embedder.thresholds import profile_for
 
 log = logging.getLogger("keymem.graph")
 

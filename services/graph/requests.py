@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from protocol import fields
-from protocol.errors import BadRequest, TooLarge
-from services.graph.text import normalize_namespace, usable_key
-from store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
+from keymem.protocol import fields
+from keymem.protocol.errors import BadRequest, TooLarge
+from keymem.services.graph.text import normalize_namespace, usable_key
+from keymem.store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
 
 MAX_CONTENT_CHARS = 20_000
 MAX_KEYS_PER_MEMORY = 32

@@ -19,11 +19,11 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
-from protocol.fields import body_of
-from protocol.worker import Service
-from services.config import Settings
-from services.graph import (
+from keymem.protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
+from keymem.protocol.fields import body_of
+from keymem.protocol.worker import Service
+from keymem.services.config import Settings
+from keymem.services.graph import (
     embedding,
     feed,
     feedback,
@@ -33,13 +33,13 @@ from services.graph import (
     views,
     writes,
 )
-from services.graph.feedback import RecallBuffer
-from services.graph.profile import Thresholds, thresholds_from_env, with_overrides
-from services.graph.requests import MAX_BATCH_ITEMS, namespace_filter, req_str, source_of
-from services.graph.state import GraphState
-from store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
-from store.changes import Changes
-from store.database import GraphStore, graph_path
+from keymem.services.graph.feedback import RecallBuffer
+from keymem.services.graph.profile import Thresholds, thresholds_from_env, with_overrides
+from keymem.services.graph.requests import MAX_BATCH_ITEMS, namespace_filter, req_str, source_of
+from keymem.services.graph.state import GraphState
+from keymem.store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
+from keymem.store.changes import Changes
+from keymem.store.database import GraphStore, graph_path
 
 log = logging.getLogger("keymem.graph")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from protocol.fields import body_of, opt_int
-from services.graph.requests import namespace_of
-from services.graph.state import GraphState
-from services.graph.validity import freshness, status_of, validity_view
+from keymem.protocol.fields import body_of, opt_int
+from keymem.services.graph.requests import namespace_of
+from keymem.services.graph.state import GraphState
+from keymem.services.graph.validity import freshness, status_of, validity_view
 
 BRIEF_LIMIT_DEFAULT = 5
 BRIEF_LIMIT_MAX = 20

@@ -14,11 +14,11 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from services.graph.keyindex import KeyIndex
-from services.graph.text import normalize_content
-from store.changes import Changes
-from store.database import LoadedGraph
-from store.records import KeyAlias, KeyRecord, LinkRecord, MemoryRecord
+from keymem.services.graph.keyindex import KeyIndex
+from keymem.services.graph.text import normalize_content
+from keymem.store.changes import Changes
+from keymem.store.database import LoadedGraph
+from keymem.store.records import KeyAlias, KeyRecord, LinkRecord, MemoryRecord
 
 ID_BYTES = 6  # 12 hex characters, as the original
 LINK_WEIGHT_MIN = 0.1

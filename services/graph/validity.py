@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from store.records import MemoryRecord
+from keymem.store.records import MemoryRecord
 
 SECONDS_PER_DAY = 86_400.0
 HALF_LIFE_DAYS: dict[str, float] = {

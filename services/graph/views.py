@@ -11,12 +11,12 @@ import os
 import time
 from typing import Any
 
-from protocol.errors import BadRequest, NotFound
-from protocol.fields import body_of, opt_bool, opt_int
-from services.graph.requests import id_list, namespace_filter, req_str
-from services.graph.state import GraphState
-from services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
-from store.records import KeyRecord, MemoryRecord, from_json
+from keymem.protocol.errors import BadRequest, NotFound
+from keymem.protocol.fields import body_of, opt_bool, opt_int
+from keymem.services.graph.requests import id_list, namespace_filter, req_str
+from keymem.services.graph.state import GraphState
+from keymem.services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
+from keymem.store.records import KeyRecord, MemoryRecord, from_json
 
 SCORE_DIGITS = 3
 READ_KEY_MAX_LIMIT = 50

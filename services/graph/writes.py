@@ -12,11 +12,11 @@ import heapq
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.errors import BadRequest, Conflict, NotFound
-from protocol.fields import body_of
-from services.graph.keys import near_key_hints, resolve_key
-from services.graph.profile import Thresholds
-from services.graph.requests import (
+from keymem.protocol.errors import BadRequest, Conflict, NotFound
+from keymem.protocol.fields import body_of
+from keymem.services.graph.keys import near_key_hints, resolve_key
+from keymem.services.graph.profile import Thresholds
+from keymem.services.graph.requests import (
     KeyInput,
     content_of,
     decay_profile_of,
@@ -27,9 +27,9 @@ from services.graph.requests import (
     source_of,
     ttl_of,
 )
-from services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
-from services.graph.text import normalize_content, normalize_namespace
-from store.records import MemoryRecord, to_json
+from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
+from keymem.services.graph.text import normalize_content, normalize_namespace
+from keymem.store.records import MemoryRecord, to_json
 
 INHERITED_LINK_PENALTY = 0.15
 # A key keymem extracted from the content weighs half an agent's key: the agent chose its keys.

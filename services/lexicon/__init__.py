@@ -7,6 +7,6 @@ Modules: ``tokenizer`` (text to terms), ``index`` (incremental BM25 per namespac
 
 from __future__ import annotations
 
-from services.lexicon.service import build
+from keymem.services.lexicon.service import build
 
 __all__ = ["build"]

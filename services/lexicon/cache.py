@@ -28,7 +28,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from services.lexicon.index import FrozenNamespace, LexiconIndex, NamespaceCsr
+from keymem.services.lexicon.index import FrozenNamespace, LexiconIndex, NamespaceCsr
 
 CACHE_FORMAT = 1
 MAGIC = b"KMLEXC\x00\x01"

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from enum import IntEnum
 
-from services.lexicon.tokenizer import NOUN_TAGS, Morph, normalise
+from keymem.services.lexicon.tokenizer import NOUN_TAGS, Morph, normalise
 
 # Capitalised words (a mixed-case word like "DuckDB" or an acronym counts too); consecutive ones
 # separated by single spaces form a multi-word name.

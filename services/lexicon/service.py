@@ -14,17 +14,17 @@ import time
 from collections import Counter
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import BadRequest
-from protocol.fields import body_of, opt_bool, opt_int, opt_int_or_none, req_str
-from protocol.worker import HeartbeatPolicy, Service
-from services.config import Settings
-from services.lexicon import cache
-from services.lexicon.function_words import ENGLISH_FUNCTION_WORDS
-from services.lexicon.index import LexiconIndex
-from services.lexicon.keys import DEFAULT_LIMIT, MAX_LIMIT, extract_keys
-from services.lexicon.sync import FeedFollower
-from services.lexicon.tokenizer import TOKENIZER_VERSION, Tokenizer, shared_tokenizer
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest
+from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_int_or_none, req_str
+from keymem.protocol.worker import HeartbeatPolicy, Service
+from keymem.services.config import Settings
+from keymem.services.lexicon import cache
+from keymem.services.lexicon.function_words import ENGLISH_FUNCTION_WORDS
+from keymem.services.lexicon.index import LexiconIndex
+from keymem.services.lexicon.keys import DEFAULT_LIMIT, MAX_LIMIT, extract_keys
+from keymem.services.lexicon.sync import FeedFollower
+from keymem.services.lexicon.tokenizer import TOKENIZER_VERSION, Tokenizer, shared_tokenizer
 
 log = logging.getLogger("keymem.lexicon")
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from protocol.errors import Conflict, DeadlineExceeded, KeymemError, Unavailable
-from services.lexicon.index import LexiconIndex
+from keymem.protocol.errors import Conflict, DeadlineExceeded, KeymemError, Unavailable
+from keymem.services.lexicon.index import LexiconIndex
 
 log = logging.getLogger("keymem.lexicon.sync")
 

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ValidationError
 
-from protocol.async_client import AsyncClient
-from protocol.errors import ErrorCode, KeymemError
+from keymem.protocol.async_client import AsyncClient
+from keymem.protocol.errors import ErrorCode, KeymemError
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from services.mcp import models
-from services.mcp.backend import BATCH_TIMEOUT_MS, MemoryBackend
-from services.mcp.prompt import instructions, memory_system_prompt
-from services.mcp.provenance import Provenance
+from keymem.services.mcp import models
+from keymem.services.mcp.backend import BATCH_TIMEOUT_MS, MemoryBackend
+from keymem.services.mcp.prompt import instructions, memory_system_prompt
+from keymem.services.mcp.provenance import Provenance
 
 SERVER_NAME = "keymem"
 # Limits the graph enforces too (docs/GRAPH.md); stated here so the schema shows them.

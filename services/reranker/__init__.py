@@ -7,6 +7,6 @@ Contract: docs/MODELS.md.
 
 from __future__ import annotations
 
-from services.reranker.service import build
+from keymem.services.reranker.service import build
 
 __all__ = ["build"]

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from services.embedder.models.local import ModelFiles
-from services.embedder.models.registry import spec_for
-from services.embedder.models.resolve import resolve_model_dir
-from services.embedder.models.runtime import (
+from keymem.services.embedder.models.local import ModelFiles
+from keymem.services.embedder.models.registry import spec_for
+from keymem.services.embedder.models.resolve import resolve_model_dir
+from keymem.services.embedder.models.runtime import (
     CHARS_PER_TOKEN,
     length_groups,
     model_inputs,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-from services.embedder.backends import EmbeddingBackend, fingerprint
-from services.embedder.cache import Cached, VectorCache
+from keymem.services.embedder.backends import EmbeddingBackend, fingerprint
+from keymem.services.embedder.cache import Cached, VectorCache
 
 
 class Scorer(Protocol):

@@ -11,15 +11,15 @@ import logging
 import time
 from typing import Any
 
-from protocol.errors import BadRequest, Unavailable
-from protocol.worker import Service
-from services.config import Settings
-from services.embedder.backends import load_backend
-from services.embedder.requests import check_text, check_texts, cut, require_map
-from services.embedder.settings import EmbedderSettings
-from services.reranker.gate import Gate
-from services.reranker.scorers import EmbeddingCosineScorer, Scorer
-from services.reranker.settings import RerankerSettings
+from keymem.protocol.errors import BadRequest, Unavailable
+from keymem.protocol.worker import Service
+from keymem.services.config import Settings
+from keymem.services.embedder.backends import load_backend
+from keymem.services.embedder.requests import check_text, check_texts, cut, require_map
+from keymem.services.embedder.settings import EmbedderSettings
+from keymem.services.reranker.gate import Gate
+from keymem.services.reranker.scorers import EmbeddingCosineScorer, Scorer
+from keymem.services.reranker.settings import RerankerSettings
 
 log = logging.getLogger("keymem.reranker")
 
@@ -82,10 +82,10 @@ class Reranker:
 
 def load_scorer(settings: Settings, config: RerankerSettings) -> Scorer:
     if config.uses_cross_encoder:
-        from services.embedder.models.runtime import require_models_extra
+        from keymem.services.embedder.models.runtime import require_models_extra
 
         require_models_extra("a cross-encoder (KEYMEM_RERANK_MODEL or KEYMEM_RERANK_MODEL_PATH)")
-        from services.reranker.cross_encoder import load_cross_encoder
+        from keymem.services.reranker.cross_encoder import load_cross_encoder
 
         return load_cross_encoder(config.model, config.model_path, settings.home, config.threads)
     embedding = EmbedderSettings.from_env()

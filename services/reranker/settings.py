@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.embedder.settings import (
+from keymem.services.embedder.settings import (
     DEFAULT_THREADS,
     env_bool,
     env_float,

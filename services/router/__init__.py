@@ -1,5 +1,5 @@
-"""The router: the service broker every client talks to (and, later, recall orchestration)."""
+"""The router: the service broker every client talks to, and the process the memory API runs in."""
 
-from services.router.broker import ROUTER_SERVICE, Broker
+from keymem.services.router.broker import ROUTER_SERVICE, Broker
 
 __all__ = ["ROUTER_SERVICE", "Broker"]

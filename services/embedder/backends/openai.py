@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from protocol.errors import BadRequest, Unavailable
-from services.embedder.backends.base import Encoded, Kind, l2_normalise
-from services.embedder.settings import DEFAULT_OPENAI_BASE_URL, OpenAISettings
+from keymem.protocol.errors import BadRequest, Unavailable
+from keymem.services.embedder.backends.base import Encoded, Kind, l2_normalise
+from keymem.services.embedder.settings import DEFAULT_OPENAI_BASE_URL, OpenAISettings
 
 REQUEST_TIMEOUT_S = 1.5
 # text-embedding-3 models accept 8,191 tokens; ~4 characters per token for English.

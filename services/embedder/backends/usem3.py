@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-from services.embedder.backends.base import Encoded, Kind, l2_normalise
+from keymem.services.embedder.backends.base import Encoded, Kind, l2_normalise
 
 MODEL_ID = "use-multilingual-v3"
 DIM = 512

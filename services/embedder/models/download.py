@@ -6,7 +6,7 @@ processes starting together (embedder and reranker, or two workers) never write 
 directory at once; the second waits and then finds the first one's result. A directory counts
 as present only once the ``COMPLETE_MARKER`` file is written after every file arrived.
 
-Prefetch from a shell: ``python -m services.embedder.models.download bge-m3``.
+Prefetch from a shell: ``python -m keymem.services.embedder.models.download bge-m3``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from services.embedder.models.registry import KNOWN_MODELS, ModelSpec
+from keymem.services.embedder.models.registry import KNOWN_MODELS, ModelSpec
 
 log = logging.getLogger("keymem.models")
 
@@ -36,7 +36,7 @@ def ensure_downloaded(spec: ModelSpec, home: Path, *, offline: bool = False) -> 
     """The model's directory, downloaded first if needed; ``offline`` never touches the network."""
     from filelock import FileLock, Timeout
 
-    from services.embedder.models.local import ModelDirError
+    from keymem.services.embedder.models.local import ModelDirError
 
     target = models_dir(home) / spec.name
     if is_complete(target):
@@ -65,7 +65,7 @@ def ensure_downloaded(spec: ModelSpec, home: Path, *, offline: bool = False) -> 
 def _download(spec: ModelSpec, target: Path, *, offline: bool) -> None:
     from huggingface_hub import snapshot_download
 
-    from services.embedder.models.local import ModelDirError
+    from keymem.services.embedder.models.local import ModelDirError
 
     assert spec.repo_id is not None
     log.info("downloading %s from %s into %s", spec.name, spec.repo_id, target)
@@ -94,14 +94,17 @@ def _download(spec: ModelSpec, target: Path, *, offline: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from protocol.endpoints import keymem_home
+    from keymem.protocol.endpoints import keymem_home
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] not in KNOWN_MODELS:
         names = ",".join(KNOWN_MODELS)
-        print(f"usage: python -m services.embedder.models.download {{{names}}}", file=sys.stderr)
+        print(
+            f"usage: python -m keymem.services.embedder.models.download {{{names}}}",
+            file=sys.stderr,
+        )
         return 2
-    from services.embedder.models.local import ModelDirError
+    from keymem.services.embedder.models.local import ModelDirError
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     try:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.embedder.models.registry import ModelSpec, Pooling
+from keymem.services.embedder.models.registry import ModelSpec, Pooling
 
 MODEL_CANDIDATES = (
     "model.onnx",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.embedder.models.download import ensure_downloaded, models_dir
-from services.embedder.models.local import ModelFiles, find_model_files
-from services.embedder.models.registry import ModelSpec
+from keymem.services.embedder.models.download import ensure_downloaded, models_dir
+from keymem.services.embedder.models.local import ModelFiles, find_model_files
+from keymem.services.embedder.models.registry import ModelSpec
 
 
 def resolve_model_dir(

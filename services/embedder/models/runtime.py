@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from services.embedder.models.local import ModelDirError, ModelFiles
+from keymem.services.embedder.models.local import ModelDirError, ModelFiles
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError
-from protocol.fields import (
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.fields import (
     body_of,
     only_fields,
     opt_bool,
@@ -39,18 +39,18 @@ from protocol.fields import (
     opt_str,
     req_str,
 )
-from protocol.worker import remaining_ms
-from services.graph.hybrid import (
+from keymem.protocol.worker import remaining_ms
+from keymem.services.graph.hybrid import (
     KEY_AGGREGATES,
     LITERAL_BONUS,
     PHRASE_LINKS,
     RRF_K,
     SEEDS_DEFAULT,
 )
-from services.graph.matching import PHRASE_KEYS_MAX, PHRASES_MAX
-from services.graph.requests import MAX_NAMESPACE_CHARS
-from services.graph.text import normalize_namespace
-from services.router.profile import EmbedderProfile
+from keymem.services.graph.matching import PHRASE_KEYS_MAX, PHRASES_MAX
+from keymem.services.graph.requests import MAX_NAMESPACE_CHARS
+from keymem.services.graph.text import normalize_namespace
+from keymem.services.memory.profile import EmbedderProfile
 
 DEFAULT_BUDGET_MS = 5_000
 ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
@@ -237,7 +237,7 @@ def is_comparison(query: str) -> bool:
     return COMPARISON_PATTERN.search(query) is not None
 
 
-class Recall:
+class Search:
     def __init__(self, client: Client, profile: EmbedderProfile) -> None:
         self.client = client
         self.profile = profile

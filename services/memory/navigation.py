@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError
-from protocol.worker import remaining_ms
-from services.graph.text import normalize_namespace
-from services.router.profile import EmbedderProfile
-from services.router.recall import key_summary
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.worker import remaining_ms
+from keymem.services.graph.text import normalize_namespace
+from keymem.services.memory.profile import EmbedderProfile
+from keymem.services.memory.search import key_summary
 
 DEFAULT_BUDGET_MS = 5_000
 RECALL_TOP_K_DEFAULT = 8

@@ -37,12 +37,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError
-from protocol.worker import remaining_ms
-from services.config import ConfigError
-from services.router.profile import EmbedderProfile
-from services.router.recall import Recall
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.worker import remaining_ms
+from keymem.services.config import ConfigError
+from keymem.services.memory.profile import EmbedderProfile
+from keymem.services.memory.search import Search
 
 log = logging.getLogger("keymem.router.learning")
 
@@ -140,8 +140,8 @@ class SurfacedLog:
             return matched[-1]
 
 
-class TappedRecall(Recall):
-    """``Recall`` whose searches can be watched from the calling thread.
+class TappedSearch(Search):
+    """``Search`` whose searches can be watched from the calling thread.
 
     Inject's reply carries only what the hook prints; the path (matched keys, hop key) is in
     the search replies it ran, so the learner watches those while inject runs.
@@ -246,7 +246,7 @@ class Learner:
     def __init__(
         self,
         client: Client,
-        recall: TappedRecall,
+        recall: TappedSearch,
         inject: Callable[[Any], dict[str, Any]],
         log_: SurfacedLog | None = None,
         *,

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError, Unavailable
-from protocol.worker import remaining_ms
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError, Unavailable
+from keymem.protocol.worker import remaining_ms
 
 MIN_AGENT_KEYS = 3
 AUTO_KEYS_MAX = 5

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import KeymemError
+from keymem.protocol.client import Client
+from keymem.protocol.errors import KeymemError
 
 INFO_TIMEOUT_MS = 2_000
 

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError, Unavailable
-from protocol.worker import Service, remaining_ms
-from services.router.autokeys import AutoKeys
-from services.router.inject import Inject
-from services.router.learning import (
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError, Unavailable
+from keymem.protocol.worker import Service, remaining_ms
+from keymem.services.memory.autokeys import AutoKeys
+from keymem.services.memory.inject import Inject
+from keymem.services.memory.learning import (
     Learner,
     SurfacedLog,
-    TappedRecall,
+    TappedSearch,
     enabled_from_env,
     ttl_from_env,
 )
-from services.router.navigation import Navigation
-from services.router.profile import EmbedderProfile
-from services.router.recall import Recall
+from keymem.services.memory.navigation import Navigation
+from keymem.services.memory.profile import EmbedderProfile
+from keymem.services.memory.search import Search
 
 # Budget for a call that arrives without a deadline of its own (only in-process callers).
 DEFAULT_BUDGET_MS = 10_000
@@ -166,14 +166,14 @@ def make_service(router_endpoint: str, surfaced: SurfacedLog | None = None) -> S
     """One worker's service. Workers of one process must share ``surfaced`` (what inject
     showed), or a read served by another thread than the inject would teach nothing."""
     api = MemoryAPI(router_endpoint)
-    recall = Recall(api.client, api.profile)
+    recall = Search(api.client, api.profile)
     navigation = Navigation(api.client, api.profile)
     service = Service("memory")
     service.add("recall", navigation.recall, idempotent=True)
     service.add("read_key", navigation.read_key, idempotent=True)
     service.add("search", recall.search, idempotent=True)
-    # Inject gets its own watched Recall: the learner reads the paths off its searches.
-    tapped = TappedRecall(api.client, api.profile)
+    # Inject gets its own watched Search: the learner reads the paths off its searches.
+    tapped = TappedSearch(api.client, api.profile)
     learner = Learner(
         api.client,
         tapped,

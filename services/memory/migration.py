@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import Conflict
+from keymem.protocol.client import Client
+from keymem.protocol.errors import Conflict
 
 PAGE_KEYS = 256  # one embed request's worth of texts
 STEP_TIMEOUT_MS = 30_000

@@ -35,12 +35,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.client import Client
-from protocol.errors import BadRequest, KeymemError
-from protocol.fields import only_fields, opt_bool, opt_int, opt_number
-from protocol.worker import remaining_ms
-from services.config import ConfigError
-from services.router.recall import DEFAULT_BUDGET_MS, Recall, rerank_segments
+from keymem.protocol.client import Client
+from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.fields import only_fields, opt_bool, opt_int, opt_number
+from keymem.protocol.worker import remaining_ms
+from keymem.services.config import ConfigError
+from keymem.services.memory.search import DEFAULT_BUDGET_MS, Search, rerank_segments
 
 TOP_K_DEFAULT = 2
 TOP_K_MAX = 10
@@ -248,7 +248,7 @@ def admit(
 
 
 class Inject:
-    def __init__(self, recall: Recall) -> None:
+    def __init__(self, recall: Search) -> None:
         self.recall = recall
 
     @property
