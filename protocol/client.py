@@ -37,6 +37,7 @@ class RequestIds:
 def build_request(
     ids: RequestIds, service: str, method: str, body: Any, timeout_ms: int
 ) -> envelope.Request:
+    envelope.check_timeout(timeout_ms)
     return envelope.Request(
         request_id=ids.next(),
         service=service,

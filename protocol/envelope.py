@@ -39,6 +39,9 @@ GOODBYE = b"D"
 STATUS_OK = b"ok"
 MAX_ID_BYTES = 64
 MAX_NAME_BYTES = 64
+# The furthest ahead a deadline may lie. A larger one is a mistake, and its wait would not fit
+# a poll timeout (a C int of milliseconds).
+MAX_TIMEOUT_MS = 24 * 3600 * 1000
 _DEADLINE = struct.Struct(">Q")
 
 
@@ -139,13 +142,23 @@ def parse_request(frames: list[bytes]) -> Request:
         raise BadRequest(f"request id must be 1..{MAX_ID_BYTES} bytes")
     if len(deadline) != _DEADLINE.size:
         raise BadRequest("deadline frame must be 8 bytes (u64 big-endian ms since epoch)")
+    deadline_ms: int = _DEADLINE.unpack(deadline)[0]
+    check_timeout(deadline_ms - now_ms())
     return Request(
         request_id=request_id,
         service=_name(service, "service"),
         method=_name(method, "method"),
-        deadline_ms=_DEADLINE.unpack(deadline)[0],
+        deadline_ms=deadline_ms,
         body=body,
     )
+
+
+def check_timeout(timeout_ms: int) -> None:
+    """Refuse a deadline further ahead than ``MAX_TIMEOUT_MS`` (a past one is only expired)."""
+    if timeout_ms > MAX_TIMEOUT_MS:
+        raise BadRequest(
+            f"deadline is {timeout_ms} ms ahead; at most {MAX_TIMEOUT_MS} ms (24 h) is allowed"
+        )
 
 
 def parse_reply(frames: list[bytes]) -> Reply:

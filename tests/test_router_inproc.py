@@ -28,6 +28,7 @@ from keymem.protocol.worker import Service
 from keymem.services.router.broker import MAX_BODY_BYTES
 from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
+from tests.wire import direct_reply
 
 
 def tagged_service(tag: str, *, hang_s: float = 0.0) -> Service:
@@ -130,6 +131,20 @@ def test_a_worker_drops_requests_whose_deadline_already_passed(stack: InprocStac
         direct._socket.send_multipart(stale.frames())
         assert direct.call("svc", "whoami") == "a"  # served; the stale one was not
     assert running.worker.stats.expired == 1
+
+
+def test_a_deadline_too_far_ahead_is_a_bad_request_and_everyone_stays_up(
+    stack: InprocStack,
+) -> None:
+    running = stack.add_worker(tagged_service("a"), direct=True)
+    assert running.worker.direct_endpoint is not None
+    far = envelope.Request(b"far", "svc", "whoami", 2**62, pack(None))
+    for endpoint in (stack.endpoints.frontend, running.worker.direct_endpoint):
+        reply = direct_reply(stack.context, endpoint, far, timeout_ms=2_000)
+        assert reply.status == b"bad_request", endpoint
+    with pytest.raises(BadRequest, match="deadline is"):
+        stack.client().call("svc", "whoami", timeout_ms=2**62)
+    assert stack.client().call("svc", "whoami") == "a"
 
 
 def test_several_workers_share_the_load(stack: InprocStack) -> None:
