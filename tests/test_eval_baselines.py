@@ -10,14 +10,16 @@ import pytest
 
 from keymem.services.evaluation.baselines import (
     BASELINES,
+    KEYED_BASELINES,
     BaselineSuite,
     Encode,
     fuse_rrf,
     usem3_encode,
 )
-from keymem.services.evaluation.dataset import Benchmark, load_benchmark
+from keymem.services.evaluation.dataset import Benchmark, load_benchmark, parse_benchmark
 from keymem.services.evaluation.metrics import ScoreSheet
 from keymem.services.evaluation.progress import SILENT
+from keymem.services.evaluation.runner import EvalOptions, evaluate
 from keymem.services.evaluation.tokens import KEYMEM, KIWI, Tokenize, tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -117,8 +119,68 @@ def test_per_query_rankings_stay_inside_each_questions_store(
 def test_only_the_selected_baselines_run(keymem_tokens: Tokenize) -> None:
     bench = load_benchmark(FIXTURES / "eval_tiny.json")
     suite = BaselineSuite(bench, ["bm25"], SILENT, tokenize=keymem_tokens)
-    assert suite.dense is None
+    assert [(legs.bm25 is None, legs.dense is None) for legs in suite.legs] == [(False, True)]
     assert list(suite.rank(bench.queries[0])) == ["bm25"]
+
+
+# A store whose keys say what its texts do not: the dog's name and the kind of fear.
+KEYED_STORE = {
+    "setting": "pooled",
+    "memories": [
+        {
+            "id": "dog",
+            "content": "The dog hides under the bed when it thunders.",
+            "title": None,
+            "keys": ["Choco", "pet fear"],
+            "key_types": {"Choco": "name"},
+        },
+        {
+            "id": "cat",
+            "content": "The cat sleeps on the warm laptop all afternoon.",
+            "title": None,
+            "keys": ["Nabi", "laptop"],
+        },
+        {
+            "id": "bed",
+            "content": "The new bed frame arrived on Monday.",
+            "title": None,
+            "keys": ["furniture"],
+        },
+    ],
+    "queries": [
+        {"id": "q1", "query": "What is Choco afraid of?", "gold": ["dog"], "type": "key-only"},
+        {
+            "id": "q2",
+            "query": "Which pet fear do we know about?",
+            "gold": ["dog"],
+            "type": "key-only",
+        },
+    ],
+}
+
+
+def test_keyed_baselines_find_what_only_the_keys_say(
+    keymem_tokens: Tokenize, encode: Encode
+) -> None:
+    bench = parse_benchmark(KEYED_STORE)
+    suite = BaselineSuite(
+        bench, ALL + list(KEYED_BASELINES), SILENT, tokenize=keymem_tokens, encode=encode
+    )
+    for query in bench.queries:
+        answers = suite.rank(query)
+        assert "dog" not in answers["bm25"].ids  # no word of the question is in any text
+        assert answers["bm25+keys"].ids[0] == "dog"
+        assert answers["hybrid+keys"].ids[0] == "dog"
+
+
+def test_keyed_rows_run_whenever_keys_are_provided(keymem_tokens: Tokenize) -> None:
+    bench = parse_benchmark(KEYED_STORE)
+    rows = {}
+    for mode in ("provided", "title"):
+        options = EvalOptions(ks=(1,), key_mode=mode, methods=("bm25",), tokenization=KEYMEM)
+        result = evaluate(bench, "keyed", options, SILENT)
+        rows[mode] = {m.name: m.sheet.summary().recall[1] for m in result.methods}
+    assert rows == {"provided": {"bm25": 0.0, "bm25+keys": 1.0}, "title": {"bm25": 0.0}}
 
 
 def test_tokenizations_differ_where_documented(

@@ -56,6 +56,7 @@ def test_key_modes() -> None:
     document = raw(POOLED)
     for memory in document["memories"]:
         memory["keys"] = None
+        memory.pop("key_types", None)
     keyless = parse_benchmark(document)
     assert default_key_mode(keyless) == "title"
     with pytest.raises(DatasetError, match="has no keys"):
@@ -66,6 +67,14 @@ def test_key_modes() -> None:
     assert default_key_mode(untitled) == "auto"
     with pytest.raises(DatasetError, match="no titles"):
         check_key_mode(untitled, "title")
+
+
+def test_key_types_and_keyed_documents() -> None:
+    bench = load_benchmark(POOLED)
+    newton, apple = bench.memories[0], bench.memories[1]
+    assert newton.key_types == {"Isaac Newton": "name"} and apple.key_types == {}
+    # the +keys baselines index the document with the keys appended
+    assert newton.keyed_document == f"{newton.document}\nIsaac Newton laws of motion"
 
 
 def broken(path: Path, change: Any) -> dict[str, Any]:
@@ -82,6 +91,16 @@ def broken(path: Path, change: Any) -> dict[str, Any]:
         (POOLED, lambda d: d["memories"][2].pop("content"), "memory 'm3': 'content'"),
         (POOLED, lambda d: d["memories"][1].update(id="m1"), "memory id 'm1' appears twice"),
         (POOLED, lambda d: d["memories"][0].update(keys="apple"), "'keys' must be a list"),
+        (
+            POOLED,
+            lambda d: d["memories"][0].update(key_types={"Isaac Newton": "person"}),
+            "memory 'm1': 'key_types' must map keys to one of name, proper_noun",
+        ),
+        (
+            POOLED,
+            lambda d: d["memories"][0].update(key_types={"Newton": "name"}),
+            "'key_types' names ['Newton'], which are not among its keys",
+        ),
         (POOLED, lambda d: d["queries"][0].update(gold=["m99"]), "gold memory 'm99' does not"),
         (POOLED, lambda d: d["queries"][0].update(gold="m1"), "query 'q1': 'gold' must be"),
         (POOLED, lambda d: d["queries"][1].update(query=""), "query 'q2': 'query'"),

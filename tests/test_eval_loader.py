@@ -15,6 +15,7 @@ from keymem.services.evaluation.loader import LoadedStore, LoadError, load, quer
 from keymem.services.evaluation.progress import SILENT
 from keymem.services.graph.requests import MAX_BATCH_ITEMS, MAX_CONTENT_CHARS
 from keymem.services.stack import InprocStack
+from tests.full_stack import full_stack
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -98,7 +99,18 @@ def test_a_refused_keyless_write_says_what_to_do(stack: InprocStack) -> None:
         load(stack.client(), bench, "auto", SILENT)
     document = json.loads((FIXTURES / "eval_tiny.json").read_text())
     for item in document["memories"]:
-        item["title"] = item["keys"] = None
+        item["title"] = item["keys"] = item["key_types"] = None
     bare = parse_benchmark(document)
     with pytest.raises(LoadError, match="neither keys nor titles"):
         load(stack.client(), bare, "auto", SILENT)
+
+
+def test_provided_key_types_reach_the_graph(tmp_path: Path) -> None:
+    """An agent's name keys are stored as names (matched literally), the rest as concepts."""
+    bench = load_benchmark(FIXTURES / "eval_tiny.json")
+    with full_stack(tmp_path) as running:
+        load(running.client, bench, "provided", SILENT)
+        keys = running.memory("browse_keys", {"namespace": "default", "limit": 100})["keys"]
+    types = {key["concept"]: key["key_type"] for key in keys}
+    assert types["Isaac Newton"] == types["Marie Curie"] == "name"
+    assert types["laws of motion"] == types["Nobel prize"] == "concept"

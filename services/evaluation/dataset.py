@@ -18,6 +18,8 @@ Setting = Literal["pooled", "per_query"]
 SETTINGS: tuple[Setting, ...] = ("pooled", "per_query")
 # The namespace a pooled memory or query without one lives in (the product's default too).
 DEFAULT_NAMESPACE = "default"
+# What a memory's ``key_types`` may say about one of its keys (the graph's entity key types).
+KEY_TYPES = ("name", "proper_noun")
 
 
 class DatasetError(ValueError):
@@ -31,11 +33,19 @@ class Memory:
     title: str | None
     keys: tuple[str, ...] | None
     namespace: str
+    # key -> "name" | "proper_noun" for the keys an agent typed as entities
+    key_types: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def document(self) -> str:
         """What the baselines index: title and content (BASELINES.md: "over title + content")."""
         return f"{self.title}\n{self.content}" if self.title else self.content
+
+    @property
+    def keyed_document(self) -> str:
+        """The document with the memory's keys appended: what a flat store indexes when it
+        keeps the agent's keywords too (the ``+keys`` baselines)."""
+        return f"{self.document}\n{' '.join(self.keys)}" if self.keys else self.document
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,19 @@ class _Record:
     def namespace(self) -> str:
         return self.optional_text("namespace") or DEFAULT_NAMESPACE
 
+    def key_types(self, keys: tuple[str, ...] | None) -> dict[str, str]:
+        value = self.raw.get("key_types")
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and t in KEY_TYPES for k, t in value.items()
+        ):
+            raise self.error("key_types", f"must map keys to one of {', '.join(KEY_TYPES)}")
+        stray = sorted(set(value) - set(keys or ()))
+        if stray:
+            raise self.error("key_types", f"names {stray!r}, which are not among its keys")
+        return dict(value)
+
 
 def _memory(raw: Any, position: int) -> Memory:
     record = _Record(raw, f"memories[{position}]")
@@ -148,6 +171,7 @@ def _memory(raw: Any, position: int) -> Memory:
         title=record.optional_text("title"),
         keys=keys or None,
         namespace=record.namespace(),
+        key_types=record.key_types(keys),
     )
 
 

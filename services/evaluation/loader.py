@@ -115,6 +115,8 @@ def _items(benchmark: Benchmark, mode: KeyMode, store: LoadedStore) -> Iterator[
         keys = keys_for(memory, mode)
         if keys:
             item["keys"] = keys
+            if mode == "provided" and memory.key_types:
+                item["key_types"] = dict(memory.key_types)  # names are entities, not concepts
         else:
             store.keyless += 1
         yield _Pending(memory.id, item)

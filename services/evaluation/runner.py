@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
-from keymem.services.evaluation.baselines import BASELINES, BaselineSuite, Ranked
+from keymem.services.evaluation.baselines import (
+    BASELINES,
+    KEYED_BASELINES,
+    KEYED_SUFFIX,
+    BaselineSuite,
+    Ranked,
+)
 from keymem.services.evaluation.dataset import Benchmark, Query
 from keymem.services.evaluation.deployment import temporary_deployment
 from keymem.services.evaluation.loader import KeyMode, LoadedStore, check_key_mode, load
@@ -186,7 +192,7 @@ def run_baselines(
 ) -> None:
     suite = BaselineSuite(
         benchmark,
-        [m for m in options.methods if m in BASELINES],
+        [m for m in _rows(options) if m != KEYMEM],
         progress,
         tokenize=tokenizer(options.tokenization),
     )
@@ -195,13 +201,22 @@ def run_baselines(
             results[name].record(query, ranked)
 
 
+def _rows(options: EvalOptions) -> list[str]:
+    """The selected methods in table order; with provided keys each flat baseline also runs
+    over the documents with their keys appended (its ``+keys`` twin)."""
+    keyed = options.key_mode == "provided"
+    rows = [m for m in METHODS if m in options.methods]
+    twins = [f"{m}{KEYED_SUFFIX}" for m in BASELINES if m in options.methods]
+    return rows + (twins if keyed else [])
+
+
 def evaluate(
     benchmark: Benchmark, source: str, options: EvalOptions, progress: Progress
 ) -> EvalResult:
     started = time.monotonic()
     if KEYMEM in options.methods:
         check_key_mode(benchmark, options.key_mode)  # before minutes of starting and loading
-    selected = [m for m in METHODS if m in options.methods]
+    selected = _rows(options)
     results = {m: MethodResult(m, ScoreSheet(options.ks)) for m in selected}
     silent_count = sum(1 for q in benchmark.queries if not q.answerable)
     inject = InjectResult(silent_count)
@@ -214,7 +229,7 @@ def evaluate(
             store = run_keymem(client, benchmark, options, progress, results[KEYMEM], inject)
     else:
         inject.unavailable = "keymem not among --methods"
-    if any(m in results for m in BASELINES):
+    if any(m in results for m in (*BASELINES, *KEYED_BASELINES)):
         run_baselines(benchmark, options, progress, results)
     return EvalResult(
         benchmark=benchmark,
