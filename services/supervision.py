@@ -143,7 +143,7 @@ class Supervision:
         config = self.render_config()
         env = {**os.environ, "KEYMEM_HOME": str(self.settings.home)}
         completed = subprocess.run(
-            [sys.executable, "-m", "supervisor.supervisord", "-c", str(config)],
+            [sys.executable, "-m", "keymem.services.supervisord", "-c", str(config)],
             env=env,
             capture_output=True,
             text=True,
