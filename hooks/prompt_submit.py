@@ -26,9 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from keymem.protocol.client import Client
-from keymem.protocol.endpoints import endpoints_from_env, ipc_path, keymem_home
+from keymem.protocol.endpoints import Endpoints, ipc_path
+from keymem.services.config import (
+    HOME,
+    HOOK_TIMEOUT_MS,
+    Config,
+    configured_home,
+    endpoints_of,
+    load,
+)
 
-TIMEOUT_MS_DEFAULT = 2_000
 MIN_PROMPT_CHARS = 6
 MAX_PROMPT_CHARS = 4_000  # the router's query limit
 # A long prompt is usually pasted material with the question at the end: keep both ends.
@@ -119,22 +126,22 @@ def record_failure(home: Path, reason: str) -> None:
         pass
 
 
-def _router(home: Path) -> str:
-    endpoints = endpoints_from_env(home)
+def _router(endpoints: Endpoints) -> str:
     socket_file = ipc_path(endpoints.frontend)
     if socket_file is not None and not socket_file.exists():
         raise ConnectionError(f"keymem is not running (no {socket_file})")
     return endpoints.frontend
 
 
-def surfaced_context(payload: Any, home: Path, timeout_ms: int) -> tuple[str, str | None]:
+def surfaced_context(payload: Any, config: Config) -> tuple[str, str | None]:
     """The host event and the additionalContext block for it (None when nothing applies)."""
+    home, timeout_ms, endpoints = config[HOME], config[HOOK_TIMEOUT_MS], endpoints_of(config)
     if not isinstance(payload, dict):
         raise ValueError("stdin is not a hook payload (a JSON object)")
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
     namespaces = namespaces_for(cwd, home)
     if payload.get("hook_event_name") == SESSION_START:
-        return SESSION_START, session_brief(_router(home), namespaces[0], timeout_ms)
+        return SESSION_START, session_brief(_router(endpoints), namespaces[0], timeout_ms)
     if not isinstance(payload.get("prompt"), str):
         raise ValueError("stdin is not a UserPromptSubmit payload with a prompt")
     prompt = payload["prompt"].strip()
@@ -143,7 +150,7 @@ def surfaced_context(payload: Any, home: Path, timeout_ms: int) -> tuple[str, st
     body = {"prompt": shorten(prompt), "namespaces": namespaces}
     if isinstance(payload.get("session_id"), str):
         body["session_id"] = payload["session_id"]
-    with Client(_router(home), timeout_ms=timeout_ms) as client:
+    with Client(_router(endpoints), timeout_ms=timeout_ms) as client:
         result = client.call("memory", "inject", body)
     memories = result.get("memories") or []
     return PROMPT_SUBMIT, render(memories) if memories else None
@@ -157,12 +164,12 @@ def session_brief(router: str, namespace: str, timeout_ms: int) -> str | None:
 
 
 def main() -> int:
-    home = keymem_home()
+    home = configured_home()
     try:
-        timeout_ms = int(os.environ.get("KEYMEM_HOOK_TIMEOUT_MS", TIMEOUT_MS_DEFAULT))
+        config = load()
         raw = sys.stdin.buffer.read()
         payload = json.loads(raw.decode("utf-8"))
-        event, context = surfaced_context(payload, home, timeout_ms)
+        event, context = surfaced_context(payload, config)
     except Exception as exc:  # never block a prompt, never print junk
         record_failure(home, f"{type(exc).__name__}: {exc}")
         return 0

@@ -1,6 +1,7 @@
 """Where the router listens, for each placement: ipc (default), tcp on loopback, or inproc.
 
-Kept free of heavy imports: the hook resolves the router's address from here.
+Kept free of heavy imports: the hook resolves the router's address from here. The settings
+that choose one (KEYMEM_TRANSPORT, ...) are read by services/config.py.
 """
 
 from __future__ import annotations
@@ -36,10 +37,6 @@ class Endpoints:
             host = self.frontend.removeprefix("tcp://").rsplit(":", 1)[0]
             return f"tcp://{host}:*"
         return f"{self.frontend}-{service}-{index}"
-
-
-def keymem_home() -> Path:
-    return Path(os.environ.get("KEYMEM_HOME") or Path.home() / ".keymem").expanduser()
 
 
 def run_dir(home: Path) -> Path:
@@ -85,22 +82,6 @@ def inproc_endpoints(name: str | None = None) -> Endpoints:
         backend=f"inproc://keymem-{tag}-backend",
         transport="inproc",
     )
-
-
-def endpoints_from_env(home: Path | None = None) -> Endpoints:
-    """The endpoints a deployment under ``KEYMEM_HOME`` uses (``KEYMEM_TRANSPORT``)."""
-    home = home or keymem_home()
-    transport = os.environ.get("KEYMEM_TRANSPORT", "ipc").strip().lower()
-    if transport == "ipc":
-        return ipc_endpoints(home)
-    if transport == "tcp":
-        host = os.environ.get("KEYMEM_TCP_HOST", "127.0.0.1")
-        raw_port = os.environ.get("KEYMEM_TCP_PORT", str(DEFAULT_TCP_PORT))
-        if not raw_port.isdigit() or not 0 < int(raw_port) < 65535:
-            raise EndpointError(f"KEYMEM_TCP_PORT must be a port number, got {raw_port!r}")
-        port = int(raw_port)
-        return tcp_endpoints(host, port)
-    raise EndpointError(f"KEYMEM_TRANSPORT must be ipc or tcp, got {transport!r}")
 
 
 def prepare_run_dir(endpoints: Endpoints) -> None:

@@ -12,10 +12,14 @@ from types import FrameType
 from keymem.protocol.endpoints import prepare_run_dir
 from keymem.protocol.worker import Worker
 from keymem.services.catalog import BUILDERS
-from keymem.services.config import ALL_PROGRAMS, ConfigError, Settings
+from keymem.services.config import (
+    ALL_PROGRAMS,
+    EXIT_SERVICE_CONFIG,
+    LOG_LEVEL,
+    ConfigError,
+    Settings,
+)
 from keymem.services.router.process import run_router
-
-EXIT_CONFIG_ERROR = 78  # sysexits.h EX_CONFIG
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,15 +29,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = args[0]
     try:
-        logging.basicConfig(
-            level=os.environ.get("KEYMEM_LOG_LEVEL", "INFO").upper(),
-            format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s",
-            stream=sys.stderr,
-        )
         settings = Settings.from_env()
-    except ValueError as exc:  # ConfigError, or logging's own for an unknown level
+    except ConfigError as exc:
         print(f"keymem {name}: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
+        return EXIT_SERVICE_CONFIG
+    logging.basicConfig(
+        level=settings.config[LOG_LEVEL],
+        format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     prepare_run_dir(settings.endpoints)
     stop = threading.Event()
 
@@ -54,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 heartbeat=settings.heartbeat,
                 stop=stop,
             ).run()
-    except ConfigError as exc:  # a service's own setting, read as it is built
+    except ConfigError as exc:  # a service's own check, made as it is built
         print(f"keymem {name}: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
+        return EXIT_SERVICE_CONFIG
     return 0

@@ -20,7 +20,7 @@ import zmq
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import Endpoints, inproc_endpoints
 from keymem.protocol.worker import HeartbeatPolicy, Service, Worker
-from keymem.services.config import Settings
+from keymem.services.config import Settings, load
 from keymem.services.router import Broker
 
 START_TIMEOUT_S = 10.0
@@ -90,8 +90,9 @@ class InprocStack:
         return running
 
     def settings(self, home: Path) -> Settings:
-        """Settings for building a service that lives in this stack (and may call the router)."""
-        return Settings(home=home, endpoints=self.endpoints, heartbeat=self.heartbeat)
+        """Settings for building a service that lives in this stack (and may call the router):
+        the environment's and ``home``'s config file, read now."""
+        return Settings(home, self.endpoints, self.heartbeat, load(home=home))
 
     def client(self, timeout_ms: int = 5_000) -> Client:
         client = Client(self.endpoints.frontend, context=self.context, timeout_ms=timeout_ms)

@@ -1,11 +1,15 @@
 """Drive supervisord: render its config, start it once, read process state, shut it down.
 
 supervisord owns the five programs as one group; we talk to it over XML-RPC on a unix socket
-inside the 0700 run directory.
+inside the 0700 run directory. The generated config carries the launcher's effective settings
+(every one a service reads) in supervisord's ``environment``, so the services run with what
+the launcher saw, not with whatever environment supervisord happened to inherit; a later
+launcher compares its own settings with those (``Supervision.differences``).
 """
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import fcntl
 import os
@@ -24,11 +28,18 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import prepare_run_dir
 from keymem.protocol.errors import KeymemError
-from keymem.services.config import ALL_PROGRAMS, Settings
+from keymem.services.config import (
+    ALL_PROGRAMS,
+    REGISTRY,
+    TRANSPORT,
+    UP_TIMEOUT_S,
+    Config,
+    ConfigError,
+    Settings,
+)
 
 GROUP = "keymem"
 SUPERVISOR_START_TIMEOUT_S = 15.0
-READY_TIMEOUT_S = float(os.environ.get("KEYMEM_UP_TIMEOUT_S", "60"))
 PING_TIMEOUT_MS = 500
 SHUTDOWN_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 8
@@ -39,6 +50,72 @@ GAVE_UP_STATES = ("FATAL", "EXITED")
 
 class SupervisionError(RuntimeError):
     """keymem's services could not be started, reached or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A setting the running services read with another value than this launcher's."""
+
+    name: str
+    running: str | None  # None: the running services predate the setting
+    here: str
+    source: str  # where this launcher's value came from
+
+    def describe(self) -> str:
+        secret = REGISTRY[self.name].secret
+        running = "(not set)" if self.running is None else _shown(self.running, secret)
+        return f"{self.name}: running {running}, here {_shown(self.here, secret)} ({self.source})"
+
+
+def _shown(text: str, secret: bool) -> str:
+    if secret and text:
+        return "(set, hidden)"
+    return repr(text)
+
+
+def services_environment(config: Config) -> dict[str, str]:
+    """Every setting a supervised program reads, spelled as its environment (unset as "")."""
+    found: dict[str, str] = {}
+    for program in ALL_PROGRAMS:
+        found.update(config.environment(program))
+    return found
+
+
+def render_environment(values: dict[str, str]) -> str:
+    """supervisord's ``environment=`` value for these variables, checked with its own parser.
+
+    supervisord reads it with a non-POSIX shlex and strips quotes from both ends, so a value
+    with both quote characters, a quote at either end or a line break cannot be passed.
+    """
+    from supervisor.datatypes import dict_of_key_value_pairs
+
+    pairs = []
+    for name, text in values.items():
+        quote = "'" if '"' in text else '"'
+        pair = f"{name}={quote}{text}{quote}"
+        try:
+            intact = dict_of_key_value_pairs(pair) == {name: text}
+        except ValueError:
+            intact = False
+        if not intact:
+            raise ConfigError(
+                f"{name} cannot be handed to the services through supervisord.conf "
+                "(a quote at an end, both kinds of quotes, or a line break)"
+            )
+        pairs.append(pair.replace("%", "%%"))  # supervisord %-expands the line
+    return ",".join(pairs)
+
+
+def written_environment(config_path: Path) -> dict[str, str] | None:
+    """The settings a generated supervisord.conf hands its programs (None: no such file)."""
+    from supervisor.datatypes import dict_of_key_value_pairs
+
+    parser = configparser.RawConfigParser()
+    if not parser.read(config_path):
+        return None
+    raw = parser.get("supervisord", "environment", fallback="")
+    found: dict[str, str] = dict_of_key_value_pairs(raw.replace("%%", "%"))
+    return found
 
 
 @dataclass(frozen=True)
@@ -68,6 +145,7 @@ class Supervision:
             "run_dir": str(self.settings.run_dir),
             "log_dir": str(self.settings.log_dir),
             "python": sys.executable,
+            "environment": render_environment(services_environment(self.settings.config)),
         }
         sections = [
             program.substitute(common, name=name, priority=10 * (i + 1))
@@ -78,6 +156,19 @@ class Supervision:
         )
         self.config_path.write_text(text)
         return self.config_path
+
+    def differences(self) -> list[Difference]:
+        """The settings the running services read with another value than this launcher's
+        (none when supervisord's config predates the settings in it: nothing to compare)."""
+        running = written_environment(self.config_path)
+        if not running or TRANSPORT.name not in running:
+            return []
+        config = self.settings.config
+        return [
+            Difference(name, running.get(name), text, config.values[name].source)
+            for name, text in services_environment(config).items()
+            if running.get(name) != text
+        ]
 
     # -- state -----------------------------------------------------------------------------
     def rpc(self) -> Any:
@@ -141,10 +232,8 @@ class Supervision:
             return False
         self._remove_stale_sockets()
         config = self.render_config()
-        env = {**os.environ, "KEYMEM_HOME": str(self.settings.home)}
         completed = subprocess.run(
             [sys.executable, "-m", "keymem.services.supervisord", "-c", str(config)],
-            env=env,
             capture_output=True,
             text=True,
             timeout=SUPERVISOR_START_TIMEOUT_S,
@@ -164,12 +253,15 @@ class Supervision:
             time.sleep(0.05)
         return True
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
-        """Block until the router and every worker service answer ``ping`` through the router.
+    def wait_ready(self, timeout_s: float | None = None) -> float:
+        """Block until the router and every worker service answer ``ping`` through the router,
+        for up to ``timeout_s`` (KEYMEM_UP_TIMEOUT_S when None).
 
         Returns the seconds waited; raises ``SupervisionError`` naming each missing service
         with its state and the tail of its log.
         """
+        if timeout_s is None:
+            timeout_s = self.settings.config[UP_TIMEOUT_S]
         started = time.monotonic()
         missing = list(ALL_PROGRAMS)
         with Client(self.settings.endpoints.frontend, timeout_ms=PING_TIMEOUT_MS) as client:

@@ -16,7 +16,7 @@ import pytest
 from keymem.protocol import envelope
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError, TooLarge
-from keymem.services.config import Settings
+from keymem.services.config import Settings, load
 from keymem.services.embedder.backends.usem3 import MAX_CHARS as USEM3_MAX_CHARS
 from keymem.services.embedder.requests import MAX_REQUEST_CHARS, MAX_TEXTS
 from keymem.services.embedder.service import Embedder, load_embedder, make_service
@@ -175,8 +175,11 @@ def test_service_without_batching_registers_capacity_one(embedder: Embedder) -> 
     assert service.methods["embed"].max_batch == 1
 
 
-def test_settings_read_from_env() -> None:
-    config = EmbedderSettings.from_env(
+def test_settings_read_from_env(tmp_path: Path) -> None:
+    def settings(env: dict[str, str]) -> EmbedderSettings:
+        return EmbedderSettings.from_config(load(env, home=tmp_path))
+
+    config = settings(
         {
             "EMBEDDING_BACKEND": "ONNX",
             "LOCAL_EMBEDDING_MODEL": "multilingual-e5-small",
@@ -192,7 +195,7 @@ def test_settings_read_from_env() -> None:
     assert config.threads == 3 and config.batching is False
     assert config.openai.base_url == "http://127.0.0.1:9/v1"
     with pytest.raises(ValueError, match="EMBEDDING_BACKEND"):
-        EmbedderSettings.from_env({"EMBEDDING_BACKEND": "word2vec"})
+        settings({"EMBEDDING_BACKEND": "word2vec"})
     with pytest.raises(ValueError, match="KEYMEM_EMBED_THREADS"):
-        EmbedderSettings.from_env({"KEYMEM_EMBED_THREADS": "0"})
-    assert EmbedderSettings.from_env({}).backend == "usem3"
+        settings({"KEYMEM_EMBED_THREADS": "0"})
+    assert settings({}).backend == "usem3"

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from keymem.services.cli import (
     backup,
     bench,
+    config,
     demo,
     doctor,
     down,
@@ -20,9 +21,23 @@ from keymem.services.cli import (
     up,
 )
 from keymem.services.cli import eval as eval_
-from keymem.services.config import ConfigError
+from keymem.services.config import EXIT_CLI_CONFIG, ConfigError
 
-COMMANDS = (up, down, status, demo, doctor, mcp, bench, migrate, backup, export, import_, eval_)
+COMMANDS = (
+    up,
+    down,
+    status,
+    config,
+    demo,
+    doctor,
+    mcp,
+    bench,
+    migrate,
+    backup,
+    export,
+    import_,
+    eval_,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
     except ConfigError as exc:
         print(f"keymem: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CLI_CONFIG
     except KeyboardInterrupt:
         return 130
     return code

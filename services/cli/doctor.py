@@ -86,7 +86,7 @@ def _models(settings: Settings) -> list[Check]:
     checks = []
     started = time.perf_counter()
     try:
-        backend = load_backend(EmbedderSettings.from_env(), settings.home)
+        backend = load_backend(EmbedderSettings.from_config(settings.config), settings.home)
         checks.append(
             Check(
                 "embedding model",

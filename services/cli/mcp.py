@@ -18,9 +18,9 @@ from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
-from keymem.services.config import Settings
+from keymem.services.config import HOOK_INSTALLED, Settings
 from keymem.services.launcher import ensure_up
-from keymem.services.supervision import READY_TIMEOUT_S, SupervisionError
+from keymem.services.supervision import SupervisionError
 
 COUNTS_TIMEOUT_MS = 5_000
 LOG_FORMAT = "%(asctime)s keymem-mcp %(levelname)s %(name)s: %(message)s"
@@ -31,8 +31,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=READY_TIMEOUT_S,
-        help="seconds to wait for the services to become ready",
+        help="seconds to wait for the services to become ready (default: KEYMEM_UP_TIMEOUT_S)",
     )
     parser.set_defaults(run=run)
 
@@ -45,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=LOG_FORMAT)
     # Imported here: the SDK is heavy and only this command needs it.
     from keymem.services.mcp.backend import MemoryBackend
-    from keymem.services.mcp.prompt import hook_installed
     from keymem.services.mcp.provenance import Provenance
     from keymem.services.mcp.server import build_server
 
@@ -54,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
     counts: dict[str, Any] | None = None
     with contextlib.redirect_stdout(sys.stderr):
         try:
-            ensure_up(settings, timeout_s=args.timeout, announce=say)
+            launch = ensure_up(settings, timeout_s=args.timeout, announce=say)
+            if launch.differences:
+                say(f"keymem mcp: {launch.describe_differences()}")
             with Client(settings.endpoints.frontend, timeout_ms=COUNTS_TIMEOUT_MS) as client:
                 counts = client.call("memory", "counts", {})
         except (SupervisionError, KeymemError, OSError, subprocess.SubprocessError) as exc:
@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
         settings.endpoints.frontend, settings.log_dir, launch_error=launch_error
     )
     server = build_server(
-        backend, counts=counts, provenance=Provenance.from_env(), hook=hook_installed()
+        backend,
+        counts=counts,
+        provenance=Provenance.from_config(settings.config),
+        hook=settings.config[HOOK_INSTALLED],
     )
     server.run()
     return 0

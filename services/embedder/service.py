@@ -173,5 +173,5 @@ def make_service(embedder: Embedder, *, batching: bool = True) -> Service:
 
 
 def build(settings: Settings, embedder_settings: EmbedderSettings | None = None) -> Service:
-    config = embedder_settings or EmbedderSettings.from_env()
+    config = embedder_settings or EmbedderSettings.from_config(settings.config)
     return make_service(load_embedder(settings, config), batching=config.batching)

@@ -11,7 +11,6 @@ it, and the next run stops and removes every home whose owner is gone.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import signal
@@ -21,13 +20,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
-from keymem.protocol.endpoints import ipc_endpoints
-from keymem.services.config import Settings
-from keymem.services.supervision import READY_TIMEOUT_S, Supervision
+from keymem.services.config import HOME, TRANSPORT, Settings, load
+from keymem.services.supervision import Supervision
 
 HOME_PARENT = "/tmp"
 HOME_PREFIX = "km-eval-"
-TRANSPORT_VARIABLE = "KEYMEM_TRANSPORT"
 STARTING = "starting keymem's services in the temporary home"
 OWNER_FILE = "owner.pid"
 
@@ -52,19 +49,10 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@contextlib.contextmanager
-def ipc_transport() -> Iterator[None]:
-    """Children inherit this environment: a user's KEYMEM_TRANSPORT=tcp would make the eval's
-    services bind the user's own TCP port. The throwaway deployment always uses ipc."""
-    previous = os.environ.get(TRANSPORT_VARIABLE)
-    os.environ[TRANSPORT_VARIABLE] = "ipc"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(TRANSPORT_VARIABLE, None)
-        else:
-            os.environ[TRANSPORT_VARIABLE] = previous
+def settings_in(home: Path) -> Settings:
+    """The user's settings, but in ``home`` and over ipc: a user's KEYMEM_TRANSPORT=tcp would
+    make the eval's services bind the user's own TCP port."""
+    return Settings.from_config(load().replaced("keymem eval", {HOME: home, TRANSPORT: "ipc"}))
 
 
 def _owner_alive(home: Path) -> bool:
@@ -88,11 +76,8 @@ def reap_orphans(announce: Callable[[str], None]) -> int:
         if not home.is_dir() or _owner_alive(home):
             continue
         announce(f"stopping the services of a dead eval run in {home}")
-        settings = dataclasses.replace(
-            Settings.from_env(), home=home, endpoints=ipc_endpoints(home)
-        )
         with contextlib.suppress(Exception):  # whatever state it is in, the home goes
-            Supervision(settings).shutdown()
+            Supervision(settings_in(home)).shutdown()
         shutil.rmtree(home, ignore_errors=True)
         reaped += 1
     return reaped
@@ -100,7 +85,7 @@ def reap_orphans(announce: Callable[[str], None]) -> int:
 
 @contextlib.contextmanager
 def temporary_deployment(
-    announce: Callable[[str], None], ready_timeout_s: float = READY_TIMEOUT_S
+    announce: Callable[[str], None], ready_timeout_s: float | None = None
 ) -> Iterator[Settings]:
     """Start keymem under a fresh temporary home, yield its settings, stop it and delete it.
 
@@ -110,11 +95,10 @@ def temporary_deployment(
     home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX, dir=HOME_PARENT))
     (home / OWNER_FILE).write_text(str(os.getpid()))
     announce(f"{STARTING} {home} ...")
-    base = Settings.from_env()
-    settings = dataclasses.replace(base, home=home, endpoints=ipc_endpoints(home))
+    settings = settings_in(home)
     supervision = Supervision(settings)
     try:
-        with sigterm_as_interrupt(), ipc_transport():
+        with sigterm_as_interrupt():
             try:
                 supervision.start()
                 supervision.wait_ready(ready_timeout_s)

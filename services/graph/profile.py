@@ -1,24 +1,23 @@
-"""Key-similarity thresholds for the graph: the embedder's calibrated profile, overridable.
+"""Key-similarity thresholds for the graph: the calibrated profile of its keys' model.
 
 Cosine thresholds are model-specific, so they come from the embedder's calibration
-(services/embedder/thresholds.py, docs/CALIBRATION.md) for the model named by
-``KEYMEM_KEY_PROFILE`` (default ``use-multilingual-v3``). ``KEYMEM_KEY_MERGE``,
+(services/embedder/thresholds.py, docs/CALIBRATION.md) for the model the graph's key vectors
+come from (its recorded fingerprint; ``KEYMEM_KEY_PROFILE`` names another). ``KEYMEM_KEY_MERGE``,
 ``KEYMEM_SHORT_KEY_MERGE``, ``KEYMEM_KEY_RECALL`` and ``KEYMEM_ALIAS_FLOOR`` override single
-values at start, and any write or match request may carry a ``thresholds`` object (the
-embedder's ``ThresholdProfile.to_wire()`` shape is accepted as is) that wins for that request.
+values and win over everything else, a request's ``thresholds`` object included.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from keymem.protocol.errors import BadRequest
+from keymem.services import config as cfg
+from keymem.services.config import Config
 from keymem.services.embedder.thresholds import profile_for
-
-log = logging.getLogger("keymem.graph")
 
 DEFAULT_MODEL = "use-multilingual-v3"
 # Informational fields of the embedder's profile that a request may carry along.
@@ -34,8 +33,15 @@ class Thresholds:
 
 
 _FIELDS = ("key_merge", "short_key_merge", "key_recall", "alias_floor")
+OVERRIDES = {
+    "key_merge": cfg.KEY_MERGE,
+    "short_key_merge": cfg.SHORT_KEY_MERGE,
+    "key_recall": cfg.KEY_RECALL,
+    "alias_floor": cfg.ALIAS_FLOOR,
+}
 
 
+@lru_cache(maxsize=8)  # profile_for warns once per uncalibrated model, not per request
 def thresholds_for(model: str) -> Thresholds:
     profile = profile_for(model)
     return Thresholds(
@@ -46,29 +52,33 @@ def thresholds_for(model: str) -> Thresholds:
     )
 
 
-def _env_float(name: str) -> float | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        log.warning("ignoring %s=%r: not a number", name, raw)
-        return None
-    if not 0.0 <= value <= 1.0:
-        log.warning("ignoring %s=%r: not in [0, 1]", name, raw)
-        return None
-    return value
+def model_of(fingerprint: str | None) -> str | None:
+    """The model id in an embedder fingerprint (``backend:model:variant``)."""
+    parts = (fingerprint or "").split(":", 2)
+    return parts[1] if len(parts) == 3 and parts[1] else None
 
 
-def thresholds_from_env() -> Thresholds:
-    base = thresholds_for(os.environ.get("KEYMEM_KEY_PROFILE", DEFAULT_MODEL).strip())
-    overrides: dict[str, Any] = {}
-    for field_name in _FIELDS:
-        value = _env_float(f"KEYMEM_{field_name.upper()}")
+@dataclass(frozen=True)
+class KeyProfile:
+    """Which thresholds the graph applies, for the key vectors it holds."""
+
+    model: str | None = None  # KEYMEM_KEY_PROFILE; None: the model of the keys' fingerprint
+    overrides: Mapping[str, float] = field(default_factory=dict)  # the operator's, final
+    hub_min_links: int = cfg.KEY_HUB_MIN_LINKS.default
+
+    def thresholds(self, fingerprint: str | None, request: Any = None) -> Thresholds:
+        """For vectors of ``fingerprint``, with a request's ``thresholds`` object applied."""
+        model = self.model or model_of(fingerprint) or DEFAULT_MODEL
+        return replace(with_overrides(thresholds_for(model), request), **self.overrides)
+
+
+def key_profile_of(config: Config) -> KeyProfile:
+    overrides: dict[str, float] = {}
+    for name, setting in OVERRIDES.items():
+        value = config[setting]
         if value is not None:
-            overrides[field_name] = value
-    return replace(base, **overrides)
+            overrides[name] = value
+    return KeyProfile(config[cfg.KEY_PROFILE], overrides, config[cfg.KEY_HUB_MIN_LINKS])
 
 
 def with_overrides(base: Thresholds, raw: Any) -> Thresholds:

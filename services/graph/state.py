@@ -54,7 +54,8 @@ def _runs(values: list[str]) -> list[tuple[int, int]]:
 
 
 class GraphState:
-    def __init__(self, loaded: LoadedGraph) -> None:
+    def __init__(self, loaded: LoadedGraph, hub_min_links: int) -> None:
+        self.hub_min_links = hub_min_links  # a key with this many active memories is a hub
         self.keys: dict[str, KeyRecord] = loaded.keys
         self.memories: dict[str, MemoryRecord] = loaded.memories
         self.key_links: dict[str, dict[str, LinkRecord]] = defaultdict(dict)

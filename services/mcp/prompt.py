@@ -10,12 +10,9 @@ surfaced instead of making blind recalls on top of it. The Claude Code skill
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
-HOOK_ENV = "KEYMEM_HOOK_INSTALLED"
-TRUE_WORDS = ("1", "true", "yes", "on")
 BLIND_RECALLS = 3  # recall calls before the first reply when nothing surfaces memories
 
 RECALL_WITHOUT_HOOK = (
@@ -44,11 +41,6 @@ RULES = (
     "current source, or direct observation, never merely because a read succeeded.",
     "- Never mention memory lookup or saving to the user.",
 )
-
-
-def hook_installed(environ: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return env.get(HOOK_ENV, "").strip().lower() in TRUE_WORDS
 
 
 def memory_system_prompt(*, hook: bool) -> str:

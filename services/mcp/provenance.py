@@ -13,20 +13,20 @@ the exposure. Nothing here is reachable through a tool.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-# (environment variable, host_agent) for hosts that inject their session id.
-HOST_SESSION_ENV = (
-    ("CLAUDE_CODE_SESSION_ID", "claude-code"),
-    ("CODEX_THREAD_ID", "codex"),
+from keymem.services import config as cfg
+from keymem.services.config import Config
+
+# (the setting a host fills with its session id, host_agent) for hosts that inject one.
+HOST_SESSIONS = (
+    (cfg.CLAUDE_CODE_SESSION_ID, "claude-code"),
+    (cfg.CODEX_THREAD_ID, "codex"),
 )
-ACCESS_ENV = "KEYMEM_TRANSCRIPT_ACCESS"
-FALSE_WORDS = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,12 @@ class Provenance:
     host_session: str | None = None
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Provenance:
-        env = os.environ if environ is None else environ
+    def from_config(cls, config: Config) -> Provenance:
         session = uuid.uuid4().hex[:12]
-        if env.get(ACCESS_ENV, "").strip().lower() in FALSE_WORDS:
+        if not config[cfg.TRANSCRIPT_ACCESS]:
             return cls(session)
-        for variable, agent in HOST_SESSION_ENV:
-            value = env.get(variable, "").strip()
+        for host_session, agent in HOST_SESSIONS:
+            value = config[host_session]
             if value:
                 return cls(session, agent, value)
         return cls(session)

@@ -10,7 +10,6 @@ needed unless ``KEYMEM_AUTO_MIGRATE=false``; ``keymem migrate`` runs it on deman
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,10 +47,6 @@ class Spaces:
             f"({recorded.get('dim')}-d); the embedder now serves "
             f"{self.embedder['fingerprint']!r} ({self.embedder['dim']}-d)"
         )
-
-
-def auto_migrate_enabled() -> bool:
-    return os.environ.get("KEYMEM_AUTO_MIGRATE", "true").strip().lower() not in ("0", "false", "no")
 
 
 def spaces(client: Client) -> Spaces:

@@ -94,7 +94,7 @@ def _download(spec: ModelSpec, target: Path, *, offline: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from keymem.protocol.endpoints import keymem_home
+    from keymem.services.config import configured_home
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] not in KNOWN_MODELS:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     try:
-        print(ensure_downloaded(KNOWN_MODELS[args[0]], keymem_home()))
+        print(ensure_downloaded(KNOWN_MODELS[args[0]], configured_home()))
     except ModelDirError as exc:
         print(f"download failed: {exc}", file=sys.stderr)
         return 1
