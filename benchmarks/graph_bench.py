@@ -35,7 +35,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
-from keymem.services.graph import GraphService
+from keymem.services.graph import GraphService, matching
 from keymem.services.graph.profile import DEFAULT_MODEL, thresholds_for
 from keymem.services.graph.service import BLAS_THREADS
 from keymem.services.stack import InprocStack
@@ -187,17 +187,29 @@ def in_process(home: Path, data: Synthetic, seconds: float) -> dict[str, Any]:
         match_stats = _local(seconds, match)
         hub = max(graph.state.key_links, key=lambda k: len(graph.state.key_links[k]))
         hub_size = len(graph.state.key_links[hub])
-        read_hub = _local(seconds / 2, lambda: graph.read_key({"key_id": hub}))
+        hub_namespace = graph.state.keys[hub].namespace
+        read_hub = _local(
+            seconds / 2, lambda: graph.read_key({"key_id": hub, "namespace": hub_namespace})
+        )
         seeds = list(graph.state.memories)[:1]
         namespace = graph.state.memories[seeds[0]].namespace
         expand = _local(
             seconds / 2,
-            lambda: graph.expand({"seeds": {seeds[0]: 1.0}, "namespace": namespace}),
+            lambda: matching.expand(
+                graph.state, {"seeds": {seeds[0]: 1.0}, "namespace": namespace}, time.time()
+            ),
         )
         writes = _timed_writes(graph, data)
-        sample_keys = list(graph.state.keys)[:: max(1, len(graph.state.keys) // 500)]
+        # every by-id read names its namespace (a namespace is a boundary)
+        sample_keys = [
+            (key.id, key.namespace)
+            for key in list(graph.state.keys.values())[:: max(1, len(graph.state.keys) // 500)]
+        ]
         sample_memories = list(graph.state.memories)[:: max(1, len(graph.state.memories) // 500)]
-        vias = {m: next(iter(graph.state.mem_links[m])) for m in sample_memories}
+        vias = {
+            m: (next(iter(graph.state.mem_links[m])), graph.state.memories[m].namespace)
+            for m in sample_memories
+        }
     finally:
         graph.close()
     return {
@@ -259,19 +271,19 @@ def over_the_wire(
                 **_percentiles(batch),
                 "items_per_s": round(len(batch) * WIRE_BATCH / sum(batch), 1),
             }
-            results["read_key"] = _percentiles(
-                _loop(
-                    seconds,
-                    lambda: client.call(
-                        "graph", "read_key", {"key_id": keys[int(rng.integers(len(keys)))]}
-                    ),
-                )
-            )
+
+            def read_key() -> Any:
+                key_id, namespace = keys[int(rng.integers(len(keys)))]
+                return client.call("graph", "read_key", {"key_id": key_id, "namespace": namespace})
+
+            results["read_key"] = _percentiles(_loop(seconds, read_key))
 
             def read_memory() -> Any:
-                memory_id, via = vias[int(rng.integers(len(vias)))]
+                memory_id, (via, namespace) = vias[int(rng.integers(len(vias)))]
                 return client.call(
-                    "graph", "read_memory", {"memory_id": memory_id, "via_key_id": via}
+                    "graph",
+                    "read_memory",
+                    {"memory_id": memory_id, "via_key_id": via, "namespace": namespace},
                 )
 
             results["read_memory"] = _percentiles(_loop(seconds, read_memory))

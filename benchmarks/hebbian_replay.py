@@ -223,7 +223,11 @@ def train_pass(
             continue
         wanted = memory_ids(shown) if adversarial else gold_surfaced(store, shown, query.gold)
         for memory_id in wanted:
-            body = {"memory_id": memory_id, "session_id": TRAIN_SESSION}
+            body = {
+                "memory_id": memory_id,
+                "namespace": spaces[query.id],
+                "session_id": TRAIN_SESSION,
+            }
             try:
                 read = client.call("memory", "read_memory", body, timeout_ms=CALL_TIMEOUT_MS)
             except KeymemError:

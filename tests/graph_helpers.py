@@ -33,6 +33,6 @@ def key_id_of(graph: GraphService, concept: str, namespace: str = "default") -> 
     return key_id
 
 
-def active_ids(graph: GraphService, key_id: str) -> list[str]:
-    page: dict[str, Any] = graph.read_key({"key_id": key_id, "limit": 50})
+def active_ids(graph: GraphService, key_id: str, namespace: str = "default") -> list[str]:
+    page: dict[str, Any] = graph.read_key({"key_id": key_id, "namespace": namespace, "limit": 50})
     return [h["memory_id"] for h in page["memories"]]

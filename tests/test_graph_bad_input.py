@@ -144,7 +144,9 @@ def _bad_cases(graph: GraphService) -> list[tuple[str, Callable[[], Any], type[K
         ("read unknown memory", lambda: graph.read_memory({"memory_id": "abc"}), NotFound),
         (
             "read through a key not linked",
-            lambda: graph.read_memory({"memory_id": work_memory, "via_key_id": tea}),
+            lambda: graph.read_memory(
+                {"memory_id": work_memory, "via_key_id": tea, "namespace": "work"}
+            ),
             BadRequest,
         ),
         ("read_key of unknown key", lambda: graph.read_key({"key_id": "python"}), NotFound),

@@ -283,7 +283,7 @@ def test_namespaces_isolate_everything(graph: GraphService) -> None:
     home_key = key_id_of(graph, "dinner", "home")
     work_key = key_id_of(graph, "dinner", "work")
     assert home_key != work_key
-    assert active_ids(graph, home_key) == [home["saved"]]
+    assert active_ids(graph, home_key, "home") == [home["saved"]]
     found = graph.match_keys({"namespace": "WORK", "vector": vector("dinner"), "text": "dinner"})
     assert [k["key_id"] for k in found["keys"]] == [work_key]
     with pytest.raises(NotFound):

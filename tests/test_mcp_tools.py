@@ -183,11 +183,14 @@ def test_key_walk_and_every_write_through_the_tools(stack: FullStack) -> None:
         fruit_id = batch["results"][0]["saved"]
         out["correct"] = ok(
             await client.call_tool(
-                "correct", {"memory_id": fruit_id, "content": "apples are a red fruit"}
+                "correct",
+                {"memory_id": fruit_id, "content": "apples are a red fruit", "namespace": "walk"},
             )
         )
         out["history"] = ok(
-            await client.call_tool("history", {"memory_id": out["correct"]["new_id"]})
+            await client.call_tool(
+                "history", {"memory_id": out["correct"]["new_id"], "namespace": "walk"}
+            )
         )
         out["dismiss"] = ok(
             await client.call_tool(
@@ -195,9 +198,13 @@ def test_key_walk_and_every_write_through_the_tools(stack: FullStack) -> None:
                 {"memory_id": newton["saved"], "key_id": apple["key_id"], "namespace": "walk"},
             )
         )
-        out["forget"] = ok(await client.call_tool("forget", {"memory_id": newton["saved"]}))
+        out["forget"] = ok(
+            await client.call_tool("forget", {"memory_id": newton["saved"], "namespace": "walk"})
+        )
         out["gone"] = error_text(
-            await client.call_tool("read_memory", {"memory_id": newton["saved"]})
+            await client.call_tool(
+                "read_memory", {"memory_id": newton["saved"], "namespace": "walk"}
+            )
         )
         out["newton"] = newton["saved"]
         return out

@@ -224,14 +224,24 @@ def test_the_key_walk_reaches_the_strawberry_one_deliberate_step_at_a_time(
     assert preview["evidence"] == "passive_preview" and preview["reinforced"] is False
     bridge_key = next(k for k in preview["connected_keys"] if k["concept"] == bridge)
     handles = deployed.memory(
-        "read_key", {"key_id": bridge_key["key_id"], "query": "what kind of thing is it"}
+        "read_key",
+        {
+            "key_id": bridge_key["key_id"],
+            "query": "what kind of thing is it",
+            "namespace": namespace,
+        },
     )
     assert ids["apples" + suffix] in [h["memory_id"] for h in handles["memories"]]
     apples = deployed.memory(
-        "read_memory", {"memory_id": ids["apples" + suffix], "via_key_id": bridge_key["key_id"]}
+        "read_memory",
+        {
+            "memory_id": ids["apples" + suffix],
+            "via_key_id": bridge_key["key_id"],
+            "namespace": namespace,
+        },
     )
     hub_key = next(k for k in apples["memory"]["keys"] if k["concept"] == hub)
-    members = deployed.memory("read_key", {"key_id": hub_key["key_id"]})
+    members = deployed.memory("read_key", {"key_id": hub_key["key_id"], "namespace": namespace})
     assert ids["strawberry" + suffix] in [h["memory_id"] for h in members["memories"]]
 
 
@@ -244,11 +254,12 @@ def test_recall_crosses_languages_through_key_vectors(deployed: FullStack) -> No
 
 
 def test_recall_changes_nothing_and_a_miss_offers_the_nearest_keys(deployed: FullStack) -> None:
-    before = deployed.client.call("graph", "get_memories", {"ids": [deployed.ids["tea"]]})
+    tea = {"ids": [deployed.ids["tea"]], "namespace": "en"}
+    before = deployed.client.call("graph", "get_memories", tea)
     found = deployed.memory("recall", {"query": "green tea", "namespace": "en", "explain": True})
     assert found["memories"][0]["id"] == deployed.ids["tea"]
     assert found["explain"]["empty_namespace"] is False
-    after = deployed.client.call("graph", "get_memories", {"ids": [deployed.ids["tea"]]})
+    after = deployed.client.call("graph", "get_memories", tea)
     assert after == before  # no access count, no weight, no freshness changed
     missed = deployed.memory("recall", {"query": "quantum chromodynamics", "namespace": "en"})
     assert missed["status"] == "no_match" and missed["memories"] == []

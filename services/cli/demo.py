@@ -76,9 +76,11 @@ def walk(client: Client) -> None:
     members = client.call(
         "memory", "read_key", {"key_id": fruit["key_id"], "namespace": NAMESPACE}
     )["memories"]
-    strawberry = client.call("memory", "get_memories", {"ids": [h["memory_id"] for h in members]})[
-        "memories"
-    ]
+    strawberry = client.call(
+        "memory",
+        "get_memories",
+        {"ids": [h["memory_id"] for h in members], "namespace": NAMESPACE},
+    )["memories"]
     liked = next(m for m in strawberry if "strawberr" in m["content"])
     say(f'read_key(fruit) → "{liked["content"]}"')
     say(

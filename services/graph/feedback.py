@@ -32,7 +32,6 @@ from keymem.protocol.fields import body_of
 from keymem.services.graph.requests import (
     evidence_of,
     id_list,
-    namespace_filter,
     namespace_of,
     opt_str,
     req_str,
@@ -147,7 +146,7 @@ def read_memory(
     state: GraphState, buffer: RecallBuffer, raw: Any, alias_floor: float, now: float
 ) -> dict[str, Any]:
     body = body_of(raw)
-    memory = live_memory(state, req_str(body, "memory_id"), namespace_filter(body), now)
+    memory = live_memory(state, req_str(body, "memory_id"), namespace_of(body), now)
     via = opt_str(body, "via_key_id")
     link = None
     if via is not None:
@@ -187,7 +186,7 @@ def confirm_memory(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     body = body_of(raw)
     evidence = evidence_of(body)
     source = source_of(body)
-    memory = live_memory(state, req_str(body, "memory_id"), namespace_filter(body), now)
+    memory = live_memory(state, req_str(body, "memory_id"), namespace_of(body), now)
     if memory.superseded_by is not None:
         raise NotFound(
             f"memory {memory.id} was superseded by {memory.superseded_by}; confirm the current one",
@@ -226,7 +225,7 @@ def confirm_memory(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
 
 def dismiss(state: GraphState, buffer: RecallBuffer, raw: Any, now: float) -> dict[str, Any]:
     body = body_of(raw)
-    memory = live_memory(state, req_str(body, "memory_id"), namespace_filter(body), now)
+    memory = live_memory(state, req_str(body, "memory_id"), namespace_of(body), now)
     key_id = req_str(body, "key_id")
     link = state.link(key_id, memory.id)
     if link is None:
@@ -362,6 +361,7 @@ def prepare_reinforce_path(
     shrunk = [
         link
         for key_id in key_ids
+        if (key := state.keys.get(key_id)) is not None and key.namespace == namespace
         for other in explored
         if other != hit and (link := state.link(key_id, other)) is not None
     ]

@@ -39,11 +39,16 @@ def req_str(body: dict[str, Any], name: str, max_chars: int = MAX_ID_CHARS) -> s
 
 
 def namespace_of(body: dict[str, Any]) -> str:
+    """The namespace a request is confined to; omitted, it is ``default`` (never "any").
+
+    A namespace is a boundary: an id of another namespace is ``not_found`` unless the caller
+    names that namespace, so a request that leaves it out cannot reach across.
+    """
     return normalize_namespace(opt_str(body, "namespace", MAX_NAMESPACE_CHARS))
 
 
 def namespace_filter(body: dict[str, Any]) -> str | None:
-    """An optional namespace a request is scoped to (``None``: any)."""
+    """The namespace aggregate counts are restricted to (``None``: every namespace's totals)."""
     raw = opt_str(body, "namespace", MAX_NAMESPACE_CHARS)
     return None if raw is None or not raw.strip() else normalize_namespace(raw)
 

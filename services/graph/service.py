@@ -35,7 +35,7 @@ from keymem.services.graph import (
 )
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.profile import Thresholds, thresholds_from_env, with_overrides
-from keymem.services.graph.requests import MAX_BATCH_ITEMS, namespace_filter, req_str, source_of
+from keymem.services.graph.requests import MAX_BATCH_ITEMS, namespace_of, req_str, source_of
 from keymem.services.graph.state import GraphState
 from keymem.store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
 from keymem.store.changes import Changes
@@ -303,9 +303,8 @@ class GraphService:
     def prepare_forget(self, raw: Any) -> Action:
         body = body_of(raw)
         memory_id = req_str(body, "memory_id")
-        namespace = namespace_filter(body)
         memory = self.state.memories.get(memory_id)
-        if memory is None or (namespace is not None and memory.namespace != namespace):
+        if memory is None or memory.namespace != namespace_of(body):
             raise NotFound(f"memory {memory_id} not found")
         return lambda now: {"deleted": writes.forget(self.state, memory, now)}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from keymem.protocol.errors import BadRequest, NotFound
 from keymem.protocol.fields import body_of, opt_bool, opt_int
-from keymem.services.graph.requests import id_list, namespace_filter, req_str
+from keymem.services.graph.requests import id_list, namespace_filter, namespace_of, req_str
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
 from keymem.store.records import KeyRecord, MemoryRecord, from_json
@@ -87,9 +87,9 @@ def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str
     }
 
 
-def find_key(state: GraphState, key_id: str, namespace: str | None) -> KeyRecord:
+def find_key(state: GraphState, key_id: str, namespace: str) -> KeyRecord:
     key = state.keys.get(key_id)
-    if key is None or (namespace is not None and key.namespace != namespace):
+    if key is None or key.namespace != namespace:
         raise NotFound(f"key {key_id} not found (key ids are the 12-hex ids recall returns)")
     return key
 
@@ -109,7 +109,7 @@ def _relevance_of(body: dict[str, Any]) -> dict[str, float] | None:
 def read_key(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     """A key's active memories as ranked handles; ``relevance`` (from the router) ranks a hub."""
     body = body_of(raw)
-    key = find_key(state, req_str(body, "key_id"), namespace_filter(body))
+    key = find_key(state, req_str(body, "key_id"), namespace_of(body))
     limit = opt_int(body, "limit", 10, 1, READ_KEY_MAX_LIMIT)
     offset = opt_int(body, "offset", 0, 0, 10_000_000)
     relevance = _relevance_of(body)
@@ -151,7 +151,7 @@ def read_key(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
 
 def browse_keys(state: GraphState, raw: Any) -> dict[str, Any]:
     body = body_of(raw)
-    namespace = namespace_filter(body) or "default"
+    namespace = namespace_of(body)
     hubs_only = opt_bool(body, "hubs_only", False)
     limit = opt_int(body, "limit", 20, 1, BROWSE_MAX_LIMIT)
     offset = opt_int(body, "offset", 0, 0, 10_000_000)
@@ -179,9 +179,9 @@ def history(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     """Every version of a memory's chain, oldest first (nothing is pruned)."""
     body = body_of(raw)
     memory_id = req_str(body, "memory_id")
-    namespace = namespace_filter(body)
+    namespace = namespace_of(body)
     memory = state.memories.get(memory_id)
-    if memory is None or (namespace is not None and memory.namespace != namespace):
+    if memory is None or memory.namespace != namespace:
         raise NotFound(f"memory {memory_id} not found")
     oldest = memory
     while oldest.supersedes is not None and oldest.supersedes in state.memories:
@@ -209,7 +209,7 @@ def history(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
 def get_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     body = body_of(raw)
     ids = id_list(body, "ids")
-    namespace = namespace_filter(body)
+    namespace = namespace_of(body)
     include_inactive = opt_bool(body, "include_inactive", False)
     found, missing = [], []
     for memory_id in ids:
@@ -217,7 +217,7 @@ def get_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
         if (
             memory is None
             or memory.expired(now)
-            or (namespace is not None and memory.namespace != namespace)
+            or memory.namespace != namespace
             or (not include_inactive and memory.superseded_by is not None)
         ):
             missing.append(memory_id)

@@ -28,7 +28,7 @@ from keymem.services.graph.requests import (
     ttl_of,
 )
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
-from keymem.services.graph.text import normalize_content, normalize_namespace
+from keymem.services.graph.text import normalize_content
 from keymem.store.records import MemoryRecord, to_json
 
 INHERITED_LINK_PENALTY = 0.15
@@ -158,12 +158,10 @@ def head_of(state: GraphState, memory: MemoryRecord) -> MemoryRecord:
     return memory
 
 
-def live_memory(
-    state: GraphState, memory_id: str, namespace: str | None, now: float
-) -> MemoryRecord:
-    """A memory that exists, has not expired and is in ``namespace`` (when given)."""
+def live_memory(state: GraphState, memory_id: str, namespace: str, now: float) -> MemoryRecord:
+    """A memory that exists, has not expired and is in ``namespace``."""
     memory = state.memories.get(memory_id)
-    if memory is None or memory.expired(now) or (namespace and memory.namespace != namespace):
+    if memory is None or memory.expired(now) or memory.namespace != namespace:
         raise NotFound(f"memory {memory_id} not found")
     return memory
 
@@ -190,9 +188,7 @@ def plan_correct(state: GraphState, raw: Any, now: float) -> CorrectPlan:
     profile = decay_profile_of(body)
     related = related_of(body)
     source = source_of(body)
-    scope = body.get("namespace")
-    namespace = normalize_namespace(scope) if isinstance(scope, str) and scope.strip() else None
-    old = live_memory(state, memory_id, namespace, now)
+    old = live_memory(state, memory_id, namespace_of(body), now)
     note = None
     if old.superseded_by is not None:
         head = head_of(state, old)

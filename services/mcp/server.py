@@ -45,7 +45,13 @@ Id = Annotated[str, Field(min_length=1, max_length=64, description="a memory id"
 KeyId = Annotated[str, Field(min_length=1, max_length=64, description="a key id")]
 Namespace = Annotated[
     str | None,
-    Field(max_length=200, description="memory namespace (trimmed, lower-cased); default 'default'"),
+    Field(
+        max_length=200,
+        description=(
+            "memory namespace (trimmed, lower-cased); default 'default'. A boundary: an id "
+            "of another namespace is not found unless you name it (the ns= a memory shows)"
+        ),
+    ),
 ]
 Content = Annotated[
     str, Field(min_length=1, max_length=CONTENT_MAX_CHARS, description="the fact, self-contained")
@@ -273,6 +279,7 @@ def build_server(
         ttl_seconds: Ttl = None,
         decay_profile: Profile = None,
         related_to: Related = None,
+        namespace: Namespace = None,
     ) -> models.CorrectResult:
         """Replace a fact that changed: a new version supersedes the old one (kept in history).
 
@@ -286,6 +293,7 @@ def build_server(
             ttl_seconds=ttl_seconds,
             decay_profile=decay_profile,
             related_to=related_to,
+            namespace=namespace,
             source=provenance.stamp("correct"),
         )
         return await backend.ask("correct", body, models.CorrectResult)
@@ -299,9 +307,10 @@ def build_server(
         return await backend.ask("dismiss", body, models.DismissResult)
 
     @server.tool(annotations=DESTRUCTIVE)
-    async def forget(memory_id: Id) -> models.ForgetResult:
+    async def forget(memory_id: Id, namespace: Namespace = None) -> models.ForgetResult:
         """Delete a memory for good, with the older versions it superseded and orphan keys."""
-        return await backend.ask("forget", {"memory_id": memory_id}, models.ForgetResult)
+        body = _body(memory_id=memory_id, namespace=namespace)
+        return await backend.ask("forget", body, models.ForgetResult)
 
     @server.tool(annotations=WRITES)
     async def remember_batch(
@@ -322,9 +331,10 @@ def build_server(
         )
 
     @server.tool(annotations=READ_ONLY)
-    async def history(memory_id: Id) -> models.HistoryResult:
+    async def history(memory_id: Id, namespace: Namespace = None) -> models.HistoryResult:
         """Every version of a memory's correction chain, oldest first, and the current head."""
-        return await backend.ask("history", {"memory_id": memory_id}, models.HistoryResult)
+        body = _body(memory_id=memory_id, namespace=namespace)
+        return await backend.ask("history", body, models.HistoryResult)
 
     @server.prompt(name="memory_system_prompt")
     def system_prompt() -> str:

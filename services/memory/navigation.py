@@ -59,11 +59,11 @@ class Navigation:
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
 
-    def _views(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+    def _views(self, ids: list[str], namespace: str) -> dict[str, dict[str, Any]]:
         """The graph's full views of these memories (content, keys, validity), by id."""
         if not ids:
             return {}
-        found = self._call("graph", "get_memories", {"ids": ids})
+        found = self._call("graph", "get_memories", {"ids": ids, "namespace": namespace})
         return {m["id"]: m for m in found["memories"]}
 
     def _relevance(self, query: str, views: dict[str, dict[str, Any]]) -> dict[str, float] | None:
@@ -92,7 +92,7 @@ class Navigation:
             return self._call("graph", "read_key", body)
         plain = {k: v for k, v in body.items() if k not in ("query", "offset", "limit")}
         pool = self._call("graph", "read_key", {**plain, "limit": RERANK_POOL})
-        views = self._views([h["memory_id"] for h in pool["memories"]])
+        views = self._views([h["memory_id"] for h in pool["memories"]], pool["key"]["namespace"])
         relevance = self._relevance(query, views)
         if relevance is None:
             return self._call("graph", "read_key", {k: v for k, v in body.items() if k != "query"})
@@ -164,7 +164,7 @@ class Navigation:
                 "nearest_keys": [key_summary(k) for k in nearest],
                 "note": MISS_NOTE,
             }
-        preview = self._preview(keys[0], context or query, vector, max_chars)
+        preview = self._preview(keys[0], namespace, context or query, vector, max_chars)
         return {
             **reply,
             "status": "found",
@@ -194,14 +194,17 @@ class Navigation:
         return (keys + extra)[:top_k]
 
     def _preview(
-        self, key: dict[str, Any], query: str, vector: Any, max_chars: int
+        self, key: dict[str, Any], namespace: str, query: str, vector: Any, max_chars: int
     ) -> dict[str, Any] | None:
-        handles = self._call("graph", "read_key", {"key_id": key["key_id"], "limit": RERANK_POOL})[
-            "memories"
-        ]
+        handles = self._call(
+            "graph",
+            "read_key",
+            {"key_id": key["key_id"], "namespace": namespace, "limit": RERANK_POOL},
+        )["memories"]
         if not handles:
             return None
-        views = self._views([h["memory_id"] for h in handles])  # fetched once: scored and shown
+        # fetched once: scored and shown
+        views = self._views([h["memory_id"] for h in handles], namespace)
         if not views:
             return None  # every handle was superseded or forgotten in between
         relevance = self._relevance(query, views) or {}
