@@ -85,16 +85,15 @@ def search(client: Client, query: str, namespace: str = "ns", **extra: Any) -> l
     return [hit["id"] for hit in search_reply(client, body)["hits"]]
 
 
-def assert_mirrors(running: Running, docs: Mapping[str, dict[str, Any]], client: Client) -> None:
+def assert_mirrors(running: Running, docs: Mapping[str, dict[str, Any]]) -> None:
     """The index holds exactly ``docs`` (the source's active documents), each with its terms."""
-    reply = client.call("lexicon", "index_ids", {})
-    assert reply["ids"] == sorted(docs)
-    assert reply["consistent"] is True
+    index = running.lexicon.index
+    assert sorted(index.ids(None)) == sorted(docs)
+    assert running.lexicon.follower.consistent is True
     for namespace in {doc["namespace"] for doc in docs.values()}:
-        in_namespace = client.call("lexicon", "index_ids", {"namespace": namespace})["ids"]
+        in_namespace = sorted(index.ids(namespace))
         assert in_namespace == sorted(d for d, doc in docs.items() if doc["namespace"] == namespace)
     tokenizer = shared_tokenizer()
-    index = running.lexicon.index
     for doc_id, doc in docs.items():
         indexed = index.namespaces[doc["namespace"]].terms_of(doc_id)
         assert indexed == dict(Counter(tokenizer.tokenize(document_text(doc)))), doc_id

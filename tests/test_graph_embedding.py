@@ -21,8 +21,6 @@ def test_fingerprint_is_recorded_and_a_mismatch_is_refused(tmp_path: Path) -> No
         with pytest.raises(Conflict) as caught:
             graph.remember(remember_body("other space", ["x1"], fingerprint="openai:small"))
         assert caught.value.detail["fingerprint_mismatch"] is True
-        with pytest.raises(Conflict):
-            graph.set_fingerprint({"fingerprint": "openai:small", "dim": 512})
     finally:
         graph.close()
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from keymem.protocol.errors import NotFound
-from keymem.services.graph import GraphService
+from keymem.services.graph import GraphService, matching
 from tests.graph_helpers import active_ids, key_id_of, open_graph
 from tests.vectors import remember_body, vector, vectors
 
@@ -23,6 +24,11 @@ def graph(tmp_path: Path) -> Iterator[GraphService]:
     service = open_graph(tmp_path)
     yield service
     service.close()
+
+
+def hop_walk(graph: GraphService, body: dict[str, Any]) -> dict[str, Any]:
+    """The breadth-first walk hybrid recall takes from its seeds (services/graph/hybrid.py)."""
+    return matching.expand(graph.state, body, time.time())
 
 
 def test_direct_recall_of_a_key(graph: GraphService) -> None:
@@ -86,13 +92,13 @@ def test_association_reaches_memories_through_shared_keys(graph: GraphService) -
     apples = graph.remember(remember_body("Apples are red fruit", ["apple", "fruit", "red"]))
     berries = graph.remember(remember_body("The user likes strawberries", ["fruit", "strawberry"]))
     graph.remember(remember_body("Rust has no garbage collector", ["Rust", "memory"]))
-    reached = graph.expand({"seeds": {newton: 1.0}, "hops": 2})["memories"]
+    reached = hop_walk(graph, {"seeds": {newton: 1.0}, "hops": 2})["memories"]
     by_id = {row["memory_id"]: row for row in reached}
     assert by_id[apples["saved"]]["hop"] == 1
     assert by_id[berries["saved"]]["hop"] == 2
     assert by_id[apples["saved"]]["score"] > by_id[berries["saved"]]["score"]
     assert len(by_id) == 2  # the unrelated memory is not reachable
-    one_hop = graph.expand({"seeds": {newton: 1.0}, "hops": 1})["memories"]
+    one_hop = hop_walk(graph, {"seeds": {newton: 1.0}, "hops": 1})["memories"]
     assert [row["memory_id"] for row in one_hop] == [apples["saved"]]
 
 
@@ -101,7 +107,7 @@ def test_related_to_links_are_followed(graph: GraphService) -> None:
     second = graph.remember(
         remember_body("The launch slipped to June", ["launch"], related_to=[first])
     )["saved"]
-    reached = graph.expand({"seeds": {first: 1.0}, "hops": 1})["memories"]
+    reached = hop_walk(graph, {"seeds": {first: 1.0}, "hops": 1})["memories"]
     assert [(r["memory_id"], r["via"]) for r in reached] == [(second, "related_to")]
 
 
@@ -291,7 +297,7 @@ def test_namespaces_isolate_everything(graph: GraphService) -> None:
     with pytest.raises(NotFound):
         graph.read_key({"key_id": work_key, "namespace": "home"})
     assert graph.match_keys({"vector": vector("dinner"), "text": "dinner"})["keys"] == []
-    assert graph.expand({"seeds": {home["saved"]: 1.0}, "namespace": "work"})["memories"] == []
+    assert hop_walk(graph, {"seeds": {home["saved"]: 1.0}, "namespace": "work"})["memories"] == []
 
 
 def test_hubs_come_first_and_read_key_paginates(graph: GraphService) -> None:

@@ -77,7 +77,7 @@ def test_lexicon_mirrors_the_real_graph_across_restarts(
     seq = client.call("graph", "forget", {"memory_id": tokyo})["seq"]
     assert search(client, "東京都", NAMESPACE, min_seq=seq) == []
     wait_until(synced_to(client, seq), "the first writes")
-    assert_mirrors(first, active_documents(client), client)
+    assert_mirrors(first, active_documents(client))
 
     first.stop()
     later = [
@@ -89,6 +89,6 @@ def test_lexicon_mirrors_the_real_graph_across_restarts(
     second = start_lexicon()
     assert second.lexicon.cache_state["loaded"] is True
     wait_until(synced_to(client, seq), "catching up after the restart")
-    assert_mirrors(second, active_documents(client), client)
+    assert_mirrors(second, active_documents(client))
     assert second.lexicon.follower.stats.snapshots == 0
     assert search(client, "광주", NAMESPACE) == [reply["new_id"]]

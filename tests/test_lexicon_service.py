@@ -117,7 +117,7 @@ def test_bad_input_gets_typed_errors_or_empty_results(
     with pytest.raises(TooLarge):
         search(client, "부산 " * 350_000)  # ~1 MB
     with pytest.raises(TooLarge):
-        client.call("lexicon", "tokenize", {"text": "x" * 1_000_000})
+        client.call("lexicon", "extract_keys", {"text": "x" * 1_000_000})
     bad_bodies: list[Any] = [
         None,
         "부산",
@@ -134,7 +134,7 @@ def test_bad_input_gets_typed_errors_or_empty_results(
     for body in bad_bodies:
         with pytest.raises((BadRequest, TooLarge)):
             client.call("lexicon", "search", body)
-    for method, body in [("tokenize", {}), ("extract_keys", {"text": 3}), ("index_ids", [])]:
+    for method, body in [("extract_keys", {}), ("extract_keys", {"text": 3}), ("coverage", [])]:
         with pytest.raises(BadRequest):
             client.call("lexicon", method, body)
     with pytest.raises(BadRequest):
@@ -182,16 +182,11 @@ def test_coverage_weighs_what_a_query_is_about(
             client.call("lexicon", "coverage", body)
 
 
-def test_tokenize_and_extract_keys_methods(
+def test_extract_keys_method(
     stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
 ) -> None:
     start_lexicon()
     client = stack.client()
-    assert client.call("lexicon", "tokenize", {"text": "어제 부산에서 회의를 했다"})["tokens"] == [
-        "부산",
-        "회의",
-        "하",
-    ]
     keys = client.call(
         "lexicon", "extract_keys", {"text": "김철수 교수가 Claude Code로 keymem 3.11.2를 고쳤다"}
     )["keys"]
@@ -234,14 +229,14 @@ def test_sync_under_churn_with_restarts_converges_exactly(
 
     first = start_lexicon()
     wait_until(synced_to(client, feed.seq), "the initial snapshot")
-    assert_mirrors(first, feed.docs, client)
+    assert_mirrors(first, feed.docs)
 
     # writes while the lexicon runs, from another thread
     writer = threading.Thread(target=churn, args=(feed, random.Random(8), 400, next_id))
     writer.start()
     writer.join()
     wait_until(synced_to(client, feed.seq), "catching up with live churn")
-    assert_mirrors(first, feed.docs, client)
+    assert_mirrors(first, feed.docs)
 
     # stopped (cache saved on stop), churned, restarted: resumes from the cache's seq
     first.stop()
@@ -251,7 +246,7 @@ def test_sync_under_churn_with_restarts_converges_exactly(
     assert second.lexicon.cache_state["loaded"] is True
     assert second.lexicon.cache_state["seq"] == saved_seq
     wait_until(synced_to(client, feed.seq), "catching up after a restart")
-    assert_mirrors(second, feed.docs, client)
+    assert_mirrors(second, feed.docs)
     assert second.lexicon.follower.stats.snapshots == 0  # resumed, no re-snapshot
 
     # stopped, churned past the retained history: re-snapshots, reusing unchanged documents
@@ -261,7 +256,7 @@ def test_sync_under_churn_with_restarts_converges_exactly(
     churn(feed, rng, 50, next_id)
     third = start_lexicon()
     wait_until(synced_to(client, feed.seq), "re-snapshot after lost history")
-    assert_mirrors(third, feed.docs, client)
+    assert_mirrors(third, feed.docs)
     stats = third.lexicon.follower.stats
     assert stats.snapshots == 1
     assert stats.unchanged > 0 and stats.tokenized < len(feed.docs)
@@ -284,7 +279,7 @@ def test_restart_from_cache_skips_the_tokenizer(
     wait_until(synced_to(client, feed.seq), "resume")
     assert second.lexicon.follower.stats.tokenized == 0
     assert search(client, "v1234.0")[0] == "m01234"
-    assert_mirrors(second, feed.docs, client)
+    assert_mirrors(second, feed.docs)
 
 
 def test_corrupt_cache_is_rebuilt_not_fatal(
@@ -307,7 +302,7 @@ def test_corrupt_cache_is_rebuilt_not_fatal(
     assert second.lexicon.cache_state["loaded"] is False
     wait_until(synced_to(client, feed.seq), "rebuild from the graph")
     assert second.lexicon.follower.stats.tokenized == 50
-    assert_mirrors(second, feed.docs, client)
+    assert_mirrors(second, feed.docs)
 
 
 def test_replaced_database_means_a_new_snapshot(
@@ -324,7 +319,7 @@ def test_replaced_database_means_a_new_snapshot(
     feed.replace_database(kept)
     wait_until(lambda: running.lexicon.follower.epoch != old_epoch, "the new epoch")
     wait_until(synced_to(client, feed.seq), "the new snapshot")
-    assert_mirrors(running, feed.docs, client)
+    assert_mirrors(running, feed.docs)
     assert running.lexicon.follower.stats.unchanged >= 15  # unchanged text was not re-tokenized
 
 
@@ -364,7 +359,7 @@ def test_periodic_cache_save_survives_a_crash(
     assert second.lexicon.cache_state["loaded"] is True
     assert second.lexicon.cache_state["seq"] == seq
     wait_until(synced_to(client, feed.seq), "resume after the crash")
-    assert_mirrors(second, feed.docs, client)
+    assert_mirrors(second, feed.docs)
     assert second.lexicon.follower.stats.tokenized == 30
 
 

@@ -266,10 +266,10 @@ def test_recall_changes_nothing_and_a_miss_offers_the_nearest_keys(deployed: Ful
     assert len(missed["nearest_keys"]) == 3 and "note" in missed
 
 
-def test_only_a_reinforcing_search_strengthens_the_path_it_used(tmp_path: Path) -> None:
+def test_a_search_changes_no_link_weight(tmp_path: Path) -> None:
     with full_stack(tmp_path) as running:
-        hit = running.remember("Newton discovered gravity", ["Newton", "gravity"])
-        other = running.remember("Gravity bends light", ["gravity", "light"])
+        running.remember("Newton discovered gravity", ["Newton", "gravity"])
+        running.remember("Gravity bends light", ["gravity", "light"])
 
         def weights() -> dict[str, float]:
             found = running.memory("recall", {"query": "gravity"})
@@ -279,11 +279,7 @@ def test_only_a_reinforcing_search_strengthens_the_path_it_used(tmp_path: Path) 
 
         before = weights()
         running.search("Newton gravity", top_k=1)
-        assert weights() == before  # a plain search changes nothing
-        running.search("Newton gravity", top_k=1, reinforce=True)
-        after = weights()
-        assert after[hit] == pytest.approx(before[hit] + 0.05, abs=1e-3)
-        assert after[other] == pytest.approx(before[other] - 0.005, abs=1e-3)
+        assert weights() == before  # only a read of what inject surfaced teaches the graph
 
 
 def test_a_previews_connected_keys_come_most_relevant_first(deployed: FullStack) -> None:

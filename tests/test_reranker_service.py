@@ -61,7 +61,7 @@ def test_offline_default_ranks_the_relevant_passage_first(
     assert all(-1.0 <= s <= 1.0 for s in result["scores"])
     assert result["gate"]["passed"] is True and result["gate"]["min_score"] is None
     info = client.call("reranker", "info")
-    assert info["enabled"] is True and info["pool"] == 30
+    assert info["enabled"] is True and info["limits"]["max_passages"] == 64
     assert info["score_kind"] == "embedding_cosine"
 
 
@@ -136,9 +136,9 @@ def test_disabled_reranker_answers_unavailable(stack: InprocStack) -> None:
 
 def test_settings_from_env() -> None:
     config = RerankerSettings.from_env(
-        {"KEYMEM_RERANK": "false", "KEYMEM_RERANK_POOL": "12", "KEYMEM_RERANK_MIN_SCORE": "-2.5"}
+        {"KEYMEM_RERANK": "false", "KEYMEM_RERANK_MIN_SCORE": "-2.5"}
     )
-    assert config.enabled is False and config.pool == 12 and config.min_score == -2.5
+    assert config.enabled is False and config.min_score == -2.5
     assert RerankerSettings.from_env({}).uses_cross_encoder is False
     assert RerankerSettings.from_env({"KEYMEM_RERANK_MODEL_PATH": "/m"}).uses_cross_encoder
     with pytest.raises(ValueError, match="KEYMEM_RERANK"):

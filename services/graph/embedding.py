@@ -57,22 +57,6 @@ def check_write_fingerprint(state: GraphState, body: dict[str, Any]) -> str | No
     return claimed
 
 
-def set_fingerprint(state: GraphState, raw: Any) -> dict[str, Any]:
-    """Stamp an empty or legacy (unstamped, same-dimension) graph; anything else re-embeds."""
-    fingerprint, dim = _target(body_of(raw))
-    if state.fingerprint == fingerprint and state.dim == dim:
-        return {"fingerprint": fingerprint, "dim": dim, "changed": False}
-    if state.keys and (state.fingerprint is not None or state.dim != dim):
-        raise Conflict(
-            "the graph holds vectors of another space; use reembed_begin",
-            {"recorded": recorded(state)},
-        )
-    state.fingerprint, state.dim = fingerprint, dim
-    state.changes.set_meta("fingerprint", fingerprint)
-    state.changes.set_meta("dim", dim)
-    return {"fingerprint": fingerprint, "dim": dim, "changed": True}
-
-
 def begin(raw: Any) -> Staging:
     fingerprint, dim = _target(body_of(raw))
     return Staging(token=secrets.token_hex(8), fingerprint=fingerprint, dim=dim)

@@ -23,17 +23,16 @@ themselves (the router reranks the pool and decides what to show):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from keymem.protocol.errors import BadRequest, NotFound
+from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, opt_bool, opt_choice, opt_int
 from keymem.services.graph import matching
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.profile import Thresholds
-from keymem.services.graph.requests import id_list, namespace_of, req_str
+from keymem.services.graph.requests import namespace_of
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
 from keymem.services.graph.text import query_phrases
 from keymem.services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
@@ -347,43 +346,3 @@ def _via_weight(state: GraphState, hop: dict[str, Any], auto_hops: bool) -> floa
 def _factor(memory: MemoryRecord, now: float) -> float:
     """Depth × freshness: how much a memory's own standing scales its evidence."""
     return depth_factor(memory.depth) * freshness_factor(freshness(memory, now))
-
-
-RECALL_REINFORCE_STEP = 0.05
-EXPLORED_DECAY_STEP = 0.005
-MAX_EXPLORED = 200
-
-
-def prepare_reinforce(state: GraphState, raw: Any, now: float) -> Callable[[float], dict[str, Any]]:
-    """Hebbian feedback from a hybrid recall: the links that led to the top hit grow (+0.05),
-    links from the same keys to candidates that were explored but not returned shrink (−0.005).
-
-    Everything is validated before anything changes, as every write must be.
-    """
-    body = body_of(raw)
-    namespace = namespace_of(body)
-    hit = req_str(body, "hit")
-    key_ids = id_list(body, "keys", KEYS_DEFAULT * 5)
-    explored = id_list(body, "explored", MAX_EXPLORED) if body.get("explored") else []
-    memory = state.memories.get(hit)
-    if memory is None or memory.namespace != namespace or not memory.active(now):
-        raise NotFound(f"memory {hit} is not an active memory of namespace {namespace!r}")
-    links = [state.link(key_id, hit) for key_id in key_ids]
-    if any(link is None for link in links):
-        raise BadRequest("every key must be linked to the hit")
-    decayed = [
-        link
-        for key_id in key_ids
-        for other in explored
-        if other != hit and (link := state.link(key_id, other)) is not None
-    ]
-
-    def action(now: float) -> dict[str, Any]:
-        for link in links:
-            assert link is not None
-            state.set_weight(link, link.weight + RECALL_REINFORCE_STEP)
-        for link in decayed:
-            state.set_weight(link, link.weight - EXPLORED_DECAY_STEP)
-        return {"reinforced": len(links), "decayed": len(decayed)}
-
-    return action

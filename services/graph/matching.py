@@ -22,7 +22,7 @@ from keymem.services.graph.profile import Thresholds, with_overrides
 from keymem.services.graph.requests import MAX_CONTENT_CHARS, id_list, namespace_of, opt_str
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import is_short_concept, query_phrases, surface_norm
-from keymem.services.graph.validity import depth_factor, freshness, freshness_factor
+from keymem.services.graph.validity import freshness, freshness_factor
 from keymem.services.graph.views import key_idf, key_view
 
 MATCH_MAX_TOP_K = 50
@@ -181,39 +181,6 @@ def _hit_learned_alias(state: GraphState, key_id: str, text: str, now: float) ->
             alias.hits += 1
             alias.last_hit_at = now
             state.changes.rewrite_aliases(state.keys[key_id])
-
-
-def key_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
-    """key id -> its active memories with link weight, depth and freshness factors."""
-    body = body_of(raw)
-    key_ids = id_list(body, "key_ids", MATCH_MAX_TOP_K)
-    namespace = namespace_of(body)
-    limit = opt_int(body, "limit_per_key", EXPAND_PER_KEY_DEFAULT, 1, 10_000)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for key_id in key_ids:
-        key = state.keys.get(key_id)
-        if key is None or key.namespace != namespace:
-            out[key_id] = []
-            continue
-        rows = []
-        for memory_id, link in state.key_links.get(key_id, {}).items():
-            memory = state.memories[memory_id]
-            if not memory.active(now):
-                continue
-            fresh = freshness(memory, now)
-            rows.append(
-                {
-                    "memory_id": memory_id,
-                    "weight": round(link.weight, SCORE_DIGITS),
-                    "auto": link.auto,
-                    "depth": round(memory.depth, SCORE_DIGITS),
-                    "depth_factor": round(depth_factor(memory.depth), SCORE_DIGITS),
-                    "freshness": round(fresh, SCORE_DIGITS),
-                    "freshness_factor": round(freshness_factor(fresh), SCORE_DIGITS),
-                }
-            )
-        out[key_id] = heapq.nlargest(limit, rows, key=lambda r: r["weight"])
-    return {"namespace": namespace, "keys": out}
 
 
 def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:

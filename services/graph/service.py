@@ -59,9 +59,7 @@ WRITE_METHODS = (
     "read_memory",
     "confirm_memory",
     "dismiss",
-    "reinforce",
     "reinforce_path",
-    "set_fingerprint",
     "reembed_begin",
     "reembed_put",
     "reembed_commit",
@@ -92,9 +90,7 @@ READ_METHODS = (
     "history",
     "get_memories",
     "counts",
-    "key_memories",
     "memory_keys",
-    "expand",
     "feed_head",
     "feed_snapshot",
     "feed_since",
@@ -318,9 +314,6 @@ class GraphService:
     def prepare_dismiss(self, raw: Any) -> Action:
         return lambda now: feedback.dismiss(self.state, self.buffer, raw, now)
 
-    def prepare_set_fingerprint(self, raw: Any) -> Action:
-        return lambda now: embedding.set_fingerprint(self.state, raw)
-
     def prepare_match_keys(self, raw: Any) -> Action:
         # Learned-alias hits are soft state: they ride along with this call's commit.
         return lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
@@ -328,10 +321,6 @@ class GraphService:
     def brief(self, raw: Any) -> dict[str, Any]:
         """A namespace's most durable facts for a session start (graph/session_brief.py)."""
         return session_brief.brief(self.state, raw, time.time())
-
-    def reinforce(self, raw: Any) -> dict[str, Any]:
-        """Hebbian feedback of a hybrid recall (services/graph/hybrid.py)."""
-        return self.write(lambda body: hybrid.prepare_reinforce(self.state, body, time.time()), raw)
 
     def reinforce_path(self, raw: Any) -> dict[str, Any]:
         """Hebbian learning from a surfaced-then-read memory (services/graph/feedback.py)."""
@@ -370,9 +359,6 @@ class GraphService:
 
     def dismiss(self, raw: Any) -> dict[str, Any]:
         return self.write(self.prepare_dismiss, raw)
-
-    def set_fingerprint(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_set_fingerprint, raw)
 
     def match_keys(self, raw: Any) -> dict[str, Any]:
         return self.write(self.prepare_match_keys, raw)
@@ -427,14 +413,8 @@ class GraphService:
     def counts(self, raw: Any) -> dict[str, Any]:
         return views.counts(self.state, raw, time.time())
 
-    def key_memories(self, raw: Any) -> dict[str, Any]:
-        return matching.key_memories(self.state, raw, time.time())
-
     def memory_keys(self, raw: Any) -> dict[str, Any]:
         return matching.memory_keys(self.state, raw, time.time())
-
-    def expand(self, raw: Any) -> dict[str, Any]:
-        return matching.expand(self.state, raw, time.time())
 
     def feed_head(self, raw: Any) -> dict[str, Any]:
         return feed.head(self.state)

@@ -31,7 +31,7 @@ log = logging.getLogger("keymem.lexicon")
 SERVICE_NAME = "lexicon"
 GRAPH_SERVICE = "graph"
 MAX_QUERY_CHARS = 16_384
-MAX_TEXT_CHARS = 262_144  # tokenize / extract_keys input; Kiwi takes ~1 s per 200k chars
+MAX_TEXT_CHARS = 262_144  # extract_keys input; Kiwi takes ~1 s per 200k chars
 MAX_NAMESPACE_CHARS = 256
 DEFAULT_TOP_N = 10
 MAX_TOP_N = 1000
@@ -211,10 +211,6 @@ class Lexicon:
         shares = self.index.coverage(namespace, Counter(terms), ids)
         return {"coverage": shares, "terms": terms}
 
-    def tokenize(self, raw: Any) -> dict[str, Any]:
-        text = _text(body_of(raw), "text", MAX_TEXT_CHARS)
-        return {"tokens": self.tokenizer.tokenize(text)}
-
     def extract_keys(self, raw: Any) -> dict[str, Any]:
         body = body_of(raw)
         text = _text(body, "text", MAX_TEXT_CHARS)
@@ -246,28 +242,13 @@ class Lexicon:
             "cache": dict(self.cache_state),
         }
 
-    def index_ids(self, raw: Any) -> dict[str, Any]:
-        """Every indexed id (of one namespace): for convergence checks and diagnostics."""
-        body = body_of(raw)
-        namespace = body.get("namespace")
-        if namespace is not None and not isinstance(namespace, str):
-            raise BadRequest("'namespace' must be a string or null")
-        return {
-            "ids": sorted(self.index.ids(namespace)),
-            "seq": self.follower.seq,
-            "epoch": self.follower.epoch,
-            "consistent": self.follower.consistent,
-        }
-
 
 def make_service(lexicon: Lexicon) -> Service:
     service = Service(SERVICE_NAME)
     service.add("search", lexicon.search, idempotent=True)
     service.add("coverage", lexicon.coverage, idempotent=True)
-    service.add("tokenize", lexicon.tokenize, idempotent=True)
     service.add("extract_keys", lexicon.extract_keys, idempotent=True)
     service.add("index_stats", lexicon.index_stats, idempotent=True)
-    service.add("index_ids", lexicon.index_ids, idempotent=True)
     service.every(SYNC_INTERVAL_S, lexicon.sync_tick)
     service.on_stop.append(lexicon.close)
     return service

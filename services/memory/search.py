@@ -187,7 +187,6 @@ class SearchRequest:
     hops: int
     pool: int
     rerank: bool
-    reinforce: bool
     timing: bool
     min_seq: int | None
     tuning: Tuning = field(default_factory=Tuning)
@@ -204,7 +203,6 @@ class SearchRequest:
             hops=opt_int(body, "hops", 2, 0, 5),
             pool=opt_int(body, "pool", POOL_DEFAULT, 1, POOL_MAX),
             rerank=opt_bool(body, "rerank", True),
-            reinforce=opt_bool(body, "reinforce", False),
             timing=opt_bool(body, "timing", False),
             min_seq=opt_int(body, "min_seq", 0, 0, 2**62) or None,
             tuning=Tuning.parse(body.get("tuning")),
@@ -290,8 +288,6 @@ class Search:
         if request.tuning.evidence and is_comparison(request.query):
             candidates = select_evidence(candidates, found["keys"], request.top_k)
         memories = candidates[: request.top_k]
-        if request.reinforce and memories and memories[0]["matched_keys"]:
-            self._reinforce(request.namespace, memories[0], candidates[request.top_k :])
         reply: dict[str, Any] = {
             "status": "found" if memories else "no_match",
             "query": request.query,
@@ -304,22 +300,6 @@ class Search:
         if request.timing:
             reply["timing_ms"] = timing.report()
         return reply
-
-    def _reinforce(
-        self, namespace: str, hit: dict[str, Any], explored: list[dict[str, Any]]
-    ) -> None:
-        """Hebbian feedback: the top hit's matched links grow, explored-but-unused ones shrink."""
-        self.client.call(
-            "graph",
-            "reinforce",
-            {
-                "namespace": namespace,
-                "hit": hit["memory_id"],
-                "keys": hit["matched_keys"],
-                "explored": [c["memory_id"] for c in explored],
-            },
-            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
-        )
 
     def _analyse(
         self, request: SearchRequest, degraded: dict[str, str]

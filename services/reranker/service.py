@@ -23,8 +23,8 @@ from keymem.services.reranker.settings import RerankerSettings
 
 log = logging.getLogger("keymem.reranker")
 
-# Passages per request: the pool (30 by default) with room to spare, bounded so one call stays
-# far inside the heartbeat window even with nothing cached.
+# Passages per request: a search's pool (64 by default; larger pools come in pieces), bounded
+# so one call stays far inside the heartbeat window even with nothing cached.
 MAX_PASSAGES = 64
 MAX_QUERY_CHARS = 2000
 
@@ -69,7 +69,6 @@ class Reranker:
             "enabled": True,
             "score_kind": self.scorer.score_kind,
             "model": self.scorer.model,
-            "pool": self.config.pool,
             "min_score": self.config.min_score,
             "limits": {
                 "max_passages": MAX_PASSAGES,
@@ -110,7 +109,7 @@ def disabled_service(config: RerankerSettings) -> Service:
         )
 
     def info(body: Any) -> dict[str, Any]:
-        return {"enabled": False, "reason": "KEYMEM_RERANK=false", "pool": config.pool}
+        return {"enabled": False, "reason": "KEYMEM_RERANK=false"}
 
     service.add("score", score, idempotent=True)
     service.add("warm", score, idempotent=True)

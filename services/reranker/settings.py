@@ -16,8 +16,6 @@ from keymem.services.embedder.settings import (
     env_str,
 )
 
-# How many candidates recall sends for reranking (the original keymem's pool for recall).
-DEFAULT_POOL = 30
 DEFAULT_CACHE_ENTRIES = 20_000
 
 
@@ -27,7 +25,6 @@ class RerankerSettings:
     # A cross-encoder: an existing directory, or a registry name to download.
     model_path: Path | None = None
     model: str | None = None
-    pool: int = DEFAULT_POOL
     # Not-found gate on the top score, in the units of the active score kind; None = no gate.
     min_score: float | None = None
     threads: int = DEFAULT_THREADS
@@ -40,7 +37,6 @@ class RerankerSettings:
             enabled=env_bool(env, "KEYMEM_RERANK", True),
             model_path=env_path(env, "KEYMEM_RERANK_MODEL_PATH"),
             model=env_str(env, "KEYMEM_RERANK_MODEL"),
-            pool=env_int(env, "KEYMEM_RERANK_POOL", DEFAULT_POOL, minimum=1),
             min_score=env_float(env, "KEYMEM_RERANK_MIN_SCORE"),
             threads=env_int(env, "KEYMEM_RERANK_THREADS", DEFAULT_THREADS, minimum=1),
             cache_entries=env_int(env, "KEYMEM_RERANK_CACHE", DEFAULT_CACHE_ENTRIES),
