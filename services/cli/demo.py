@@ -18,7 +18,6 @@ from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.services.cli import up
 from keymem.services.config import Settings
-from keymem.services.supervision import READY_TIMEOUT_S
 
 NAMESPACE = "demo"
 STORY = [
@@ -116,7 +115,7 @@ def hook(client: Client) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
-    code = up.run(argparse.Namespace(timeout=READY_TIMEOUT_S))
+    code = up.run(argparse.Namespace(timeout=None, restart=False))
     if code != 0:
         return code
     try:

@@ -105,7 +105,6 @@ def recall_candidates(
             matching.MATCH_MAX_TOP_K,
         ),
         "learn": opt_bool(body, "learn", False),
-        "thresholds": body.get("thresholds"),
         "phrase_vectors": phrases,
         "phrase_keys": phrase_keys,
         "phrase_min_cosine": body.get("phrase_min_cosine"),

@@ -18,7 +18,7 @@ from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_number
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.keyindex import KeyIndex
-from keymem.services.graph.profile import Thresholds, with_overrides
+from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import MAX_CONTENT_CHARS, id_list, namespace_of, opt_str
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import is_short_concept, query_phrases, surface_norm
@@ -53,11 +53,10 @@ def query_vector(state: GraphState, body: dict[str, Any]) -> np.ndarray | None:
 
 
 def match_keys(
-    state: GraphState, buffer: RecallBuffer, base: Thresholds, raw: Any, now: float
+    state: GraphState, buffer: RecallBuffer, thresholds: Thresholds, raw: Any, now: float
 ) -> dict[str, Any]:
     body = body_of(raw)
     namespace = namespace_of(body)
-    thresholds = with_overrides(base, body.get("thresholds"))
     top_k = opt_int(body, "top_k", 10, 1, MATCH_MAX_TOP_K)
     text = opt_str(body, "text", MAX_CONTENT_CHARS)
     learn = opt_bool(body, "learn", True)

@@ -7,7 +7,6 @@ is what hub status, specificity and IDF describe.
 from __future__ import annotations
 
 import heapq
-import os
 import time
 from typing import Any
 
@@ -22,17 +21,6 @@ SCORE_DIGITS = 3
 READ_KEY_MAX_LIMIT = 50
 BROWSE_MAX_LIMIT = 100
 ENTITY_IDF_FACTOR = 0.5
-
-
-def hub_min_links() -> int:
-    raw = os.environ.get("KEYMEM_KEY_HUB_MIN_LINKS", "3").strip()
-    try:
-        return max(2, int(raw))
-    except ValueError:
-        return 3
-
-
-KEY_HUB_MIN_LINKS = hub_min_links()
 
 
 def key_idf(key: KeyRecord, count: int) -> float:
@@ -52,7 +40,7 @@ def key_view(state: GraphState, key: KeyRecord) -> dict[str, Any]:
         "key_type": key.key_type,
         "namespace": key.namespace,
         "memory_count": count,
-        "is_hub": count >= KEY_HUB_MIN_LINKS,
+        "is_hub": count >= state.hub_min_links,
         "specificity": round(1.0 / count, SCORE_DIGITS) if count else 0.0,
         "idf": round(key_idf(key, count), 6),
     }
@@ -159,9 +147,9 @@ def browse_keys(state: GraphState, raw: Any) -> dict[str, Any]:
     rows = []
     for key_id in index.ids if index else ():
         count = state.active_count.get(key_id, 0)
-        if count <= 0 or (hubs_only and count < KEY_HUB_MIN_LINKS):
+        if count <= 0 or (hubs_only and count < state.hub_min_links):
             continue
-        rows.append((count >= KEY_HUB_MIN_LINKS, count, state.keys[key_id].concept, key_id))
+        rows.append((count >= state.hub_min_links, count, state.keys[key_id].concept, key_id))
     rows.sort(key=lambda r: (not r[0], -r[1], r[2]))
     now = time.time()
     active = sum(1 for m in state.memories.values() if m.namespace == namespace and m.active(now))
