@@ -148,8 +148,14 @@ def query_phrases(text: str) -> set[str]:
     A key surface matches literally when its ``surface_norm`` is one of these phrases; like the
     original, a literal match needs at least two characters.
     """
+    return set(ordered_phrases(text))
+
+
+def ordered_phrases(text: str) -> list[str]:
+    """``query_phrases`` in the order they end in the text, each once: a write's auto-keys take
+    the keys its text names first, the same ones however often the text is written."""
     tokens = _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
-    phrases: set[str] = set()
+    phrases: dict[str, None] = {}
     for end in range(len(tokens)):
         last_variants = list(_variants(tokens[end]))
         for size in range(1, min(MAX_LITERAL_NGRAM_TOKENS, end + 1) + 1):
@@ -157,5 +163,5 @@ def query_phrases(text: str) -> set[str]:
             for last in last_variants:
                 phrase = " ".join([*head, last])
                 if len(phrase) >= MIN_KEY_CHARS:
-                    phrases.add(phrase)
-    return phrases
+                    phrases[phrase] = None
+    return list(phrases)

@@ -14,7 +14,7 @@ from typing import Any
 
 from keymem.protocol.errors import BadRequest, Conflict, NotFound
 from keymem.protocol.fields import body_of
-from keymem.services.graph.keys import near_key_hints, resolve_key
+from keymem.services.graph.keys import Resolution, near_key_hints, resolve_key
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import (
     KeyInput,
@@ -28,12 +28,15 @@ from keymem.services.graph.requests import (
     ttl_of,
 )
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
-from keymem.services.graph.text import normalize_content
+from keymem.services.graph.text import normalize_content, ordered_phrases
 from keymem.store.records import MemoryRecord, to_json
 
 INHERITED_LINK_PENALTY = 0.15
 # A key keymem extracted from the content weighs half an agent's key: the agent chose its keys.
 AUTO_LINK_WEIGHT = 0.5
+# A memory filed under fewer agent keys than this gets auto-keys, at most this many.
+MIN_AGENT_KEYS = 3
+AUTO_KEYS_MAX = 5
 DEEP_DEPTH_MIN = 0.7
 SUPERSEDE_DEEP_FACTOR = 0.8
 SUPERSEDE_SHALLOW_FACTOR = 0.3
@@ -132,13 +135,11 @@ def remember(
         related_to=item.related_to or [],
         supersedes=duplicate.id if duplicate else None,
     )
-    resolutions = [resolve_key(state, item.namespace, w, thresholds, now) for w in item.keys]
-    for key, resolution in zip(item.keys, resolutions, strict=True):
-        weight = AUTO_LINK_WEIGHT if key.auto else LINK_WEIGHT_DEFAULT
-        state.add_link(resolution.key_id, memory.id, weight, auto=key.auto)
+    resolutions = link_keys(state, memory, item.keys, thresholds, now)
     result: dict[str, Any] = {"saved": memory.id}
     if duplicate is not None:
         shared = set(state.mem_links.get(duplicate.id, {})) & set(state.mem_links[memory.id])
+        keep_duplicate_keys(state, duplicate, memory)
         _supersede(state, duplicate, memory)
         result["superseded"] = duplicate.id
         result["deduplicated"] = True
@@ -150,6 +151,70 @@ def remember(
     if hints:
         result["hints"] = {"near_keys": hints}
     return result
+
+
+def link_keys(
+    state: GraphState,
+    memory: MemoryRecord,
+    keys: list[KeyInput],
+    thresholds: Thresholds,
+    now: float,
+) -> list[Resolution]:
+    """File ``memory`` under the agent's keys, then — when it has fewer than
+    ``MIN_AGENT_KEYS`` of them — under auto-keys: the namespace's keys its text names
+    literally (first named first), then the keys extracted from it, up to ``AUTO_KEYS_MAX``.
+
+    The literal matching runs here, inside the write, so an acknowledged memory carries every
+    auto-key it will ever get, whatever the load: the same text written in the same order
+    gives the same links.
+    """
+    own = [k for k in keys if not k.auto]
+    resolutions = [resolve_key(state, memory.namespace, k, thresholds, now) for k in own]
+    for resolution in resolutions:
+        state.add_link(resolution.key_id, memory.id, LINK_WEIGHT_DEFAULT)
+    linked = state.mem_links[memory.id]
+    added = 0
+    named = named_keys(state, memory.namespace, memory.content) if len(own) < MIN_AGENT_KEYS else []
+    for key_id in named:
+        if added == AUTO_KEYS_MAX:
+            break
+        if key_id not in linked:
+            state.add_link(key_id, memory.id, AUTO_LINK_WEIGHT, auto=True)
+            added += 1
+    index = state.index_for(memory.namespace)
+    for key in keys:
+        if added == AUTO_KEYS_MAX:
+            break
+        if not key.auto or index.exact.get(key.surface.lower()) in linked:
+            continue
+        resolution = resolve_key(state, memory.namespace, key, thresholds, now)
+        if resolution.key_id not in linked:
+            state.add_link(resolution.key_id, memory.id, AUTO_LINK_WEIGHT, auto=True)
+            resolutions.append(resolution)
+            added += 1
+    return resolutions
+
+
+def named_keys(state: GraphState, namespace: str, text: str) -> list[str]:
+    """The namespace's keys with active memories whose concept or alias ``text`` names, in the
+    order the text names them (literal, word-bounded, as in ``match_keys``)."""
+    index = state.indexes.get(namespace)
+    if index is None or not index.literal:
+        return []
+    found: dict[str, None] = {}
+    for phrase in ordered_phrases(text):
+        for key_id in sorted(index.literal.get(phrase, ())):
+            if state.active_count.get(key_id, 0) > 0:
+                found[key_id] = None
+    return list(found)
+
+
+def keep_duplicate_keys(state: GraphState, duplicate: MemoryRecord, memory: MemoryRecord) -> None:
+    """An exact re-save keeps every key the older copy had (the union), at the older link's
+    weight: saving "dog" again must not lose the [강아지, thunder] the first save was filed
+    under."""
+    for key_id, link in list(state.mem_links.get(duplicate.id, {}).items()):
+        state.add_link(key_id, memory.id, link.weight, auto=link.auto, learned=link.learned)
 
 
 def head_of(state: GraphState, memory: MemoryRecord) -> MemoryRecord:

@@ -17,7 +17,7 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_int_or_none, req_str
-from keymem.protocol.worker import HeartbeatPolicy, Service
+from keymem.protocol.worker import HeartbeatPolicy, Service, remaining_ms
 from keymem.services.config import Settings
 from keymem.services.lexicon import cache
 from keymem.services.lexicon.function_words import ENGLISH_FUNCTION_WORDS
@@ -40,6 +40,7 @@ DEFAULT_WAIT_MS = 1000  # how long search waits for min_seq by default
 MAX_SLICE_S = 0.25  # longest sync slice between two passes of the serving loop
 SLICE_SHARE_OF_EXPIRY = 0.15  # ... and at most this share of the heartbeat expiry
 WAIT_SHARE_OF_EXPIRY = 0.3  # a read-your-writes wait holds the loop at most this share
+WAIT_SHARE_OF_DEADLINE = 0.5  # ... and at most this share of the request's remaining time
 SYNC_INTERVAL_S = 0.02  # the sync timer runs on (almost) every pass of the loop
 IDLE_POLL_S = 0.1  # once caught up, ask the feed for news this often
 RETRY_AFTER_S = 1.0  # after the graph was unreachable
@@ -177,10 +178,7 @@ class Lexicon:
         top_n = opt_int(body, "top_n", DEFAULT_TOP_N, 1, MAX_TOP_N)
         min_seq = opt_int_or_none(body, "min_seq", 0, 2**63 - 1)
         wait_ms = opt_int(body, "wait_ms", DEFAULT_WAIT_MS, 0, 60_000)
-        caught_up = self.follower.consistent
-        if min_seq is not None:
-            budget = min(wait_ms / 1000, self.max_wait_s)
-            caught_up = self.follower.reached(min_seq) or self.follower.catch_up(min_seq, budget)
+        caught_up = self.wait_for(min_seq, wait_ms)
         tokens = self.tokenizer.tokenize(query)
         hits = self.index.top(namespace, Counter(tokens), top_n)
         return {
@@ -191,6 +189,18 @@ class Lexicon:
             "caught_up": caught_up,
         }
 
+    def wait_for(self, min_seq: int | None, wait_ms: int) -> bool:
+        """Read-your-writes: apply the feed up to ``min_seq`` first, within ``wait_ms``, the
+        serving loop's share of the heartbeat expiry and half the request's remaining time
+        (the rest is for answering). Whether the index reflects ``min_seq`` (or, without
+        one, is consistent)."""
+        if min_seq is None:
+            return self.follower.consistent
+        if self.follower.reached(min_seq):
+            return True
+        left_s = remaining_ms(wait_ms) * WAIT_SHARE_OF_DEADLINE / 1000
+        return self.follower.catch_up(min_seq, min(wait_ms / 1000, self.max_wait_s, left_s))
+
     def coverage(self, raw: Any) -> dict[str, Any]:
         """How much of what a query is about each of these documents contains (idf-weighted).
 
@@ -200,6 +210,8 @@ class Lexicon:
         body = body_of(raw)
         query = _text(body, "query", MAX_QUERY_CHARS)
         namespace = _text(body, "namespace", MAX_NAMESPACE_CHARS)
+        min_seq = opt_int_or_none(body, "min_seq", 0, 2**63 - 1)
+        wait_ms = opt_int(body, "wait_ms", DEFAULT_WAIT_MS, 0, 60_000)
         ids = body.get("ids")
         if (
             not isinstance(ids, list)
@@ -207,9 +219,10 @@ class Lexicon:
             or not all(isinstance(i, str) for i in ids)
         ):
             raise BadRequest(f"'ids' must be a list of at most {MAX_COVERAGE_IDS} strings")
+        caught_up = self.wait_for(min_seq, wait_ms)
         terms = [t for t in self.tokenizer.tokenize(query) if t not in ENGLISH_FUNCTION_WORDS]
         shares = self.index.coverage(namespace, Counter(terms), ids)
-        return {"coverage": shares, "terms": terms}
+        return {"coverage": shares, "terms": terms, "caught_up": caught_up}
 
     def extract_keys(self, raw: Any) -> dict[str, Any]:
         body = body_of(raw)

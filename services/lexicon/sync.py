@@ -127,7 +127,14 @@ class FeedFollower:
         while not self.reached(min_seq):
             if time.monotonic() >= deadline or not self._guarded_step(deadline, behind=True):
                 break
+            if self.at_head:  # the graph never committed ``min_seq``: nothing to wait for
+                break
         return self.reached(min_seq)
+
+    @property
+    def at_head(self) -> bool:
+        """Whether everything the graph reported committed, as of the last fetch, is applied."""
+        return self.consistent and not self._queue and self.seq >= self.head
 
     def reached(self, min_seq: int) -> bool:
         return self.synced and self.phase is Phase.LIVE and self.seq >= min_seq

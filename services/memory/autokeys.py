@@ -1,18 +1,21 @@
-"""Auto-keys: a memory saved with no keys, or with fewer than three, gets keys from its text.
+"""Auto-keys for a memory saved without keys: candidates from its text, no LLM involved.
 
-No LLM is involved. Two sources, in this order:
+Auto-keys come from two places, both deterministic:
 
-1. keys the namespace already has whose concept or alias appears literally in the text
-   (``graph.match_keys`` on the content, literal hits only) — these connect the new memory to
-   the ones already there, which is what makes hops work;
-2. for a memory with no keys at all, the lexicon's candidates (``lexicon.extract_keys``: nouns,
-   proper nouns, multi-word names, structured tokens), most frequent first; names and proper
-   nouns are typed so, and so match only literally, never by similarity. Next to an agent's
-   own keys these candidates were measured to add noise (docs/BENCHMARKS.md), so a memory with
-   one or two keys gets only the first source.
+1. the namespace's existing keys whose concept or alias the text names literally — the graph
+   adds these itself inside the write (``services/graph/writes.py``, ``link_keys``) for every
+   memory with fewer than three agent keys, so they need no round trip, no vectors and no
+   deadline;
+2. for a memory with no keys at all, the lexicon's candidates (``lexicon.extract_keys``:
+   nouns, proper nouns, multi-word names, structured tokens), most frequent first, which this
+   module fetches before the write because new keys need vectors. Names and proper nouns are
+   typed so, and so match only literally, never by similarity. Next to an agent's own keys
+   these candidates were measured to add noise (docs/BENCHMARKS.md), so a memory with keys
+   is not sent to the lexicon at all.
 
-They are marked ``auto_keys``: the graph links them at half an agent key's weight. The agent's
-own keys always come first and are never replaced.
+They are marked ``auto_keys``: the graph links them at half an agent key's weight. When the
+lexicon cannot answer, a keyless write fails with ``unavailable`` instead of being stored
+with fewer keys than the same text gets on an idle machine.
 """
 
 from __future__ import annotations
@@ -22,90 +25,67 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError, Unavailable
 from keymem.protocol.worker import remaining_ms
+from keymem.services.graph.writes import AUTO_KEYS_MAX
 
-MIN_AGENT_KEYS = 3
-AUTO_KEYS_MAX = 5
 EXTRACT_LIMIT = 12
-LITERAL_MATCH_TOP_K = 10
 DEFAULT_BUDGET_MS = 10_000
 KEY_TYPE_OF_KIND = {"name": "name", "proper": "proper_noun"}
 
 
-def agent_keys(item: dict[str, Any]) -> list[str] | None:
-    """The item's usable agent keys, or None when its ``keys`` are not a list of strings (the
-    graph will name that problem; nothing is added)."""
-    keys = item.get("keys", [])
-    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-        return None
-    return [k for k in keys if k.strip()]
-
-
-def needs_keys(item: Any) -> bool:
+def keyless(item: Any) -> bool:
+    """An item with content and no usable key (a ``keys`` that is not a list of strings is
+    left to the graph to name)."""
     if not isinstance(item, dict) or not isinstance(item.get("content"), str):
         return False
-    keys = agent_keys(item)
-    return keys is not None and len(keys) < MIN_AGENT_KEYS
+    keys = item.get("keys", [])
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return False
+    return not any(k.strip() for k in keys)
 
 
 class AutoKeys:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    def complete(self, items: list[Any], namespace: Any = None) -> list[Any]:
-        """``items`` with auto-keys added where an item has fewer than three keys."""
-        wanting = [i for i, item in enumerate(items) if needs_keys(item)]
+    def complete(self, items: list[Any]) -> list[Any]:
+        """``items`` with the lexicon's candidates as keys where an item has none."""
+        wanting = [i for i, item in enumerate(items) if keyless(item)]
         if not wanting:
             return items
-        calls: list[tuple[str, str, Any]] = []
-        for i in wanting:
-            content = items[i]["content"]
-            calls.append(("lexicon", "extract_keys", {"text": content, "limit": EXTRACT_LIMIT}))
-            match = {"text": content, "top_k": LITERAL_MATCH_TOP_K, "learn": False}
-            scope = items[i].get("namespace", namespace)
-            if isinstance(scope, str):
-                match["namespace"] = scope
-            calls.append(("graph", "match_keys", match))
+        calls = [
+            ("lexicon", "extract_keys", {"text": items[i]["content"], "limit": EXTRACT_LIMIT})
+            for i in wanting
+        ]
         outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
         completed = list(items)
-        for n, i in enumerate(wanting):
-            extracted, literal = outcomes[2 * n], outcomes[2 * n + 1]
-            completed[i] = self._with_auto_keys(items[i], extracted, literal)
-        return completed
-
-    @staticmethod
-    def _with_auto_keys(item: dict[str, Any], extracted: Any, literal: Any) -> dict[str, Any]:
-        own = agent_keys(item) or []
-        seen = {k.strip().lower() for k in own}
-        types: dict[str, str] = {}
-        found: list[str] = []
-
-        def offer(surface: str, key_type: str | None) -> None:
-            clean = surface.strip()
-            if clean and clean.lower() not in seen and len(found) < AUTO_KEYS_MAX:
-                seen.add(clean.lower())
-                found.append(clean)
-                if key_type is not None:
-                    types[clean] = key_type
-
-        if not isinstance(literal, KeymemError):
-            for key in literal["keys"]:
-                if key.get("literal"):
-                    offer(key["concept"], key.get("key_type"))
-        if not own and not isinstance(extracted, KeymemError):
-            # Only a keyless memory takes the lexicon's candidates: next to an agent's keys
-            # they were measured to add noise (hotpot_per_query all@5 0.848 -> 0.768).
-            for candidate in extracted["keys"]:
-                offer(candidate["key"], KEY_TYPE_OF_KIND.get(candidate["kind"]))
-        if not own and not found:
-            failed = [o for o in (extracted, literal) if isinstance(o, KeymemError)]
-            if failed:
+        for i, extracted in zip(wanting, outcomes, strict=True):
+            if isinstance(extracted, KeymemError):
                 raise Unavailable(
-                    f"no keys were given and none could be extracted: {failed[0].message}"
+                    f"no keys were given and none could be extracted: {extracted.message}"
                 )
-            return item  # nothing key-like in the text: the graph says so
-        completed = {**item, "keys": own + found, "auto_keys": found}
-        given_types = item.get("key_types")
-        extra_types = {k: v for k, v in types.items() if v != "concept"}
-        if extra_types and (given_types is None or isinstance(given_types, dict)):
-            completed["key_types"] = {**(given_types or {}), **extra_types}
+            completed[i] = with_candidates(items[i], extracted["keys"])
         return completed
+
+
+def with_candidates(item: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """``item`` keyed by its first ``AUTO_KEYS_MAX`` distinct candidates (unchanged without
+    any: the graph then refuses it for having no usable key)."""
+    seen: set[str] = set()
+    keys: list[str] = []
+    types: dict[str, str] = {}
+    for candidate in candidates:
+        surface = candidate["key"].strip()
+        if not surface or surface.lower() in seen or len(keys) == AUTO_KEYS_MAX:
+            continue
+        seen.add(surface.lower())
+        keys.append(surface)
+        key_type = KEY_TYPE_OF_KIND.get(candidate["kind"])
+        if key_type is not None:
+            types[surface] = key_type
+    if not keys:
+        return item
+    completed = {**item, "keys": keys, "auto_keys": keys}
+    given_types = item.get("key_types")
+    if types and (given_types is None or isinstance(given_types, dict)):
+        completed["key_types"] = {**(given_types or {}), **types}
+    return completed

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError, Unavailable
 from keymem.protocol.worker import Service, remaining_ms
+from keymem.services import config as cfg
+from keymem.services.config import Config, load
 from keymem.services.memory.autokeys import AutoKeys
-from keymem.services.memory.inject import Inject
+from keymem.services.memory.horizon import ConsistentClient, WriteHorizon
+from keymem.services.memory.inject import Gate, Inject
 from keymem.services.memory.learning import (
     Learner,
     SurfacedLog,
     TappedSearch,
-    enabled_from_env,
-    ttl_from_env,
 )
 from keymem.services.memory.navigation import Navigation
 from keymem.services.memory.profile import EmbedderProfile
@@ -56,8 +56,8 @@ IDEMPOTENT = {"browse_keys", "history", "counts", "get_memories", "brief"}
 
 
 class MemoryAPI:
-    def __init__(self, router_endpoint: str) -> None:
-        self.client = Client(router_endpoint)
+    def __init__(self, router_endpoint: str, horizon: WriteHorizon) -> None:
+        self.client = ConsistentClient(router_endpoint, horizon)
         self.profile = EmbedderProfile(self.client)
         self.autokeys = AutoKeys(self.client)
 
@@ -162,10 +162,19 @@ class MemoryAPI:
         return handler
 
 
-def make_service(router_endpoint: str, surfaced: SurfacedLog | None = None) -> Service:
+def make_service(
+    router_endpoint: str,
+    surfaced: SurfacedLog | None = None,
+    horizon: WriteHorizon | None = None,
+    config: Config | None = None,
+) -> Service:
     """One worker's service. Workers of one process must share ``surfaced`` (what inject
-    showed), or a read served by another thread than the inject would teach nothing."""
-    api = MemoryAPI(router_endpoint)
+    showed) and ``horizon`` (the newest acknowledged write), or a read served by another
+    thread than the inject would teach nothing, and one served by another thread than the
+    write could miss it. ``config``: the process's settings (read now if not given)."""
+    config = config or load()
+    api = MemoryAPI(router_endpoint, horizon if horizon is not None else WriteHorizon())
+    track = api.client.horizon.tracking
     recall = Search(api.client, api.profile)
     navigation = Navigation(api.client, api.profile)
     service = Service("memory")
@@ -177,15 +186,18 @@ def make_service(router_endpoint: str, surfaced: SurfacedLog | None = None) -> S
     learner = Learner(
         api.client,
         tapped,
-        Inject(tapped).inject,
-        surfaced if surfaced is not None else SurfacedLog(ttl_from_env()),
-        enabled=enabled_from_env(),
+        Inject(tapped, Gate(min_relevance=config[cfg.INJECT_MIN_RELEVANCE])).inject,
+        surfaced if surfaced is not None else SurfacedLog(config[cfg.LEARN_TTL_S]),
+        enabled=config[cfg.LEARN_FROM_READS],
+        associate=config[cfg.LEARN_ASSOCIATE],
     )
     service.add("inject", learner.inject, idempotent=True)
-    service.add("remember", api.remember)
-    service.add("remember_batch", api.remember_batch)
-    service.add("correct", api.correct)
-    service.add("read_memory", learner.read_memory)
+    service.add("remember", track(api.remember))
+    service.add("remember_batch", track(api.remember_batch))
+    service.add("correct", track(api.correct))
+    service.add("read_memory", track(learner.read_memory))
     for method in GRAPH_PASSTHROUGH:
-        service.add(method, api.passthrough(method), idempotent=method in IDEMPOTENT)
+        idempotent = method in IDEMPOTENT
+        handler = api.passthrough(method)
+        service.add(method, handler if idempotent else track(handler), idempotent=idempotent)
     return service

@@ -13,10 +13,10 @@ import threading
 from keymem.protocol.endpoints import inproc_endpoints
 from keymem.protocol.worker import HeartbeatPolicy, Worker
 from keymem.services.catalog import BUILDERS
-from keymem.services.config import Settings
+from keymem.services.config import LEARN_TTL_S, Settings
 from keymem.services.memory import service as memory
-from keymem.services.memory.inject import check_inject_settings
-from keymem.services.memory.learning import SurfacedLog, ttl_from_env
+from keymem.services.memory.horizon import WriteHorizon
+from keymem.services.memory.learning import SurfacedLog
 from keymem.services.router.broker import Broker
 
 MEMORY_WORKER_THREADS = 4
@@ -30,8 +30,8 @@ def orchestration_heartbeat(settings: Settings) -> HeartbeatPolicy:
 
 
 def run_router(settings: Settings, stop: threading.Event) -> None:
-    surfaced = SurfacedLog(ttl_from_env())  # one for all workers: learning.py
-    check_inject_settings()  # a bad KEYMEM_INJECT_MIN_RELEVANCE stops the start
+    surfaced = SurfacedLog(settings.config[LEARN_TTL_S])  # one for all workers: learning.py
+    horizon = WriteHorizon()  # one for all workers: horizon.py
     local = inproc_endpoints("router")
     broker = Broker(
         settings.endpoints.frontend,
@@ -44,7 +44,7 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     threads = [
         threading.Thread(
             target=Worker(
-                memory.make_service(local.frontend, surfaced),
+                memory.make_service(local.frontend, surfaced, horizon, settings.config),
                 local.backend,
                 heartbeat=orchestration_heartbeat(settings),
                 stop=stop,

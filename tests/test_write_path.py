@@ -1,0 +1,129 @@
+"""The write path through the real services: read-your-writes, deterministic auto-keys, the
+key union of an exact re-save, correct's key inheritance, remember's hints and a near-miss
+query the graph learns."""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keymem.services.evaluation.dataset import load_benchmark
+from keymem.services.evaluation.loader import KeyMode, LoadedStore, load
+from keymem.services.evaluation.progress import Progress
+from tests.full_stack import FullStack, full_stack
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+READ_YOUR_WRITES_ROUNDS = 25
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[FullStack]:
+    with tempfile.TemporaryDirectory(prefix="km-") as home, full_stack(Path(home)) as running:
+        yield running
+
+
+def found_ids(result: dict[str, Any]) -> list[str]:
+    return [str(m["memory_id"]) for m in result["memories"]]
+
+
+def keys_of(running: FullStack, memory_id: str, namespace: str = "default") -> dict[str, Any]:
+    """concept -> key (with ``link_weight`` and ``auto``) of one memory."""
+    view = running.memory("get_memories", {"ids": [memory_id], "namespace": namespace})
+    return {k["concept"]: k for k in view["memories"][0]["keys"]}
+
+
+def test_a_remembered_fact_is_found_by_the_very_next_search_recall_and_inject(
+    deployed: FullStack,
+) -> None:
+    """No caller passes a ``seq``: the memory service makes every lexicon read wait for the
+    writes it acknowledged. The query word is in the text only (no key names it), so only the
+    lexicon can find it: search's BM25 list, recall's content match (the keys of a memory whose
+    text holds the query), inject's candidates."""
+    namespace = "ryw"
+    found = {"search": 0, "recall": 0, "inject": 0}
+    for _ in range(READ_YOUR_WRITES_ROUNDS):
+        word = f"zq{secrets.token_hex(4)}"
+        saved = deployed.memory(
+            "remember",
+            {
+                "content": f"The courier left parcel {word} at the blue door of the bakery",
+                "keys": ["delivery", "courier", "bakery door"],
+                "namespace": namespace,
+            },
+        )["saved"]
+        searched = deployed.memory("search", {"query": word, "namespace": namespace})
+        found["search"] += saved in found_ids(searched)
+        recalled = deployed.memory("recall", {"query": word, "namespace": namespace})
+        found["recall"] += any(k["match_type"] == "content" for k in recalled["keys"])
+        injected = deployed.memory(
+            "inject",
+            {"prompt": f"where did the courier leave parcel {word}?", "namespaces": [namespace]},
+        )
+        found["inject"] += saved in [m["id"] for m in injected["memories"]]
+    assert found == dict.fromkeys(found, READ_YOUR_WRITES_ROUNDS)
+
+
+def test_an_exact_resave_with_fewer_keys_keeps_every_key(deployed: FullStack) -> None:
+    content = "Choco the dog hides under the bed when it thunders"
+    first = deployed.memory(
+        "remember",
+        {
+            "content": content,
+            "keys": ["dog", "강아지", "Choco", "thunder", "pet fear"],
+            "namespace": "union",
+        },
+    )["saved"]
+    again = deployed.memory("remember", {"content": content, "keys": ["dog"], "namespace": "union"})
+    assert again["superseded"] == first and again["deduplicated"] is True
+    keys = keys_of(deployed, again["saved"], "union")
+    assert {"dog", "강아지", "Choco", "thunder", "pet fear"} <= set(keys)
+    assert keys["강아지"]["link_weight"] == 1.0 and not keys["강아지"]["auto"]
+    recalled = deployed.memory("recall", {"query": "강아지", "namespace": "union"})
+    assert [m["id"] for m in recalled["memories"]] == [again["saved"]]
+
+
+def store_keys(running: FullStack, loaded: LoadedStore) -> dict[str, list[tuple[str, bool]]]:
+    """benchmark id -> the (concept, auto) keys its memory was filed under."""
+    ids = list(loaded.benchmark_ids)
+    keys: dict[str, list[tuple[str, bool]]] = {}
+    for namespace in sorted(set(loaded.namespaces)):
+        for start in range(0, len(ids), 1000):
+            chunk = {"ids": ids[start : start + 1000], "namespace": namespace}
+            for memory in running.memory("get_memories", chunk)["memories"]:
+                filed = sorted((k["concept"], k["auto"]) for k in memory["keys"])
+                for benchmark_id in loaded.benchmark_ids[memory["id"]]:
+                    keys[benchmark_id] = filed
+    return keys
+
+
+def loaded_twice(path: Path, mode: KeyMode) -> tuple[dict[str, Any], dict[str, Any]]:
+    benchmark = load_benchmark(path)
+    stores = []
+    for _ in range(2):
+        with tempfile.TemporaryDirectory(prefix="km-") as home, full_stack(Path(home)) as running:
+            loaded = load(running.client, benchmark, mode, Progress(None))
+            stores.append(store_keys(running, loaded))
+    return stores[0], stores[1]
+
+
+def test_two_loads_of_one_file_file_every_memory_under_the_same_auto_keys() -> None:
+    first, second = loaded_twice(FIXTURES / "eval_tiny.json", "auto")
+    assert first == second
+    assert all(any(auto for _, auto in keys) for keys in first.values())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DATA / "locomo.dev.json").exists(), reason="needs ../shared/data")
+@pytest.mark.parametrize(
+    "name,mode", [("locomo.dev.json", "auto"), ("locomo_agentkeys.dev.json", "provided")]
+)
+def test_two_loads_of_a_dev_file_give_the_same_store(name: str, mode: KeyMode) -> None:
+    first, second = loaded_twice(DATA / name, mode)
+    assert len(first) == len(load_benchmark(DATA / name).memories)
+    assert first == second
