@@ -199,7 +199,7 @@ def test_association_is_off_unless_switched_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On the dev files association did not pay on held-out questions, so by default a read
-    only reinforces the path (docs/BENCHMARKS.md, "Hebbian replay")."""
+    only reinforces the path (docs/BENCHMARKS.md, "Learning from the hook's traffic")."""
     monkeypatch.delenv("KEYMEM_LEARN_ASSOCIATE", raising=False)
     with full_stack(tmp_path) as stack:
         deploy = stack.remember(DEPLOY, ["deploy window", "Tuesday"])

@@ -19,7 +19,7 @@ from keymem.services.evaluation.loader import LoadedStore
 
 SEARCH = "search"
 INJECT = "inject"
-HOPS = 2  # hybrid recall's hop depth for the eval (issue 6)
+HOPS = 2  # hybrid recall's hop depth for the eval
 QUERY_TIMEOUT_MS = 30_000
 WARM_UP_CALLS = 3  # unscored searches, until one comes back undegraded
 # Where a recalled memory's id may be: the agreed "id", or the graph's own "memory_id".
@@ -40,8 +40,7 @@ def offered_methods(client: Client) -> set[str]:
 def require(client: Client, method: str) -> None:
     if method not in offered_methods(client):
         raise MethodUnavailable(
-            f"memory.{method} is not available in this keymem build (the recall work of "
-            "issue 6 adds it)"
+            f"memory.{method} is not available in the keymem build serving this deployment"
         )
 
 

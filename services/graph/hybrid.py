@@ -46,7 +46,7 @@ LITERAL_BONUS = 1.0 / (RRF_K + 1)
 KEYS_DEFAULT = 10
 # The hop walk starts from the single best memory: the bridge of a two-hop question hangs off
 # the strongest first-hop evidence, and a seed is never reached by a hop, so with 10 seeds a
-# 10-memory store had nothing left to reach (docs/BENCHMARKS.md, "Recall quality (issue 8)").
+# 10-memory store had nothing left to reach (docs/history/benchmarks-2026-11-29-to-12-01.md).
 SEEDS_DEFAULT = 1
 POOL_DEFAULT = 30
 POOL_MAX = 200
@@ -330,7 +330,7 @@ def _via_weight(state: GraphState, hop: dict[str, Any], auto_hops: bool) -> floa
     (a related_to edge counts as default links). Unless ``auto_hops``, a step between two
     extracted auto-keys' links counts nothing: two texts sharing an extracted word is
     co-occurrence, not an association an agent made or a read taught (on auto-keyed stores
-    those hops cost recall, see docs/BENCHMARKS.md)."""
+    those hops cost recall: docs/history/benchmarks-2026-11-29-to-12-01.md)."""
     if hop["via"] == "related_to":
         return 1.0
     left = state.link(hop["via"], hop["from"])

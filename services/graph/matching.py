@@ -132,8 +132,7 @@ PHRASES_MAX = 16
 PHRASE_KEYS_MAX = 10
 # A phrase's key must be this much closer (cosine) than the model's key-recall threshold: one
 # word lands nearer its keys than a whole question does, so the whole-query floor lets generic
-# words in (USE-m, floor 0.45 → 0.6: longmemeval recall@5 0.682 → 0.710, koblex_crosslingual
-# recall@10 0.521 → 0.516, locomo 0.640 → 0.640; docs/BENCHMARKS.md).
+# words reach hub keys (measured on the dev files: docs/history/benchmarks-2026-11-29-to-12-01.md).
 PHRASE_MARGIN = 0.15
 
 

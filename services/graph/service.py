@@ -457,7 +457,7 @@ class GraphService:
 def build(settings: Settings) -> Service:
     # The graph's numpy work is matrix-vector products over at most ~100k rows: one BLAS
     # thread does it in a few ms, while a BLAS pool spinning on a shared 2-core box stalls
-    # the serving loop (measured p99 of match_keys 36 ms with the pool, see BENCHMARKS.md).
+    # the serving loop (a 36 ms p99 of match_keys with the pool: docs/history/).
     threadpool_limits(limits=BLAS_THREADS)
     return make_service(GraphService(graph_path(settings.home), thresholds_from_env()))
 

@@ -92,8 +92,8 @@ class Tokenizer:
         from kiwipiepy import Kiwi
 
         # Without the multi-word dictionary: it merges a few phrases into one token containing a
-        # space ("자연어 처리"), which a query for either word then misses, and it doubles the
-        # load and warm-up time (measured: ~4 s instead of ~9 s on a loaded 2-core box).
+        # space ("자연어 처리"), which a query for either word then misses, and it roughly
+        # doubles the load and warm-up time (docs/LEXICON.md).
         self._kiwi: Any = Kiwi(load_multi_dict=False)
         # Kiwi's analyser is not documented as thread-safe; tests run several services in one
         # process, production one per process, so an uncontended lock costs nothing.

@@ -10,7 +10,7 @@ Auto-keys come from two places, both deterministic:
    nouns, proper nouns, multi-word names, structured tokens), most frequent first, which this
    module fetches before the write because new keys need vectors. Names and proper nouns are
    typed so, and so match only literally, never by similarity. Next to an agent's own keys
-   these candidates were measured to add noise (docs/BENCHMARKS.md), so a memory with keys
+   these candidates were measured to add noise (docs/history/), so a memory with keys
    is not sent to the lexicon at all.
 
 They are marked ``auto_keys``: the graph links them at half an agent key's weight. When the
