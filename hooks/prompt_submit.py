@@ -27,6 +27,7 @@ from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import Endpoints, ipc_path
+from keymem.protocol.limits import PROMPT_MAX_CHARS
 from keymem.services.config import (
     HOME,
     HOOK_TIMEOUT_MS,
@@ -37,7 +38,6 @@ from keymem.services.config import (
 )
 
 MIN_PROMPT_CHARS = 6
-MAX_PROMPT_CHARS = 4_000  # the router's query limit
 # A long prompt is usually pasted material with the question at the end: keep both ends.
 LONG_PROMPT_HEAD_CHARS = 1_000
 HOST_CONTEXT_CAP_CHARS = 10_000  # hosts cut additionalContext beyond this
@@ -106,9 +106,9 @@ def render(
 
 
 def shorten(prompt: str) -> str:
-    if len(prompt) <= MAX_PROMPT_CHARS:
+    if len(prompt) <= PROMPT_MAX_CHARS:
         return prompt
-    tail_chars = MAX_PROMPT_CHARS - LONG_PROMPT_HEAD_CHARS - 1
+    tail_chars = PROMPT_MAX_CHARS - LONG_PROMPT_HEAD_CHARS - 1
     return f"{prompt[:LONG_PROMPT_HEAD_CHARS]}\n{prompt[-tail_chars:]}"
 
 

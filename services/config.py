@@ -360,7 +360,7 @@ RERANK_CACHE = setting(
 KEY_PROFILE = optional(
     "KEYMEM_KEY_PROFILE",
     TEXT,
-    "the model whose calibrated thresholds the graph uses (unset: the embedder's model)",
+    "the model whose calibrated thresholds the graph uses (unset: its key vectors' model)",
     ("graph",),
 )
 KEY_MERGE = optional(

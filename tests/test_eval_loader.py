@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from keymem.protocol.errors import BadRequest
+from keymem.protocol.limits import BATCH_MAX_ITEMS, CONTENT_MAX_CHARS
 from keymem.protocol.worker import Service
 from keymem.services.evaluation.dataset import load_benchmark, parse_benchmark
 from keymem.services.evaluation.loader import LoadedStore, LoadError, load, query_namespace
 from keymem.services.evaluation.progress import SILENT
-from keymem.services.graph.requests import MAX_BATCH_ITEMS, MAX_CONTENT_CHARS
 from keymem.services.stack import InprocStack
 from tests.full_stack import full_stack
 
@@ -66,20 +66,20 @@ def test_load_batches_places_cuts_and_maps(stack: InprocStack) -> None:
     lexicon.add("search", lambda body: {"caught_up": True, "hits": []})
     stack.add_worker(memory)
     stack.add_worker(lexicon)
-    long_content = "x" * (MAX_CONTENT_CHARS + 5)
+    long_content = "x" * (CONTENT_MAX_CHARS + 5)
     memories = [
         {"id": f"m{i}", "content": f"memory {i}", "title": f"t{i}", "keys": None, "namespace": None}
-        for i in range(MAX_BATCH_ITEMS + 1)
+        for i in range(BATCH_MAX_ITEMS + 1)
     ]
     memories.append({"id": "long", "content": long_content, "title": None, "keys": None})
     memories.append({"id": "copy", "content": "memory 0", "title": "t0", "keys": None})
     queries = [{"id": "q", "query": "memory", "gold": ["m1"], "memory_ids": None}]
     bench = parse_benchmark({"setting": "pooled", "memories": memories, "queries": queries})
     store = load(stack.client(), bench, "title", SILENT)
-    assert [len(b) for b in recorder.batches] == [MAX_BATCH_ITEMS, 3]  # the graph's limit
+    assert [len(b) for b in recorder.batches] == [BATCH_MAX_ITEMS, 3]  # the graph's limit
     items = [item for batch in recorder.batches for item in batch]
     assert items[0] == {"content": "memory 0", "namespace": "default", "keys": ["t0"]}
-    assert "keys" not in items[-2] and len(items[-2]["content"]) == MAX_CONTENT_CHARS
+    assert "keys" not in items[-2] and len(items[-2]["content"]) == CONTENT_MAX_CHARS
     assert (store.written, store.truncated, store.keyless, store.merged) == (203, 1, 1, 1)
     assert store.last_seq == 2 and store.namespaces == ["default"]
     # "copy" repeats m0's content: the surviving id stands for both

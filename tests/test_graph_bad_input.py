@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from keymem.protocol.errors import BadRequest, KeymemError, NotFound, TooLarge
+from keymem.protocol.limits import CONTENT_MAX_CHARS, KEYS_PER_MEMORY_MAX
 from keymem.services.graph import GraphService
-from keymem.services.graph.requests import MAX_CONTENT_CHARS, MAX_KEYS_PER_MEMORY
 from tests.graph_helpers import GRAPH_FILE, key_id_of, open_graph, table_counts
 from tests.vectors import remember_body, vectors
 
@@ -52,13 +52,13 @@ def _bad_cases(graph: GraphService) -> list[tuple[str, Callable[[], Any], type[K
         ("content missing", lambda: graph.remember(_body(content="  ")), BadRequest),
         (
             "content over the limit",
-            lambda: graph.remember(_body(content="x" * (MAX_CONTENT_CHARS + 1))),
+            lambda: graph.remember(_body(content="x" * (CONTENT_MAX_CHARS + 1))),
             TooLarge,
         ),
         (
             "too many keys",
             lambda: graph.remember(
-                remember_body("many keys", [f"key {i}" for i in range(MAX_KEYS_PER_MEMORY + 1)])
+                remember_body("many keys", [f"key {i}" for i in range(KEYS_PER_MEMORY_MAX + 1)])
             ),
             BadRequest,
         ),
@@ -105,8 +105,8 @@ def _bad_cases(graph: GraphService) -> list[tuple[str, Callable[[], Any], type[K
             BadRequest,
         ),
         (
-            "an unknown phrase_links",
-            lambda: graph.recall_candidates({"text": "apple", "phrase_links": "some"}),
+            "an experiment knob (scoring is the service's, not the request's)",
+            lambda: graph.recall_candidates({"text": "apple", "phrase_links": "all"}),
             BadRequest,
         ),
         (

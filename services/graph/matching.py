@@ -16,10 +16,11 @@ import numpy as np
 
 from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_number
+from keymem.protocol.limits import CONTENT_MAX_CHARS
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.keyindex import KeyIndex
 from keymem.services.graph.profile import Thresholds
-from keymem.services.graph.requests import MAX_CONTENT_CHARS, id_list, namespace_of, opt_str
+from keymem.services.graph.requests import id_list, namespace_of, opt_str
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import is_short_concept, query_phrases, surface_norm
 from keymem.services.graph.validity import freshness, freshness_factor
@@ -58,7 +59,7 @@ def match_keys(
     body = body_of(raw)
     namespace = namespace_of(body)
     top_k = opt_int(body, "top_k", 10, 1, MATCH_MAX_TOP_K)
-    text = opt_str(body, "text", MAX_CONTENT_CHARS)
+    text = opt_str(body, "text", CONTENT_MAX_CHARS)
     learn = opt_bool(body, "learn", True)
     unit = query_vector(state, body)
     min_cosine = thresholds.key_recall

@@ -17,6 +17,7 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_int_or_none, req_str
+from keymem.protocol.limits import NAMESPACE_MAX_CHARS, QUERY_MAX_CHARS
 from keymem.protocol.worker import HeartbeatPolicy, Service, remaining_ms
 from keymem.services.config import Settings
 from keymem.services.lexicon import cache
@@ -30,9 +31,7 @@ log = logging.getLogger("keymem.lexicon")
 
 SERVICE_NAME = "lexicon"
 GRAPH_SERVICE = "graph"
-MAX_QUERY_CHARS = 16_384
 MAX_TEXT_CHARS = 262_144  # extract_keys input; Kiwi takes ~1 s per 200k chars
-MAX_NAMESPACE_CHARS = 256
 DEFAULT_TOP_N = 10
 MAX_TOP_N = 1000
 MAX_COVERAGE_IDS = 100
@@ -173,8 +172,8 @@ class Lexicon:
     # -- methods -------------------------------------------------------------------------------
     def search(self, raw: Any) -> dict[str, Any]:
         body = body_of(raw)
-        query = _text(body, "query", MAX_QUERY_CHARS)
-        namespace = _text(body, "namespace", MAX_NAMESPACE_CHARS)
+        query = _text(body, "query", QUERY_MAX_CHARS)
+        namespace = _text(body, "namespace", NAMESPACE_MAX_CHARS)
         top_n = opt_int(body, "top_n", DEFAULT_TOP_N, 1, MAX_TOP_N)
         min_seq = opt_int_or_none(body, "min_seq", 0, 2**63 - 1)
         wait_ms = opt_int(body, "wait_ms", DEFAULT_WAIT_MS, 0, 60_000)
@@ -208,8 +207,8 @@ class Lexicon:
         but none of its rarer words is not what the prompt asks about.
         """
         body = body_of(raw)
-        query = _text(body, "query", MAX_QUERY_CHARS)
-        namespace = _text(body, "namespace", MAX_NAMESPACE_CHARS)
+        query = _text(body, "query", QUERY_MAX_CHARS)
+        namespace = _text(body, "namespace", NAMESPACE_MAX_CHARS)
         min_seq = opt_int_or_none(body, "min_seq", 0, 2**63 - 1)
         wait_ms = opt_int(body, "wait_ms", DEFAULT_WAIT_MS, 0, 60_000)
         ids = body.get("ids")

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from keymem.protocol.errors import BadRequest, Unavailable
+from keymem.protocol.limits import RERANK_MAX_PASSAGES, RERANK_QUERY_MAX_CHARS
 from keymem.protocol.worker import Service
 from keymem.services.config import Settings
 from keymem.services.embedder.backends import load_backend
@@ -25,8 +26,6 @@ log = logging.getLogger("keymem.reranker")
 
 # Passages per request: a search's pool (64 by default; larger pools come in pieces), bounded
 # so one call stays far inside the heartbeat window even with nothing cached.
-MAX_PASSAGES = 64
-MAX_QUERY_CHARS = 2000
 
 
 class Reranker:
@@ -42,13 +41,14 @@ class Reranker:
         if unknown:
             raise BadRequest(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
         passages, cut_at = cut(
-            check_texts(body.get("passages"), "passages", MAX_PASSAGES), self.scorer.max_chars
+            check_texts(body.get("passages"), "passages", RERANK_MAX_PASSAGES),
+            self.scorer.max_chars,
         )
         return body, passages, cut_at
 
     def score(self, body: Any) -> dict[str, Any]:
         body, passages, cut_at = self._passages(body, {"query", "passages"})
-        query = check_text(body.get("query"), "query")[:MAX_QUERY_CHARS]
+        query = check_text(body.get("query"), "query")[:RERANK_QUERY_MAX_CHARS]
         scores, truncated = self.scorer.score(query, passages)
         return {
             "scores": scores,
@@ -71,9 +71,9 @@ class Reranker:
             "model": self.scorer.model,
             "min_score": self.config.min_score,
             "limits": {
-                "max_passages": MAX_PASSAGES,
+                "max_passages": RERANK_MAX_PASSAGES,
                 "max_passage_chars": self.scorer.max_chars,
-                "max_query_chars": MAX_QUERY_CHARS,
+                "max_query_chars": RERANK_QUERY_MAX_CHARS,
             },
             "load_seconds": round(self.load_seconds, 3),
         }
