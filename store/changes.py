@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from keymem.store.records import KeyRecord, LinkRecord, MemoryRecord
+from keymem.store.records import KeyRecord, LinkRecord, MemoryRecord, Outcome
 
 OP_UPSERT = "upsert"
 OP_DELETE = "delete"
@@ -38,6 +38,8 @@ class Changes:
     # (op, memory_id, namespace) in order; the store numbers them at commit
     events: list[tuple[str, str, str]] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
+    # results of keyed writes, by idempotency key (services/graph/idempotency.py)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
     # bumped by every method below: tells whether a failed request touched anything
     mutations: int = 0
 
@@ -132,6 +134,10 @@ class Changes:
         self.mutations += 1
         self.meta[name] = str(value)
 
+    def record_outcome(self, key: str, outcome: Outcome) -> None:
+        self.mutations += 1
+        self.outcomes[key] = outcome
+
     def empty(self) -> bool:
         return not any(
             (
@@ -150,5 +156,6 @@ class Changes:
                 self.confirmations,
                 self.events,
                 self.meta,
+                self.outcomes,
             )
         )

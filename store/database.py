@@ -20,7 +20,14 @@ import numpy as np
 
 from keymem.protocol.errors import Unavailable
 from keymem.store.changes import Changes
-from keymem.store.records import AliasCandidate, KeyAlias, KeyRecord, LinkRecord, MemoryRecord
+from keymem.store.records import (
+    AliasCandidate,
+    KeyAlias,
+    KeyRecord,
+    LinkRecord,
+    MemoryRecord,
+    Outcome,
+)
 from keymem.store.schema import migrate
 
 log = logging.getLogger("keymem.store")
@@ -360,6 +367,11 @@ class GraphStore:
             [(m.id, other) for m in c.contradictions_rewrite.values() for other in m.contradicts],
         )
         self.insert_rows("confirmations", 5, c.confirmations)
+        self.insert_rows(
+            "write_outcomes",
+            4,
+            [(k, o.method, o.result, o.committed_at) for k, o in c.outcomes.items()],
+        )
         for name, value in c.meta.items():
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
 
@@ -449,6 +461,16 @@ class GraphStore:
             self.conn.execute("ROLLBACK")
             raise
         return waiting
+
+    # -- idempotent writes -----------------------------------------------------------------
+    def load_outcomes(self) -> dict[str, Outcome]:
+        rows = self.conn.execute(
+            "SELECT key, method, result, committed_at FROM write_outcomes"
+        ).fetchall()
+        return {str(k): Outcome(str(m), bytes(r), float(t)) for k, m, r, t in rows}
+
+    def prune_outcomes(self, before: float) -> None:
+        self.conn.execute("DELETE FROM write_outcomes WHERE committed_at < ?", [before])
 
     # -- change feed -----------------------------------------------------------------------
     def events_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:

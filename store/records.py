@@ -102,3 +102,12 @@ class LinkRecord:
     # Made by hook learning (an association the agent's reads taught), not written with the
     # memory (services/graph/feedback.py).
     learned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The committed result of a keyed write (services/graph/idempotency.py)."""
+
+    method: str
+    result: bytes  # msgpack, as protocol.codec packs it
+    committed_at: float

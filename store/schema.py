@@ -69,11 +69,21 @@ _V3 = """
 ALTER TABLE links ADD COLUMN learned BOOLEAN NOT NULL DEFAULT false;
 """
 
+# Idempotent writes (services/graph/idempotency.py): the result of each keyed write, committed
+# with it, so a retry of a write whose reply was lost gets that result instead of a second write.
+_V4 = """
+CREATE TABLE write_outcomes (
+    key VARCHAR PRIMARY KEY, method VARCHAR NOT NULL, result BLOB NOT NULL,
+    committed_at DOUBLE NOT NULL
+);
+"""
+
 # Index i holds the script that takes a file from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# Tables in dependency-free order, for export/import and for tests that compare contents.
+# Tables in dependency-free order, for export/import and for tests that compare contents
+# (write_outcomes is not among them: it only serves retries of the last hour's writes).
 TABLES = (
     "meta",
     "keys",

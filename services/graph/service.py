@@ -28,6 +28,7 @@ from keymem.services.graph import (
     feed,
     feedback,
     hybrid,
+    idempotency,
     matching,
     session_brief,
     views,
@@ -118,6 +119,7 @@ class GraphService:
         self.reembed_backup: BackupJob | None = None
         self.last_write = 0.0
         self.dirty_since_checkpoint = False
+        self.ledger = idempotency.Ledger(self.store)
         started = time.perf_counter()
         self.state = self._load_state()
         self.load_seconds = time.perf_counter() - started
@@ -130,22 +132,36 @@ class GraphService:
         self.sweep()
 
     # -- the unit of work ------------------------------------------------------------------
-    def write_group(self, prepare: Prepare, bodies: list[Any]) -> list[Any]:
+    def write_group(
+        self, prepare: Prepare, bodies: list[Any], method: str | None = None
+    ) -> list[Any]:
         """Apply several write requests and commit them in ONE transaction (group commit).
 
         ``prepare`` validates one body against the current state (raising a typed error before
         anything changes) and returns the action that applies it. A request that fails
         validation gets its own error; the others are still committed. Results carry ``seq``,
-        the feed head after the commit.
+        the feed head after the commit. With ``method`` named, a body's ``idempotency_key``
+        makes the write happen once: a repeat gets the first commit's result (idempotency.py).
         """
         state = self.state
         state.changes = Changes()
         now = time.time()
         results: list[Any] = []
+        staged: dict[str, dict[str, Any]] = {}  # keyed results of this group, by key
         for body in bodies:
             before = state.changes.mutations
             try:
-                results.append(prepare(body)(now))
+                key = idempotency.key_of(body) if method else None
+                if key is None:
+                    results.append(prepare(body)(now))
+                    continue
+                assert method is not None
+                done = staged.get(key) or self.ledger.replay(method, key)
+                if done is None:
+                    done = prepare(body)(now)
+                    self.ledger.stage(state.changes, method, key, done, now)
+                    staged[key] = done
+                results.append(done)
             except KeymemError as exc:
                 if state.changes.mutations != before:  # must not happen: validate first
                     log.error("a write failed after changing the graph; reloading")
@@ -165,6 +181,7 @@ class GraphService:
                 log.exception("commit failed; reloading the graph from the file")
                 self.reload()
                 raise InternalError(f"commit failed: {type(exc).__name__}: {exc}") from exc
+            self.ledger.committed(changes)
             self.last_write = time.monotonic()
             self.dirty_since_checkpoint = True
         for result in results:
@@ -172,9 +189,9 @@ class GraphService:
                 result["seq"] = state.head_seq
         return results
 
-    def group_handler(self, prepare: Prepare) -> Callable[[list[Any]], list[Any]]:
+    def group_handler(self, prepare: Prepare, method: str) -> Callable[[list[Any]], list[Any]]:
         def handle(bodies: list[Any]) -> list[Any]:
-            return self.write_group(prepare, bodies)
+            return self.write_group(prepare, bodies, method)
 
         return handle
 
@@ -225,6 +242,7 @@ class GraphService:
             None,
         )
         self.state.first_seq = self.store.prune_events(feed.RETAINED_EVENTS, self.state.head_seq)
+        self.ledger.prune(time.time())
 
     def close(self) -> None:
         self.wait_for_backup()
@@ -468,7 +486,7 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
         if name in GROUP_COMMITTED:
             service.add(
                 name,
-                graph.group_handler(getattr(graph, f"prepare_{name}")),
+                graph.group_handler(getattr(graph, f"prepare_{name}"), name),
                 batch=True,
                 max_batch=GROUP_MAX_REQUESTS,
                 max_batch_bytes=GROUP_MAX_BYTES,
