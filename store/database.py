@@ -123,6 +123,15 @@ class LoadedGraph:
     first_seq: int = 1
 
 
+def _vectors(blobs: Any, width: int) -> np.ndarray | list[np.ndarray]:
+    """One float32 row per key: a matrix when every blob has ``width`` floats, else (a damaged
+    file) one array per blob, so the graph's quarantine can name the bad ones instead of the
+    whole load failing."""
+    if all(len(blob) == 4 * width for blob in blobs):
+        return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), width)
+    return [np.frombuffer(blob[: len(blob) - len(blob) % 4], dtype="<f4") for blob in blobs]
+
+
 class GraphStore:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -163,9 +172,8 @@ class GraphStore:
             "SELECT id, namespace, concept, key_type, created_at, vector FROM keys"
         ).fetchnumpy()
         if len(cols["id"]):
-            blob = b"".join(cols["vector"])
             width = dim or len(cols["vector"][0]) // 4
-            matrix = np.frombuffer(blob, dtype="<f4").reshape(len(cols["id"]), width)
+            matrix = _vectors(cols["vector"], width)
             for i, key_id in enumerate(cols["id"]):
                 graph.keys[key_id] = KeyRecord(
                     id=key_id,

@@ -65,6 +65,22 @@ def _from_json(value: Any, kind: str) -> Any:
     return value
 
 
+def adapted_columns(conn: duckdb.DuckDBPyConnection, table: str, names: list[Any]) -> list[str]:
+    """This schema's columns of ``table`` for an export that has ``names``, or ``BadRequest``.
+
+    An export from before schema 3 has no ``links.learned``: none of its links was learned.
+    """
+    columns = [name for name, _ in _columns(conn, table)]
+    if names == columns or (table == "links" and names == columns[:-1]):
+        return columns
+    raise BadRequest(f"export columns of {table} do not match this schema")
+
+
+def adapted_row(row: list[Any], names: list[Any], columns: list[str]) -> list[Any]:
+    """``row`` (of ``names``) with the defaults of columns the export did not have yet."""
+    return row if len(names) == len(columns) else [*row, False]
+
+
 def export_graph(conn: duckdb.DuckDBPyConnection, out: Path) -> dict[str, int]:
     """Write the export to ``out`` (which must not exist); returns rows per table."""
     if out.exists():
@@ -135,19 +151,16 @@ def import_graph(store: GraphStore, document: dict[str, Any]) -> dict[str, int]:
     plan: list[tuple[str, list[list[Any]], int]] = []
     for table in EXPORTED_TABLES:
         columns = _columns(conn, table)
-        names = tables[table]["columns"]
-        rows_in = tables[table]["rows"]
-        if table == "links" and names == [name for name, _ in columns[:-1]]:
-            # an export from before schema 3 has no links.learned: none of its links was
-            names, rows_in = [*names, "learned"], [[*row, False] for row in rows_in]
-        if names != [name for name, _ in columns]:
-            raise BadRequest(f"export columns of {table} do not match this schema")
+        given = tables[table]["columns"]
+        names = adapted_columns(conn, table, given)
+        rows_in = [adapted_row(row, given, names) for row in tables[table]["rows"]]
         key_col, memory_col = OWNER_COLUMNS[table]
         key_at = names.index(key_col) if key_col else None
         memory_at = names.index(memory_col) if memory_col else None
         rows = []
         for row in rows_in:
             if table == "links":
+                assert key_at is not None and memory_at is not None  # a link has both
                 # a link is new when either end is new and both ends exist afterwards
                 if row[key_at] not in known_keys:
                     continue

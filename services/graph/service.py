@@ -30,6 +30,7 @@ from keymem.services.graph import (
     hybrid,
     idempotency,
     matching,
+    rows,
     session_brief,
     views,
     writes,
@@ -98,6 +99,7 @@ READ_METHODS = (
     "fingerprint",
     "reembed_keys",
     "backup_status",
+    "quarantine",
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
@@ -120,6 +122,7 @@ class GraphService:
         self.last_write = 0.0
         self.dirty_since_checkpoint = False
         self.ledger = idempotency.Ledger(self.store)
+        self.quarantined: list[rows.Quarantined] = []
         started = time.perf_counter()
         self.state = self._load_state()
         self.load_seconds = time.perf_counter() - started
@@ -215,7 +218,17 @@ class GraphService:
         """
         gc.disable()
         try:
-            return GraphState(self.store.load())
+            loaded = self.store.load()
+            self.quarantined = rows.quarantine(loaded)
+            for row in self.quarantined:
+                log.warning("quarantined %s row %s: %s", row.table, row.row, row.reason)
+            if self.quarantined:
+                log.warning(
+                    "%d damaged rows quarantined (left out of the graph; `keymem doctor` "
+                    "lists them); the rest of the graph serves",
+                    len(self.quarantined),
+                )
+            return GraphState(loaded)
         finally:
             gc.enable()
             gc.freeze()
@@ -460,6 +473,10 @@ class GraphService:
                 self.store, backup_dir(self.home), keep=keep or BACKUPS_KEPT
             )
         return self.backup_job.to_wire()
+
+    def quarantine(self, raw: Any) -> dict[str, Any]:
+        """The damaged rows start-up left out of the graph, and why (services/graph/rows.py)."""
+        return rows.listed(self.quarantined)
 
     def backup_status(self, raw: Any) -> dict[str, Any]:
         if self.backup_job is None:

@@ -1,0 +1,190 @@
+"""What a sound graph row is: one set of rules for start-up and for ``keymem import``.
+
+At start-up a row that would break the in-memory graph (a key vector of another dimension, a
+non-finite number, a version chain that loops, a link to nothing) is quarantined: left out of
+the in-memory state, logged, and reported by the graph's ``quarantine`` method and ``keymem
+doctor``, so one damaged row never keeps the graph from starting. An import is held to the same
+rules plus the limits a write must meet (``strict``), and a file that breaks any of them is
+refused whole, before its transaction, with one line naming the row and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from keymem.protocol.limits import (
+    CONTENT_MAX_CHARS,
+    ID_MAX_CHARS,
+    KEY_MAX_CHARS,
+    NAMESPACE_MAX_CHARS,
+)
+from keymem.services.graph.state import DEPTH_MAX, DEPTH_MIN, LINK_WEIGHT_MAX, LINK_WEIGHT_MIN
+from keymem.services.graph.text import normalize_namespace, usable_key
+from keymem.store.database import LoadedGraph
+from keymem.store.records import (
+    DECAY_PROFILES,
+    EVIDENCE_TYPES,
+    KEY_TYPES,
+    KeyRecord,
+    LinkRecord,
+    MemoryRecord,
+)
+
+# Rows the quarantine lists in full; beyond this only the count grows.
+QUARANTINE_LISTED_MAX = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    table: str
+    row: str  # the row's id (a link's is key_id/memory_id)
+    reason: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"table": self.table, "row": self.row, "reason": self.reason}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def id_problem(value: Any) -> str | None:
+    if not isinstance(value, str) or not 0 < len(value) <= ID_MAX_CHARS:
+        return f"an id must be a string of 1..{ID_MAX_CHARS} characters, got {value!r:.80}"
+    return None
+
+
+def namespace_problem(namespace: str) -> str | None:
+    if len(namespace) > NAMESPACE_MAX_CHARS or namespace != normalize_namespace(namespace):
+        return f"namespace {namespace!r:.80} is not normalised (trimmed, lower-case, non-empty)"
+    return None
+
+
+def key_problem(key: KeyRecord, dim: int | None, *, strict: bool) -> str | None:
+    vector = key.vector
+    if dim is not None and vector.shape != (dim,):
+        return f"key vector has dimension {vector.size}, this graph stores {dim}"
+    if vector.size == 0 or not np.all(np.isfinite(vector)) or not np.any(vector):
+        return "key vector must be finite, non-empty and not all zeros"
+    if not _finite(key.created_at):
+        return "created_at must be a finite number"
+    if key.key_type not in KEY_TYPES:
+        return f"key_type must be one of {', '.join(KEY_TYPES)}"
+    if strict:
+        if not usable_key(key.concept) or len(key.concept) > KEY_MAX_CHARS:
+            return f"concept must be a usable key of at most {KEY_MAX_CHARS} characters"
+        return namespace_problem(key.namespace)
+    return None
+
+
+def _source_problem(text: str | None, name: str) -> str | None:
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return f"{name} must be JSON text of an object"
+    return None if isinstance(parsed, dict) else f"{name} must be JSON text of an object"
+
+
+def memory_problem(memory: MemoryRecord, *, strict: bool) -> str | None:
+    if not _finite(memory.depth) or not DEPTH_MIN <= memory.depth <= DEPTH_MAX:
+        return f"depth must be a finite number in [{DEPTH_MIN}, {DEPTH_MAX}], got {memory.depth}"
+    for name in ("created_at", "last_accessed", "last_confirmed_at"):
+        if not _finite(getattr(memory, name)):
+            return f"{name} must be a finite number"
+    if memory.expires_at is not None and not _finite(memory.expires_at):
+        return "expires_at must be a finite number or null"
+    if memory.decay_profile not in DECAY_PROFILES:
+        return f"decay_profile must be one of {', '.join(DECAY_PROFILES)}"
+    if memory.access_count < 0 or memory.confirmation_count < 0:
+        return "access_count and confirmation_count must not be negative"
+    if memory.supersedes == memory.id or memory.superseded_by == memory.id:
+        return "a memory cannot supersede itself"
+    if not strict:
+        return None
+    if not memory.content.strip() or len(memory.content) > CONTENT_MAX_CHARS:
+        return (
+            f"content has {len(memory.content)} characters; it must be non-empty and at "
+            f"most {CONTENT_MAX_CHARS}"
+        )
+    evidence = memory.last_confirmation_evidence
+    if evidence is not None and evidence not in EVIDENCE_TYPES:
+        return f"last_confirmation_evidence must be one of {', '.join(EVIDENCE_TYPES)}"
+    return (
+        namespace_problem(memory.namespace)
+        or _source_problem(memory.source, "source")
+        or _source_problem(memory.last_confirmation_source, "last_confirmation_source")
+    )
+
+
+def link_problem(link: LinkRecord) -> str | None:
+    if not _finite(link.weight) or not LINK_WEIGHT_MIN <= link.weight <= LINK_WEIGHT_MAX:
+        return (
+            f"link weight must be a finite number in [{LINK_WEIGHT_MIN}, {LINK_WEIGHT_MAX}], "
+            f"got {link.weight}"
+        )
+    return None
+
+
+def chain_cycles(next_of: Mapping[str, str | None]) -> set[str]:
+    """The memories on a ``superseded_by`` loop (a version chain must end in a head)."""
+    state: dict[str, int] = {}  # 1: on the current walk, 2: known to reach a head
+    looped: set[str] = set()
+    for start in next_of:
+        walk: list[str] = []
+        current: str | None = start
+        while current is not None and current in next_of and state.get(current) is None:
+            state[current] = 1
+            walk.append(current)
+            current = next_of[current]
+        if current is not None and state.get(current) == 1:
+            looped.update(walk[walk.index(current) :])
+        for memory_id in walk:
+            state[memory_id] = 2
+    return looped
+
+
+def quarantine(loaded: LoadedGraph) -> list[Quarantined]:
+    """Take every unsound row out of ``loaded`` (in place); returns what was taken and why."""
+    dim = int(loaded.meta["dim"]) if loaded.meta.get("dim") else None
+    out: list[Quarantined] = []
+    for key in list(loaded.keys.values()):
+        if (reason := key_problem(key, dim, strict=False)) is not None:
+            out.append(Quarantined("keys", key.id, reason))
+            del loaded.keys[key.id]
+    for memory in list(loaded.memories.values()):
+        if (reason := memory_problem(memory, strict=False)) is not None:
+            out.append(Quarantined("memories", memory.id, reason))
+            del loaded.memories[memory.id]
+    chains = {m.id: m.superseded_by for m in loaded.memories.values()}
+    for memory_id in sorted(chain_cycles(chains)):
+        out.append(Quarantined("memories", memory_id, "its version chain loops (superseded_by)"))
+        del loaded.memories[memory_id]
+    kept: list[LinkRecord] = []
+    for link in loaded.links:
+        end_key, end_memory = loaded.keys.get(link.key_id), loaded.memories.get(link.memory_id)
+        if end_key is None or end_memory is None:
+            why: str | None = "its key or memory is missing or quarantined"
+        elif end_key.namespace != end_memory.namespace:
+            why = "its key and memory are in different namespaces"
+        else:
+            why = link_problem(link)
+        if why is None:
+            kept.append(link)
+        else:
+            out.append(Quarantined("links", f"{link.key_id}/{link.memory_id}", why))
+    loaded.links = kept
+    return out
+
+
+def listed(quarantined: Iterable[Quarantined]) -> dict[str, Any]:
+    """The quarantine as the graph reports it: a count and the first rows with their reasons."""
+    rows = list(quarantined)
+    return {"count": len(rows), "rows": [q.to_wire() for q in rows[:QUARANTINE_LISTED_MAX]]}
