@@ -26,6 +26,10 @@ POOL_MAX = 200
 RERANK_MAX_PASSAGES = 64  # per reranker call: a bigger pool goes in pieces
 RERANK_QUERY_MAX_CHARS = 2_000  # the reranker cuts a longer query
 
+# Liveness: a peer silent for interval x liveness is dead (router and workers, both ways).
+DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
+DEFAULT_HEARTBEAT_LIVENESS = 3
+
 # A memory-service call that arrives without a deadline of its own (in-process callers) gets
 # this much time for everything it asks the other services.
 DEFAULT_BUDGET_MS = 10_000

@@ -32,6 +32,7 @@ import zmq
 from keymem.protocol import envelope
 from keymem.protocol.codec import pack, unpack
 from keymem.protocol.errors import BadRequest, DeadlineExceeded, InternalError, KeymemError
+from keymem.protocol.limits import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_HEARTBEAT_LIVENESS
 from keymem.protocol.sockets import send_frames
 from keymem.protocol.stats import RequestStats
 
@@ -50,8 +51,6 @@ DEFAULT_MAX_BATCH_BYTES = 256 * 1024
 # How often the loop wakes to notice a stop request when nothing arrives.
 STOP_CHECK_MS = 50
 RECONNECT_DELAY_MS = 100
-DEFAULT_HEARTBEAT_INTERVAL_MS = 1000
-DEFAULT_HEARTBEAT_LIVENESS = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from keymem.protocol.endpoints import (
     DEFAULT_TCP_PORT,
@@ -28,11 +28,10 @@ from keymem.protocol.endpoints import (
     ipc_endpoints,
     tcp_endpoints,
 )
-from keymem.protocol.worker import (
-    DEFAULT_HEARTBEAT_INTERVAL_MS,
-    DEFAULT_HEARTBEAT_LIVENESS,
-    HeartbeatPolicy,
-)
+from keymem.protocol.limits import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_HEARTBEAT_LIVENESS
+
+if TYPE_CHECKING:
+    from keymem.protocol.worker import HeartbeatPolicy
 
 T = TypeVar("T")
 
@@ -214,6 +213,14 @@ TCP_PORT = setting(
     integer(1, 65534),
     DEFAULT_TCP_PORT,
     "the tcp router's frontend port; the backend is port + 1",
+    EVERYONE,
+)
+TCP_INSECURE = setting(
+    "KEYMEM_TCP_INSECURE",
+    BOOLEAN,
+    False,
+    "true: run tcp mode without authentication (any local process can connect and register "
+    "as a worker); tcp refuses to start without it",
     EVERYONE,
 )
 HEARTBEAT_MS = setting(
@@ -592,10 +599,20 @@ def _value(declared: Setting[Any], raw: str | None, source: str) -> Value:
         raise ConfigError(f"{exc}{where}") from None
 
 
+# Invariant 7: TCP only with keys. CURVE is not wired yet, so plain tcp is an explicit opt-in.
+TCP_REFUSED = (
+    "KEYMEM_TRANSPORT=tcp has no authentication yet: any local process could call the router "
+    "or register as a worker and receive other clients' requests; use ipc, or set "
+    "KEYMEM_TCP_INSECURE=true to accept that"
+)
+
+
 def endpoints_of(config: Config) -> Endpoints:
     """Where the router listens under these settings."""
     try:
         if config[TRANSPORT] == "tcp":
+            if not config[TCP_INSECURE]:
+                raise ConfigError(TCP_REFUSED)
             return tcp_endpoints(config[TCP_HOST], config[TCP_PORT])
         return ipc_endpoints(config[HOME])
     except EndpointError as exc:
@@ -621,6 +638,8 @@ class Settings:
 
     @classmethod
     def from_config(cls, config: Config) -> Settings:
+        from keymem.protocol.worker import HeartbeatPolicy  # not at import: the hook needs none
+
         heartbeat = HeartbeatPolicy(config[HEARTBEAT_MS], config[HEARTBEAT_LIVENESS])
         return cls(config[HOME], endpoints_of(config), heartbeat, config)
 
