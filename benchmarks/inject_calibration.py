@@ -1,83 +1,138 @@
-"""Inject calibration: one load per file, every query through ``memory.inject`` under each gate.
+"""Inject calibration: observe every query once, then judge it under each gate in-process.
 
     python -m benchmarks.inject_calibration FILE [FILE ...] [--variants a,b,...] [--limit N]
+        [--cache DIR]
 
 Inject is what the hook shows unasked, so it must stay silent when the store does not hold the
 answer (``gold: []`` queries: the not-found rate) and still show a gold memory when it does.
-A variant is a ``gate`` override of ``services.memory.inject.Gate`` (thresholds and switches);
-each costs one pass over the queries against the same loaded store, so the trade-off between
-the two rates can be read off one table. The file's queries are scored with the eval's own
-tally (``services.evaluation.runner.InjectResult``), so "shipped" matches ``keymem eval``.
 
-Settings that win here must win on several files (issue 8: no per-dataset switches).
+Each file is loaded into an in-process stack (every real service as a thread, the eval's own
+loader) and every query is *observed* once through ``Inject.observe``: the hybrid-search
+candidates of its namespace, their matched keys and the lexicon's coverage — exactly what the
+gates judge. The observations are cached as JSON (``--cache``, one file per benchmark), so a
+sweep over gate variants (``services.memory.inject.Gate``, swapped in-process: the wire carries
+no gate) costs no service call. The file's queries are scored with the eval's own tally
+(``services.evaluation.runner.InjectResult``), so "shipped" matches ``keymem eval``.
+
+To show over-fitting before a held-out run does, every table has three column groups: all
+queries, half A and half B (a query's half is fixed by a hash of its id). Fit a setting on one
+family's half A; keep it only if it holds on half B and on the other families.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import KeymemError
-from keymem.services.evaluation.dataset import Benchmark, load_benchmark
-from keymem.services.evaluation.deployment import temporary_deployment
+from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
 from keymem.services.evaluation.loader import LoadedStore, default_key_mode, load
 from keymem.services.evaluation.progress import Progress
-from keymem.services.evaluation.recall import KeymemRecall, memory_ids
 from keymem.services.evaluation.runner import InjectResult
-from keymem.services.memory.inject import COVERAGE_MAX
+from keymem.services.memory.inject import TOP_K_DEFAULT, Gate, Inject, Observation, judge
+from keymem.services.memory.profile import EmbedderProfile
+from keymem.services.memory.search import Search
 
-CLIENT_TIMEOUT_MS = 30_000
-QUERY_TIMEOUT_MS = 30_000
-NEVER = COVERAGE_MAX  # a coverage no memory reaches: switches the word-only admission off
+CLIENT_TIMEOUT_MS = 60_000
+DEFAULT_CACHE = Path(tempfile.gettempdir()) / "km-inject-observations"
+NEVER = 2.0  # a coverage no memory reaches: switches the word-only admission off
+HALVES = ("A", "B")
 
-# Before calibration: graph connection and the 0.3 cosine floor only.
-LEGACY = {"min_coverage": 0.0, "strong_coverage": NEVER, "entities": False, "premise": False}
-VARIANTS: dict[str, dict[str, Any]] = {
-    "shipped": {},
+# Before calibration: graph connection and the relevance floor only.
+LEGACY = Gate(min_coverage=0.0, strong_coverage=NEVER, entities=False, premise=False)
+VARIANTS: dict[str, Gate] = {
+    "shipped": Gate(),
     "legacy": LEGACY,
-    "no_entities": {"entities": False},
-    "no_premise": {"premise": False},
-    "no_coverage": {"min_coverage": 0.0},
-    "coverage_0.1": {"min_coverage": 0.1},
-    "coverage_0.3": {"min_coverage": 0.3},
-    "coverage_0.4": {"min_coverage": 0.4},
-    "no_word_only": {"strong_coverage": NEVER},
-    "word_only_0.5": {"strong_coverage": 0.5},
-    "word_only_0.8": {"strong_coverage": 0.8},
-    "floor_0.2": {"min_relevance": 0.2},
-    "floor_0.4": {"min_relevance": 0.4},
-    "strong_0.5": {"strong_relevance": 0.5},
+    "no_entities": Gate(entities=False),
+    "no_premise": Gate(premise=False),
+    "no_cross_script": Gate(cross_script=False),
+    "no_coverage": Gate(min_coverage=0.0),
+    "coverage_0.1": Gate(min_coverage=0.1),
+    "coverage_0.3": Gate(min_coverage=0.3),
+    "coverage_0.4": Gate(min_coverage=0.4),
+    "coverage_0.5": Gate(min_coverage=0.5),
+    "no_word_only": Gate(strong_coverage=NEVER),
+    "word_only_0.5": Gate(strong_coverage=0.5),
+    "word_only_0.8": Gate(strong_coverage=0.8),
+    "floor_0.2": Gate(min_relevance=0.2),
+    "floor_0.35": Gate(min_relevance=0.35),
+    "floor_0.4": Gate(min_relevance=0.4),
+    "strong_0.5": Gate(strong_relevance=0.5),
+    "strong_0.7": Gate(strong_relevance=0.7),
 }
 
 
-def run_variants(
-    client: Client,
-    benchmark: Benchmark,
-    store: LoadedStore,
-    variants: Mapping[str, Mapping[str, Any]],
-    progress: Progress,
-) -> dict[str, InjectResult]:
-    unanswerable = sum(1 for q in benchmark.queries if not q.answerable)
-    results = {name: InjectResult(unanswerable) for name in variants}
-    queries = list(enumerate(benchmark.queries))
-    KeymemRecall(client, store, 1).warm_up(benchmark.queries[0].query, store.namespaces[0])
-    for position, query in progress.over(queries, "keymem: inject variants"):
-        for name, gate in variants.items():
-            body = {"prompt": query.query, "namespace": store.namespaces[position], "gate": gate}
-            try:
-                reply = client.call("memory", "inject", body, timeout_ms=QUERY_TIMEOUT_MS)
-                results[name].record(query, store.to_benchmark(memory_ids(reply)))
-            except KeymemError as exc:
-                progress.note(f"{name}: {exc}")
-                if query.answerable:
-                    results[name].record(query, [])
-                else:
-                    results[name].errors += 1
+def half_of(query: Query) -> str:
+    """A fixed half per query (a hash of its id), the same in every run."""
+    return HALVES[hashlib.sha256(query.id.encode()).digest()[0] % 2]
+
+
+def observe_file(path: Path, limit: int | None, progress: Progress) -> dict[str, Any]:
+    """Load ``path`` into an in-process stack and observe every query once."""
+    from tests.full_stack import full_stack
+
+    benchmark = _benchmark(path, limit)
+    mode = default_key_mode(benchmark)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="km-cal-") as home, full_stack(Path(home)) as stack:
+        client = Client(stack.stack.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS)
+        try:
+            store = load(client, benchmark, mode, progress)
+            inject = Inject(Search(client, EmbedderProfile(client)))
+            inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
+            observed = []
+            for position, query in progress.over(list(enumerate(benchmark.queries)), "observe"):
+                (seen,) = inject.observe(query.query, [store.namespaces[position]])
+                observed.append(asdict(seen))
+        finally:
+            client.close()
+    return {
+        "file": path.name,
+        "keys": mode,
+        "benchmark_ids": store.benchmark_ids,
+        "observations": observed,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _benchmark(path: Path, limit: int | None) -> Benchmark:
+    benchmark = load_benchmark(path)
+    return benchmark.limited(limit) if limit else benchmark
+
+
+def observations(path: Path, cache: Path, limit: int | None, progress: Progress) -> dict[str, Any]:
+    """The cached observations of ``path`` (made now if absent)."""
+    cached = cache / f"{path.stem}{f'.limit{limit}' if limit else ''}.json"
+    if cached.exists():
+        found: dict[str, Any] = json.loads(cached.read_text())
+        return found
+    recorded = observe_file(path, limit, progress)
+    cache.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(recorded))
+    return recorded
+
+
+def score(benchmark: Benchmark, recorded: Mapping[str, Any], gate: Gate) -> dict[str, InjectResult]:
+    """The eval's inject tally under ``gate``, for all queries and for each half."""
+    store = LoadedStore([], benchmark_ids=recorded["benchmark_ids"])
+    results: dict[str, InjectResult] = {}
+    for group in ("all", *HALVES):
+        members = [q for q in benchmark.queries if group in ("all", half_of(q))]
+        results[group] = InjectResult(sum(1 for q in members if not q.answerable))
+    for query, raw in zip(benchmark.queries, recorded["observations"], strict=True):
+        seen = Observation(**raw)
+        chosen, _ = judge(query.query, [seen], gate, TOP_K_DEFAULT)
+        shown = store.to_benchmark([c["memory_id"] for c in chosen])
+        results["all"].record(query, shown)
+        results[half_of(query)].record(query, shown)
     return results
 
 
@@ -85,35 +140,35 @@ def _share(hits: int, asked: int) -> str:
     return f"{hits / asked:.3f}" if asked else "n/a"
 
 
-def table(results: Mapping[str, InjectResult]) -> str:
-    types = sorted({t for r in results.values() for t in r.answered})
-    head = ["not-found", "gold shown", *(f"{t} gold shown" for t in types)]
+def table(per_variant: Mapping[str, Mapping[str, InjectResult]]) -> str:
+    """Not-found and gold shown per variant; the first type's gold shown is broken out."""
+    first = next(iter(per_variant.values()))["all"]
+    types = sorted(first.answered)
+    head = []
+    for group in ("all", *HALVES):
+        head += [f"{group}: not-found", f"{group}: gold shown"]
+    head += [f"{t} gold shown" for t in types]
     lines = ["| variant | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
-    for name, result in results.items():
-        rate = result.rate
-        cells = ["n/a" if rate is None else f"{rate:.3f}", _share(*result.gold_shown())]
-        cells += [_share(*result.gold_shown(t)) for t in types]
+    for name, results in per_variant.items():
+        cells = []
+        for group in ("all", *HALVES):
+            rate = results[group].rate
+            shown = _share(*results[group].gold_shown())
+            cells += ["n/a" if rate is None else f"{rate:.3f}", shown]
+        cells += [_share(*results["all"].gold_shown(t)) for t in types]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def calibrate(path: Path, names: Sequence[str], limit: int | None) -> str:
-    benchmark = load_benchmark(path)
-    if limit:
-        benchmark = benchmark.limited(limit)
-    progress = Progress(sys.stderr)
-    started = time.monotonic()
-    mode = default_key_mode(benchmark)
-    with (
-        temporary_deployment(progress.note) as settings,
-        Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
-    ):
-        store = load(client, benchmark, mode, progress)
-        results = run_variants(client, benchmark, store, {n: VARIANTS[n] for n in names}, progress)
-    unanswerable = sum(1 for q in benchmark.queries if not q.answerable)
+def calibrate(path: Path, names: Sequence[str], limit: int | None, cache: Path) -> str:
+    benchmark = _benchmark(path, limit)
+    recorded = observations(path, cache, limit, Progress(sys.stderr))
+    per_variant = {name: score(benchmark, recorded, VARIANTS[name]) for name in names}
+    answerable = sum(1 for q in benchmark.queries if q.answerable)
     return (
-        f"## {path.name} (--keys {mode}; {len(benchmark.queries) - unanswerable} answerable, "
-        f"{unanswerable} with gold: []; wall {time.monotonic() - started:.0f} s)\n" + table(results)
+        f"## {path.name} (--keys {recorded['keys']}; {answerable} answerable, "
+        f"{len(benchmark.queries) - answerable} with gold: []; observed in "
+        f"{recorded['seconds']:.0f} s)\n" + table(per_variant)
     )
 
 
@@ -122,13 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("files", type=Path, nargs="+")
     parser.add_argument("--variants", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = parser.parse_args(argv)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     for path in args.files:
-        print(calibrate(path, names, args.limit), flush=True)
+        print(calibrate(path, names, args.limit, args.cache), flush=True)
     return 0
 
 

@@ -1,15 +1,32 @@
-"""Inject's admission rules, one at a time, on candidates shaped as hybrid search returns them.
+"""Inject's admission rules: one at a time on candidates shaped as hybrid search returns them,
+then end to end through every real service (paraphrase, premise, namespaces, bad bodies).
 
-The end-to-end behaviour (real services, a real store) is in tests/test_recall.py and
-tests/test_hook.py; here each gate's threshold is pinned where a store could not isolate it:
-a candidate no key reaches but whose words cover the prompt, a paraphrase sharing no words.
+Each gate's threshold is pinned on hand-made candidates where a store could not isolate it: a
+candidate no key reaches but whose words cover the prompt, a paraphrase sharing no words, a
+memory in another script. The in-process stack then checks what a user sees.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from keymem.services.memory.inject import Gate, admit
+import pytest
+
+from keymem.protocol.errors import BadRequest
+from keymem.services.memory.inject import (
+    Entity,
+    Gate,
+    Inject,
+    admit,
+    structured_tokens,
+    without_entities,
+)
+from keymem.services.memory.profile import EmbedderProfile
+from keymem.services.memory.search import Search
+from tests.full_stack import FullStack, full_stack
 
 PROMPT = "when is the acme quarterly invoice due"
 
@@ -20,13 +37,14 @@ def candidate(
     relevance: float = 0.5,
     connected: bool = True,
     content: str = "the acme quarterly invoice is due on the fifteenth",
+    keys: tuple[str, ...] = ("k-invoice",),
 ) -> dict[str, Any]:
     return {
         "memory_id": memory_id,
         "content": content,
         "rerank_score": relevance,
         "rerank_kind": "embedding_cosine",
-        "matched_keys": ["k-invoice"] if connected else [],
+        "matched_keys": list(keys) if connected else [],
         "components": {"key_rank": 1 if connected else None, "literal": False, "hop": 0},
     }
 
@@ -53,7 +71,7 @@ def test_words_alone_admit_what_no_key_reaches_and_the_reranker_scores_low() -> 
     pool = [candidate("session", relevance=0.1, connected=False)]
     kept, _ = admit(PROMPT, pool, [], {"session": 0.8}, Gate())
     assert ids(kept) == ["session"]
-    kept, rejected = admit(PROMPT, pool, [], {"session": 0.5}, Gate())
+    kept, rejected = admit(PROMPT, pool, [], {"session": 0.3}, Gate())
     assert kept == [] and rejected["bm25_only"] == 1
 
 
@@ -68,10 +86,9 @@ def test_a_named_entity_must_be_whom_the_memory_is_about() -> None:
     prompt = "what did Dana say about the acme invoice"
     pool = [
         candidate("dana", content="Dana said the acme invoice is late"),
-        candidate("filed", content="the acme invoice is late"),
+        candidate("filed", content="the acme invoice is late", keys=("k-dana",)),
         candidate("lee", content="Lee said the acme invoice is late"),
     ]
-    pool[1]["matched_keys"] = ["k-dana"]  # filed under Dana without naming her
     coverage = {"dana": 0.9, "filed": 0.6, "lee": 0.6}
     kept, rejected = admit(prompt, pool, keys, coverage, Gate())
     assert ids(kept) == ["dana", "filed"] and rejected["other_entity"] == 1
@@ -81,3 +98,174 @@ def test_a_named_entity_must_be_whom_the_memory_is_about() -> None:
     assert kept == [] and rejected["premise_elsewhere"] == 2
     kept, _ = admit(prompt, pool, keys, coverage, Gate(premise=False))
     assert ids(kept) == ["dana", "filed"]
+
+
+def test_a_place_the_prompt_names_does_not_stand_in_for_the_person_it_asks_about() -> None:
+    keys = [
+        {"key_id": "k-joanna", "concept": "Joanna", "aliases": [], "key_type": "name"},
+        {"key_id": "k-tampa", "concept": "Tampa", "aliases": [], "key_type": "proper_noun"},
+    ]
+    prompt = "What did Joanna take to the beach in Tampa?"
+    nate = candidate("nate", content="Nate took his turtles to the beach in Tampa")
+    kept, rejected = admit(prompt, [nate], keys, {"nate": 0.8}, Gate())
+    assert kept == [] and rejected["other_entity"] == 1
+    kept, _ = admit(prompt, [nate], keys, {"nate": 0.8}, Gate(persons=False))
+    assert ids(kept) == ["nate"]
+
+
+def test_what_a_prompt_asks_leaves_the_entities_it_names_out() -> None:
+    donggyun = Entity("k-d", ("Donggyun", "동균"), person=True)
+    assert without_entities("what does Donggyun drink at night?", [donggyun]).split() == [
+        "what",
+        "does",
+        "drink",
+        "at",
+        "night?",
+    ]
+    assert without_entities("동균은 밤에 뭘 마셔?", [donggyun]).strip() == "은 밤에 뭘 마셔?"
+    assert without_entities("Donggyunite drinks", [donggyun]) == "Donggyunite drinks"
+
+
+def test_a_version_keeps_its_number_with_or_without_a_v() -> None:
+    assert structured_tokens("what changed in v0.6.2 and 3.11.2, see #12 and a1b2c3d") == [
+        "0.6.2",
+        "3.11.2",
+        "#12",
+        "a1b2c3d",
+    ]
+    pool = [
+        candidate("old", content="keymem v0.6.1 released with the new hook"),
+        candidate("new", content="keymem v0.6.2 fixed the hook"),
+    ]
+    kept, rejected = admit("what changed in v0.6.2?", pool, [], None, Gate())
+    assert ids(kept) == ["new"] and rejected["missing_token"] == 1
+
+
+def test_a_memory_in_another_script_is_admitted_through_a_key_the_prompts_words_reached() -> None:
+    keys = [{"key_id": "k-vote", "concept": "선거", "match_type": "phrase", "key_type": "concept"}]
+    statute = candidate(
+        "statute", relevance=0.35, content="선거권은 18세 이상의 국민에게 있다", keys=("k-vote",)
+    )
+    prompt = "At what age can a citizen vote?"
+    kept, _ = admit(prompt, [statute], keys, {"statute": 0.0}, Gate())
+    assert ids(kept) == ["statute"]
+    kept, rejected = admit(prompt, [statute], keys, {"statute": 0.0}, Gate(cross_script=False))
+    assert kept == [] and rejected["low_coverage"] == 1
+    # the same script: shared words are the evidence, and there are none
+    same = candidate("same", relevance=0.35, content="The council meets on Mondays")
+    kept, _ = admit(prompt, [same], keys, {"same": 0.0}, Gate())
+    assert kept == []
+
+
+# -- end to end ----------------------------------------------------------------------------
+PEOPLE = {
+    "race": ("Melanie ran a charity race for mental health last Saturday", ["Melanie"]),
+    "guitar": ("Caroline plays the guitar to express her emotions", ["Caroline"]),
+    "adoption": ("Caroline is researching adoption agencies", ["Caroline"]),
+    "jiwoo": ("The user's name is Jiwoo and they live in Busan", ["Jiwoo"]),
+    "coffee": ("Donggyun drinks a cup of black coffee every morning", ["Donggyun"]),
+}
+TOPICS = {"race": "charity race", "guitar": "guitar", "adoption": "adoption",
+          "jiwoo": "home", "coffee": "coffee"}  # fmt: skip
+# A prompt that says a stored fact in other words, and the memory it must surface.
+PARAPHRASES = [
+    ("Can you remind me where I live?", "jiwoo"),
+    ("What does Donggyun usually drink in the morning?", "coffee"),
+    ("Which instrument does Caroline play to express her feelings?", "guitar"),
+]
+
+
+@pytest.fixture(scope="module")
+def people() -> Iterator[FullStack]:
+    with tempfile.TemporaryDirectory(prefix="km-") as home, full_stack(Path(home)) as running:
+        for name, (content, persons) in PEOPLE.items():
+            running.ids[name] = running.memory(
+                "remember",
+                {
+                    "content": content,
+                    "keys": [*persons, TOPICS[name]],
+                    "key_types": dict.fromkeys(persons, "name"),
+                    "namespace": "people",
+                },
+            )["saved"]
+        running.ids["shop"] = running.remember(
+            "The shop project deploys with a blue-green switch on Fridays",
+            ["deployment", "blue-green"],
+            "shop",
+        )
+        running.search("charity race", "people")  # waits until the lexicon has every write
+        yield running
+
+
+def injected(running: FullStack, prompt: str, *namespaces: str) -> dict[str, Any]:
+    body = {"prompt": prompt, "namespaces": list(namespaces or ("people",))}
+    reply: dict[str, Any] = running.memory("inject", body)
+    return reply
+
+
+def shown(reply: dict[str, Any]) -> list[str]:
+    return [m["id"] for m in reply["memories"]]
+
+
+@pytest.mark.parametrize("prompt,memory", PARAPHRASES)
+def test_the_hook_surfaces_what_recall_finds_for_a_paraphrase(
+    people: FullStack, prompt: str, memory: str
+) -> None:
+    found = people.memory("recall", {"query": prompt, "namespace": "people"})
+    assert found["status"] == "found"
+    assert people.ids[memory] in shown(injected(people, prompt))
+
+
+def test_inject_stays_silent_when_the_prompt_pins_anothers_fact_on_someone(
+    people: FullStack,
+) -> None:
+    ids = people.ids
+    right = injected(people, "What did Melanie run for mental health?")
+    assert shown(right)[:1] == [ids["race"]]
+    # the race was Melanie's: nothing about Caroline answers this, and Melanie's race is not
+    # about Caroline
+    wrong = injected(people, "What did Caroline realize after her charity race?")
+    assert wrong["memories"] == [] and wrong["rejected"]["other_entity"] >= 1
+    # the gates do the work: the same search with them switched off surfaces the race
+    ungated = Inject(
+        Search(people.client, EmbedderProfile(people.client)),
+        Gate(entities=False, premise=False, min_coverage=0.0),
+    )
+    reply = ungated.inject({"prompt": "What did Caroline realize after her charity race?",
+                            "namespaces": ["people"]})  # fmt: skip
+    assert ids["race"] in shown(reply)
+
+
+def test_an_attribute_the_memory_lacks_is_not_answered_by_the_name_alone(
+    people: FullStack,
+) -> None:
+    reply = injected(people, "What does Donggyun eat for dinner at night?")
+    assert people.ids["coffee"] not in shown(reply)
+    assert reply["rejected"]["low_coverage"] >= 1
+
+
+def test_two_namespaces_are_searched_with_one_analysis_of_the_prompt(people: FullStack) -> None:
+    embedder = people.workers["embedder"].worker.stats
+    before = embedder.requests
+    reply = injected(people, "how does the shop project handle deployment?", "people", "shop")
+    assert people.ids["shop"] in shown(reply)
+    # one query vector and one batch of the prompt's phrases, whatever the namespace count
+    assert embedder.requests - before == 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": "what snack should I buy?", "gate": {"min_coverage": 0.0}},
+        {"prompt": "what snack should I buy?", "namespaces": []},
+        {"prompt": ""},
+        {"prompt": "what snack?", "top_k": 0},
+        ["not", "a", "map"],
+    ],
+)
+def test_inject_refuses_a_bad_body_and_takes_no_gate_over_the_wire(
+    people: FullStack, body: Any
+) -> None:
+    with pytest.raises(BadRequest):
+        people.memory("inject", body)
+    assert shown(injected(people, "What did Melanie run for mental health?"))

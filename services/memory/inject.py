@@ -1,21 +1,26 @@
 """Inject: what the prompt-submit hook surfaces, precision before recall.
 
 The hook puts its result in front of the model on every prompt, unasked, so a wrong memory
-costs more than a missing one. Inject runs hybrid search (hops 2, nothing reinforced) and keeps
-a candidate only when
+costs more than a missing one. Inject runs hybrid search (hops 2, nothing reinforced) in every
+namespace at once — the prompt is analysed once, the namespaces' graph and reranker calls run
+in parallel (``Search.search_all``) — and keeps a candidate only when
 
 * it is about whom the prompt names: when the prompt names people or things the store has as
   name/proper-noun keys, the memory must mention (or be filed under) one of them — "what did
   Caroline say about the race" must not surface Melanie's race;
-* every structured token of the prompt (a version like 3.11.2, an issue like #123, a hash)
-  appears in it verbatim — "3.11.2" must not surface a note about 3.12;
+* every structured token of the prompt (a version like 3.11.2 or v0.6.2, an issue like #123, a
+  hash) appears in it verbatim — "3.11.2" must not surface a note about 3.12;
 * the graph connects it to the prompt (a matched key, a literal name, or a hop) and its
   reranker relevance reaches the floor for that score kind — unless its words alone cover most
-  of the prompt (the cosine default reads the head and one window of a long memory, and
-  auto-keys rarely name the detail asked about);
-* it covers what the prompt asks about: the idf-weighted share of the prompt's content words it
-  contains (``lexicon.coverage``) reaches a floor, unless its relevance alone is strong (a
-  paraphrase shares meaning, not words).
+  of what the prompt asks (the cosine default reads the head and one window of a long memory,
+  and auto-keys rarely name the detail asked about);
+* it holds what the prompt asks *about* the entities it names: the idf-weighted share of the
+  prompt's content words, the named entities' own words left out (``lexicon.coverage``),
+  reaches a floor — "what does Donggyun drink at night" is not answered by "Donggyun likes
+  coffee" because it names Donggyun. Two other paths stand in for shared words: a strong
+  relevance (a paraphrase shares meaning, not words), and, where the prompt and the memory are
+  written in different scripts, a key the prompt's own words landed on across languages
+  (``phrase`` match) together with the relevance floor — there no word can be shared.
 
 And it surfaces nothing when the prompt's facts belong to someone else: if a memory about
 another entity covers the prompt better than every memory about the named one, the prompt's
@@ -23,24 +28,27 @@ premise is not in the store ("what did Caroline realise after her charity race",
 was Melanie's), and showing either would mislead.
 
 Then it takes the top few and cuts each preview and the whole block to a size budget. The
-thresholds were calibrated on LoCoMo and LongMemEval (``benchmarks/inject_calibration.py``,
-docs/BENCHMARKS.md "Inject: the not-found gate"); a request may override them (``gate``) so the
-calibration can sweep them against the running services.
+thresholds (``Gate``) were calibrated with ``benchmarks/inject_calibration.py``, which swaps the
+gate in-process on observations recorded once per query (docs/RECALL.md, "Inject").
 """
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError
-from keymem.protocol.fields import only_fields, opt_bool, opt_int, opt_number
+from keymem.protocol.fields import only_fields, opt_int
+from keymem.protocol.limits import DEFAULT_BUDGET_MS, PROMPT_MAX_CHARS
 from keymem.protocol.worker import remaining_ms
-from keymem.services.config import ConfigError
-from keymem.services.memory.search import DEFAULT_BUDGET_MS, Search, rerank_segments
+from keymem.services.memory.search import (
+    Search,
+    SearchRequest,
+    rerank_segments,
+)
 
 TOP_K_DEFAULT = 2
 TOP_K_MAX = 10
@@ -49,28 +57,38 @@ MAX_CHARS_DEFAULT = 2_000
 MAX_CHARS_RANGE = (256, 20_000)
 PREVIEW_CHARS = 400
 MAX_NAMESPACES = 8
-MAX_PROMPT_CHARS = 4_000
+# What an inject body may carry (``session_id`` is the learner's: services/memory/learning.py).
+INJECT_FIELDS = ("prompt", "namespace", "namespaces", "top_k", "max_chars", "session_id")
 # Relevance floors per reranker score kind, for the offline default (USE-m query/passage
-# cosine) and for cross-encoder logits (sigmoid 0.5); KEYMEM_INJECT_MIN_RELEVANCE overrides
-# whichever kind is in use.
+# cosine) and for cross-encoder logits (sigmoid 0.5); KEYMEM_INJECT_MIN_RELEVANCE (the Gate's
+# min_relevance) overrides whichever kind is in use.
 MIN_RELEVANCE_BY_KIND = {"embedding_cosine": 0.3, "cross_encoder_logit": 0.0}
-MIN_RELEVANCE_ENV = "KEYMEM_INJECT_MIN_RELEVANCE"
 # Relevance at which a candidate needs no shared words (the coverage gate's escape hatch).
 STRONG_RELEVANCE_BY_KIND = {"embedding_cosine": 0.6, "cross_encoder_logit": 3.0}
 MIN_COVERAGE = 0.2
-COVERAGE_MAX = 2.0  # above 1 switches a coverage admission off (the calibration's "never")
-RELEVANCE_MAX = 100.0  # any cosine or logit a threshold could mean
-# Coverage at which a memory is admitted on its words alone: it contains most of what the
-# prompt asks about, though no key links it and the reranker (which reads a long passage's head
-# and one window of it) scores it low.
-STRONG_COVERAGE = 0.6
+# Coverage at which a memory is found by its words alone: it holds at least half of the idf
+# weight of what the prompt asks, though no key links it and the reranker (which reads a long
+# passage's head and one window of it) may score it low. The MCP recall tool's content path
+# uses the same level (services/memory/navigation.py).
+STRONG_COVERAGE = 0.5
 ENTITY_KEY_TYPES = frozenset({"name", "proper_noun"})
+# A key the prompt's own words reached across languages (graph matching's ``phrase`` match).
+CROSS_SCRIPT_MATCHES = frozenset({"phrase"})
 STRUCTURED_TOKEN = re.compile(
-    r"(?<![\w.])\d+(?:\.\d+){2,}(?![\w.])"  # versions with at least three parts: 3.11.2
-    r"|(?<!\w)#\d+\b"  # issue and PR numbers: #123
-    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b",  # hex hashes: a1b2c3d
+    r"(?<![\w.])v?(\d+(?:\.\d+){2,})(?![\w.])"  # versions with three parts or more: 3.11.2
+    r"|(?<!\w)(#\d+)\b"  # issue and PR numbers: #123
+    r"|\b((?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40})\b",  # hex hashes: a1b2c3d
     re.IGNORECASE,
 )
+# Scripts whose letters never appear in another's words: a prompt in one and a memory in
+# another can share no word, so coverage cannot speak for them.
+SCRIPTS = {
+    "latin": re.compile(r"[A-Za-z\u00c0-\u024f]"),
+    "hangul": re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]"),
+    "kana": re.compile(r"[\u3040-\u30ff]"),
+    "han": re.compile(r"[\u4e00-\u9fff]"),
+    "cyrillic": re.compile(r"[\u0400-\u04ff]"),
+}
 REJECTIONS = (
     "bm25_only",
     "missing_token",
@@ -82,24 +100,12 @@ REJECTIONS = (
 
 
 def structured_tokens(text: str) -> list[str]:
-    return [m.group(0).lower() for m in STRUCTURED_TOKEN.finditer(text)]
+    """The prompt's versions (without a leading v), issue numbers and hashes, lower-cased."""
+    return [next(g for g in m.groups() if g).lower() for m in STRUCTURED_TOKEN.finditer(text)]
 
 
-def relevance_floor(score_kind: str) -> float | None:
-    """The floor for this score kind, or ``KEYMEM_INJECT_MIN_RELEVANCE`` (``ConfigError`` if
-    it is not a number: the router checks it at start and exits 78)."""
-    override = os.environ.get(MIN_RELEVANCE_ENV, "").strip()
-    if not override:
-        return MIN_RELEVANCE_BY_KIND.get(score_kind)
-    try:
-        return float(override)
-    except ValueError as exc:
-        raise ConfigError(f"{MIN_RELEVANCE_ENV} must be a number, got {override!r}") from exc
-
-
-def check_inject_settings() -> None:
-    """``ConfigError`` now, at start, for a setting every inject would otherwise fail on."""
-    relevance_floor("")
+def scripts_of(text: str) -> frozenset[str]:
+    return frozenset(name for name, letters in SCRIPTS.items() if letters.search(text))
 
 
 def graph_connected(candidate: dict[str, Any]) -> bool:
@@ -110,14 +116,18 @@ def graph_connected(candidate: dict[str, Any]) -> bool:
 def mentions(text: str, surface: str) -> bool:
     """``surface`` occurs in ``text`` as a whole word where it is Latin (so "Tim" is not in
     "time"), as a substring elsewhere (a Korean name is followed by its particle: "갑은")."""
-    pattern = rf"(?<![A-Za-z0-9]){re.escape(surface)}(?![A-Za-z0-9])"
-    return re.search(pattern, text, re.IGNORECASE) is not None
+    return _surface_pattern(surface).search(text) is not None
+
+
+def _surface_pattern(surface: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(surface)}(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Entity:
     key_id: str
     surfaces: tuple[str, ...]
+    person: bool = False
 
     def named_in(self, text: str) -> bool:
         return any(mentions(text, s) for s in self.surfaces)
@@ -130,22 +140,44 @@ def named_entities(prompt: str, keys: list[dict[str, Any]]) -> list[Entity]:
         if key.get("key_type") not in ENTITY_KEY_TYPES:
             continue
         surfaces = tuple(s for s in [key.get("concept"), *(key.get("aliases") or [])] if s)
-        entity = Entity(str(key["key_id"]), surfaces)
+        entity = Entity(str(key["key_id"]), surfaces, key.get("key_type") == "name")
         if entity.named_in(prompt):
             found.append(entity)
     return found
 
 
-def about_entities(candidate: dict[str, Any], entities: list[Entity]) -> bool:
+def without_entities(prompt: str, entities: Sequence[Entity]) -> str:
+    """The prompt with the named entities' words taken out: what it asks about them."""
+    for entity in entities:
+        for surface in sorted(entity.surfaces, key=len, reverse=True):
+            prompt = _surface_pattern(surface).sub(" ", prompt)
+    return prompt
+
+
+def about_entities(
+    candidate: dict[str, Any], entities: list[Entity], persons: bool = False
+) -> bool:
     if not entities:
         return True
+    if persons and any(e.person for e in entities):
+        entities = [e for e in entities if e.person]
     filed = set(candidate.get("matched_keys") or [])
     return any(e.key_id in filed or e.named_in(candidate["content"]) for e in entities)
 
 
+def crosses_scripts(prompt: str, candidate: dict[str, Any], keys: list[dict[str, Any]]) -> bool:
+    """The prompt and the memory share no script, and the prompt's own words reached one of
+    the memory's keys (a ``phrase`` match): the semantic stand-in for shared words."""
+    if scripts_of(prompt) & scripts_of(candidate["content"]):
+        return False
+    crossing = {k["key_id"] for k in keys if k.get("match_type") in CROSS_SCRIPT_MATCHES}
+    return not crossing.isdisjoint(candidate.get("matched_keys") or [])
+
+
 @dataclass(frozen=True)
 class Gate:
-    """Inject's admission thresholds (the module docstring says why each exists)."""
+    """Inject's admission thresholds (the module docstring says why each exists). The
+    calibration benchmark builds variants of it in-process; the wire carries none."""
 
     min_relevance: float | None = None  # None: the floor for the reranker's score kind
     strong_relevance: float | None = None  # None: the level for the score kind
@@ -153,28 +185,13 @@ class Gate:
     strong_coverage: float = STRONG_COVERAGE
     entities: bool = True
     premise: bool = True
-
-    @classmethod
-    def parse(cls, raw: Any) -> Gate:
-        if raw is None:
-            return cls()
-        if not isinstance(raw, dict):
-            raise BadRequest("gate must be a map")
-        only_fields(raw, tuple(cls.__dataclass_fields__), "gate")
-        base = cls()
-        return cls(
-            min_relevance=_optional_number(raw, "min_relevance"),
-            strong_relevance=_optional_number(raw, "strong_relevance"),
-            min_coverage=opt_number(raw, "min_coverage", base.min_coverage, 0.0, COVERAGE_MAX),
-            strong_coverage=opt_number(
-                raw, "strong_coverage", base.strong_coverage, 0.0, COVERAGE_MAX
-            ),
-            entities=opt_bool(raw, "entities", base.entities),
-            premise=opt_bool(raw, "premise", base.premise),
-        )
+    cross_script: bool = True
+    persons: bool = True
 
     def floor(self, kind: str) -> float | None:
-        return self.min_relevance if self.min_relevance is not None else relevance_floor(kind)
+        if self.min_relevance is not None:
+            return self.min_relevance
+        return MIN_RELEVANCE_BY_KIND.get(kind)
 
     def strong(self, kind: str) -> float | None:
         if self.strong_relevance is not None:
@@ -182,11 +199,17 @@ class Gate:
         return STRONG_RELEVANCE_BY_KIND.get(kind)
 
 
-def _optional_number(raw: dict[str, Any], name: str) -> float | None:
-    """A relevance threshold in the reranker's own units (a cosine or a logit), or None."""
-    if raw.get(name) is None:
-        return None
-    return opt_number(raw, name, 0.0, -RELEVANCE_MAX, RELEVANCE_MAX)
+@dataclass
+class Observation:
+    """What the gates judge in one namespace: search's candidates and matched keys, and how
+    much of the prompt (named entities left out) each candidate covers — None where the
+    lexicon could not say."""
+
+    namespace: str
+    candidates: list[dict[str, Any]]
+    keys: list[dict[str, Any]]
+    coverage: dict[str, float] | None = None
+    degraded: dict[str, str] = field(default_factory=dict)
 
 
 def admit(
@@ -198,8 +221,9 @@ def admit(
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The candidates inject may show, in their order, and how many each gate rejected.
 
-    ``coverage`` (memory id -> share of the prompt's idf weight) is None when the lexicon could
-    not say; the coverage and premise gates then stand aside.
+    ``coverage`` (memory id -> share of the idf weight of what the prompt asks, its named
+    entities left out) is None when the lexicon could not say; the coverage and premise gates
+    then stand aside.
     """
     rejected = dict.fromkeys(REJECTIONS, 0)
     required = structured_tokens(prompt)
@@ -216,7 +240,7 @@ def admit(
         floor = gate.floor(candidate.get("rerank_kind", ""))
         share = covered(candidate)
         lexical = share is not None and share >= gate.strong_coverage
-        if not about_entities(candidate, entities):
+        if not about_entities(candidate, entities, gate.persons):
             rejected["other_entity"] += 1
             elsewhere.append(candidate)
         elif any(token not in candidate["content"].lower() for token in required):
@@ -240,6 +264,7 @@ def admit(
             share is None
             or share >= gate.min_coverage
             or (strong is not None and relevance is not None and relevance >= strong)
+            or (gate.cross_script and crosses_scripts(prompt, candidate, keys))
         ):
             kept.append(candidate)
         else:
@@ -247,17 +272,33 @@ def admit(
     return kept, rejected
 
 
-class Inject:
-    def __init__(self, recall: Search) -> None:
-        self.recall = recall
+def judge(
+    prompt: str, observations: list[Observation], gate: Gate, top_k: int
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The best ``top_k`` candidates every namespace's gates admit, and the rejection counts."""
+    kept: list[dict[str, Any]] = []
+    rejected = dict.fromkeys(REJECTIONS, 0)
+    for seen in observations:
+        admitted, counts = admit(prompt, seen.candidates, seen.keys, seen.coverage, gate)
+        kept.extend(admitted)
+        for reason, count in counts.items():
+            rejected[reason] += count
+    kept.sort(key=lambda c: -c["score"])
+    return kept[:top_k], rejected
 
-    @property
-    def client(self) -> Client:
-        return self.recall.client
 
-    def inject(self, body: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InjectRequest:
+    prompt: str
+    namespaces: list[str]
+    top_k: int
+    max_chars: int
+
+    @classmethod
+    def parse(cls, body: Any) -> InjectRequest:
         if not isinstance(body, dict):
             raise BadRequest(f"body must be a map, got {type(body).__name__}")
+        only_fields(body, INJECT_FIELDS, "inject")
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise BadRequest("prompt must be a non-empty string")
@@ -270,69 +311,92 @@ class Inject:
             or not all(isinstance(n, str) for n in namespaces)
         ):
             raise BadRequest(f"namespaces must be a list of 1..{MAX_NAMESPACES} strings")
-        top_k = opt_int(body, "top_k", TOP_K_DEFAULT, 1, TOP_K_MAX)
         max_chars = body.get("max_chars", MAX_CHARS_DEFAULT)
-        low, high = MAX_CHARS_RANGE
         if isinstance(max_chars, bool) or not isinstance(max_chars, int):
             raise BadRequest("max_chars must be an integer")
-        max_chars = min(high, max(low, max_chars))
-        gate = Gate.parse(body.get("gate"))
+        low, high = MAX_CHARS_RANGE
+        return cls(
+            prompt=prompt[:PROMPT_MAX_CHARS],
+            namespaces=list(dict.fromkeys(namespaces)),
+            top_k=opt_int(body, "top_k", TOP_K_DEFAULT, 1, TOP_K_MAX),
+            max_chars=min(high, max(low, max_chars)),
+        )
 
-        prompt = prompt[:MAX_PROMPT_CHARS]
-        kept: list[dict[str, Any]] = []
+
+class Inject:
+    def __init__(self, search: Search, gate: Gate | None = None) -> None:
+        self.search = search
+        self.gate = gate or Gate()
+
+    @property
+    def client(self) -> Client:
+        return self.search.client
+
+    def inject(self, body: Any) -> dict[str, Any]:
+        request = InjectRequest.parse(body)
+        observations = self.observe(request.prompt, request.namespaces)
+        chosen, rejected = judge(request.prompt, observations, self.gate, request.top_k)
         degraded: dict[str, str] = {}
-        rejected = dict.fromkeys(REJECTIONS, 0)
-        for namespace in dict.fromkeys(namespaces):
-            found = self.recall.search(
-                {"query": prompt, "namespace": namespace, "top_k": CANDIDATES, "hops": 2}
-            )
-            degraded.update(found["degraded"])
-            candidates = found["memories"]
-            coverage = self._coverage(prompt, found["namespace"], candidates, degraded)
-            admitted, counts = admit(prompt, candidates, found["keys"], coverage, gate)
-            kept.extend(admitted)
-            for reason, count in counts.items():
-                rejected[reason] += count
-        kept.sort(key=lambda c: -c["score"])
+        for seen in observations:
+            degraded.update(seen.degraded)
         return {
-            "memories": previews(kept[:top_k], max_chars),
-            "required_tokens": structured_tokens(prompt),
+            "memories": previews(chosen, request.max_chars),
+            "required_tokens": structured_tokens(request.prompt),
             "rejected": rejected,
             "degraded": degraded,
         }
 
-    def _coverage(
-        self,
-        prompt: str,
-        namespace: str,
-        candidates: list[dict[str, Any]],
-        degraded: dict[str, str],
-    ) -> dict[str, float] | None:
-        """The lexicon's coverage of the prompt by each candidate; None if it cannot answer.
+    def observe(self, prompt: str, namespaces: list[str]) -> list[Observation]:
+        """Search's candidates in every namespace and the lexicon's coverage of what the
+        prompt asks by each: one analysis of the prompt, the namespaces in parallel."""
+        requests = [
+            SearchRequest.parse(
+                {"query": prompt, "namespace": namespace, "top_k": CANDIDATES, "hops": 2}
+            )
+            for namespace in namespaces
+        ]
+        found = self.search.search_all(requests)
+        observations = [
+            Observation(f["namespace"], f["memories"], f["keys"], degraded=f["degraded"])
+            for f in found
+        ]
+        self._cover(prompt, observations)
+        return observations
+
+    def _cover(self, prompt: str, observations: list[Observation]) -> None:
+        """Each candidate's coverage of the prompt, its named entities left out, in one
+        parallel round of ``lexicon.coverage`` calls.
 
         A long prompt is mostly pasted material around a question, so, as for the reranker, its
-        sentences at both ends are covered separately and a candidate keeps its best share.
+        sentences at both ends are covered separately and a candidate keeps its best share. A
+        prompt that asks nothing beyond the entities it names leaves coverage out (None).
         """
-        if not candidates:
-            return {}
-        ids = [c["memory_id"] for c in candidates]
-        outcomes = self.client.call_many(
-            [
-                ("lexicon", "coverage", {"query": segment, "namespace": namespace, "ids": ids})
-                for segment in rerank_segments(prompt)
-            ],
-            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
-        )
-        answered = [o for o in outcomes if not isinstance(o, KeymemError)]
-        if not answered:
-            degraded["lexicon"] = f"coverage: {outcomes[0]}"
-            return None
-        best: dict[str, float] = {}
-        for reply in answered:
-            for memory_id, share in zip(ids, reply["coverage"], strict=True):
+        calls: list[tuple[str, str, Any]] = []
+        owners: list[Observation] = []
+        for seen in observations:
+            ids = [c["memory_id"] for c in seen.candidates]
+            if not ids:
+                seen.coverage = {}
+                continue
+            asked = without_entities(prompt, named_entities(prompt, seen.keys))
+            if not re.search(r"\w", asked):
+                continue
+            for segment in rerank_segments(asked):
+                body = {"query": segment, "namespace": seen.namespace, "ids": ids}
+                calls.append(("lexicon", "coverage", body))
+                owners.append(seen)
+        if not calls:
+            return
+        outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
+        for seen, outcome, (_, _, body) in zip(owners, outcomes, calls, strict=True):
+            if isinstance(outcome, KeymemError):
+                seen.degraded["lexicon"] = f"coverage: {outcome}"
+                continue
+            best = seen.coverage if seen.coverage is not None else {}
+            for memory_id, share in zip(body["ids"], outcome["coverage"], strict=True):
                 if share is not None:
                     best[memory_id] = max(share, best.get(memory_id, 0.0))
-        return best
+            seen.coverage = best
 
 
 def previews(chosen: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:

@@ -1,38 +1,82 @@
 """Key navigation, the default MCP flow: recall → read_key → read_memory.
 
-``recall`` returns ranked key clusters and one passive preview: the best memory under the
-strongest key, reranked against the query (or the caller's context). It changes nothing — no
-access counts, no reinforcement, no confirmation. ``read_key`` with a query ranks a key's
+``recall`` returns ranked key clusters and at most one passive preview: the best memory under
+the strongest key, reranked against the caller's context (or the query). It changes nothing —
+no access counts, no reinforcement, no confirmation. ``read_key`` with a query ranks a key's
 memories by their relevance to it, so a hub is paged in a useful order. Relevance is the
 reranker's score clipped to [0, 1] (a cosine, or a cross-encoder logit through a sigmoid), so it
 can multiply a link weight; when the reranker is down the graph's link ranking stands.
+
+Keys come from two paths. The key path: the query's words name a key (concept, alias) or its
+vector lands near one. The content path: a memory whose text holds the query (the lexicon's
+coverage — the idf-weighted share of the query's words it contains, Lucene's positive idf, so
+the scale does not depend on how many memories the namespace has) lends its keys as
+``content`` matches; the caller's ``context`` feeds this path too, sentence by sentence.
+
+The preview is held to the gates inject uses for what it shows unasked
+(``services/memory/inject.py``), adapted to one memory under one key:
+
+* every structured token of the query (a version such as v0.6.2, an issue number, a hash)
+  appears in it — a query about v0.6.2 must not preview the v0.6.1 note;
+* a key reached only through content is no anchor: its memory is previewed only when its
+  relevance alone is strong ("metal" must not preview "shared metal device control panel");
+* it holds what the query asks about the key and the entities it names: the query without
+  their words must be covered (``MIN_COVERAGE``) unless the relevance is strong — "what does
+  Donggyun drink at night?" does not preview "Donggyun likes coffee";
+* with the reranker's not-found gate set (``KEYMEM_RERANK_MIN_SCORE``), a pool whose best
+  score is below it previews nothing.
+
+A member that fails is skipped for the next best; when none passes, the keys still answer and
+``note`` says why no preview was shown. A preview cut to ``max_chars`` says so (``truncated``,
+``content_chars``).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.limits import DEFAULT_BUDGET_MS, PROMPT_MAX_CHARS
 from keymem.protocol.worker import remaining_ms
 from keymem.services.graph.text import normalize_namespace
+from keymem.services.memory.inject import (
+    ENTITY_KEY_TYPES,
+    MIN_COVERAGE,
+    STRONG_COVERAGE,
+    STRONG_RELEVANCE_BY_KIND,
+    Entity,
+    structured_tokens,
+    without_entities,
+)
 from keymem.services.memory.profile import EmbedderProfile
-from keymem.services.memory.search import key_summary
+from keymem.services.memory.search import key_summary, rerank_segments
 
-DEFAULT_BUDGET_MS = 5_000
+ANALYSE_SHARE = 0.4  # of the remaining time, for the embedder and the lexicon's first round
 RECALL_TOP_K_DEFAULT = 8
 RECALL_TOP_K_MAX = 20
 RERANK_POOL = 30
-NEAREST_KEYS = 3
 PREVIEW_MAX_CHARS_DEFAULT = 2_000
-# A memory whose text matches the query this well (bounded BM25, s / (1 + s)) lends its keys
-# to the key list as "content" matches even when no key name or vector matched.
-CONTENT_GATE = 0.5
+# A memory holding this share of the query's (or a context sentence's) idf weight lends its
+# keys to the key list as "content" matches even when no key name or vector matched: the level
+# at which inject admits a memory on its words alone.
+CONTENT_GATE = STRONG_COVERAGE
+CONTENT_HITS = 5  # BM25 hits per text whose coverage is asked
 MISS_NOTE = (
     "No key matched. nearest_keys are the closest concepts; try one of them with read_key, "
     "or recall with different words."
 )
+WITHHELD = {
+    "missing_token": "none of its memories names {tokens}",
+    "no_anchor": "it was reached only through its memories' words, and none is close enough "
+    "in meaning to show unasked",
+    "low_coverage": "none of its memories holds what the query asks about it",
+    "not_found": "the reranker's not-found gate (KEYMEM_RERANK_MIN_SCORE) finds none relevant",
+}
 
 
 def relevance_of(score: float, score_kind: str) -> float:
@@ -46,9 +90,64 @@ def _text(body: dict[str, Any], name: str, required: bool = False) -> str | None
     value = body.get(name)
     if value is None and not required:
         return None
-    if not isinstance(value, str) or not value.strip():
-        raise BadRequest(f"{name} must be a non-empty string")
+    if not isinstance(value, str) or not value.strip() or len(value) > PROMPT_MAX_CHARS:
+        raise BadRequest(f"{name} must be a non-empty string of at most {PROMPT_MAX_CHARS} chars")
     return value
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    query: str
+    context: str | None
+    namespace: str
+    top_k: int
+    max_chars: int
+    explain: bool
+
+    @classmethod
+    def parse(cls, body: Any) -> RecallRequest:
+        if not isinstance(body, dict):
+            raise BadRequest(f"body must be a map, got {type(body).__name__}")
+        query = _text(body, "query", required=True)
+        assert query is not None
+        top_k = body.get("top_k", RECALL_TOP_K_DEFAULT)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 20:
+            raise BadRequest(f"top_k must be an integer in [1, {RECALL_TOP_K_MAX}]")
+        max_chars = body.get("max_chars", PREVIEW_MAX_CHARS_DEFAULT)
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+            raise BadRequest("max_chars must be a positive integer")
+        return cls(
+            query=query,
+            context=_text(body, "context"),
+            namespace=normalize_namespace(_text(body, "namespace")),
+            top_k=top_k,
+            max_chars=max_chars,
+            explain=bool(body.get("explain")),
+        )
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The reranker's [0, 1] relevance per memory id and the raw scores' kind."""
+
+    relevance: dict[str, float]
+    kind: str
+
+    def strong(self, memory_id: str) -> bool:
+        level = STRONG_RELEVANCE_BY_KIND.get(self.kind)
+        if level is None or memory_id not in self.relevance:
+            return False
+        return self.relevance[memory_id] >= relevance_of(level, self.kind)
+
+
+def asked_about(query: str, anchor: dict[str, Any], keys: list[dict[str, Any]]) -> str:
+    """The query without the anchor key's words and the entities it names: what it asks."""
+    named = [anchor] + [k for k in keys if k.get("key_type") in ENTITY_KEY_TYPES]
+    entities = [
+        Entity(str(k["key_id"]), tuple(s for s in [k["concept"], *(k.get("aliases") or [])] if s))
+        for k in named
+    ]
+    return without_entities(query, entities)
 
 
 class Navigation:
@@ -99,149 +198,206 @@ class Navigation:
         ranked = {k: v for k, v in body.items() if k != "query"}
         return self._call("graph", "read_key", {**ranked, "relevance": relevance})
 
+    # -- recall ---------------------------------------------------------------------------
     def recall(self, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise BadRequest(f"body must be a map, got {type(body).__name__}")
-        query = _text(body, "query", required=True)
-        assert query is not None
-        context = _text(body, "context")
-        namespace = normalize_namespace(_text(body, "namespace"))
-        top_k = body.get("top_k", RECALL_TOP_K_DEFAULT)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 20:
-            raise BadRequest(f"top_k must be an integer in [1, {RECALL_TOP_K_MAX}]")
-        max_chars = body.get("max_chars", PREVIEW_MAX_CHARS_DEFAULT)
-        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-            raise BadRequest("max_chars must be a positive integer")
-
-        embedded, lexical = self.client.call_many(
+        """Four rounds: embedder ∥ lexicon search (query, context) → lexicon coverage of the
+        hits → the graph's ``navigate`` → reranker ∥ lexicon coverage of the preview pool."""
+        request = RecallRequest.parse(body)
+        texts = [request.query] + ([request.context] if request.context else [])
+        budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
+        embedded, *searched = self.client.call_many(
             [
-                ("embedder", "embed", {"texts": [query], "kind": "query"}),
-                ("lexicon", "search", {"query": query, "namespace": namespace, "top_n": 5}),
+                ("embedder", "embed", {"texts": [request.query], "kind": "query"}),
+                *(
+                    (
+                        "lexicon",
+                        "search",
+                        {"query": text, "namespace": request.namespace, "top_n": CONTENT_HITS},
+                    )
+                    for text in texts
+                ),
             ],
-            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS) // 2,
+            timeout_ms=budget,
         )
+        degraded = [
+            name
+            for name, out in (("embedder", embedded), ("lexicon", searched[0]))
+            if isinstance(out, KeymemError)
+        ]
+        graph_body: dict[str, Any] = {
+            "namespace": request.namespace,
+            "text": request.query,
+            "top_k": request.top_k,
+            "pool": RERANK_POOL,
+            "explain": request.explain,
+            "content": self._content_hits(texts, searched, request.namespace),
+        }
         vector = None if isinstance(embedded, KeymemError) else embedded["vectors"][0]
-        match: dict[str, Any] = {"namespace": namespace, "text": query, "top_k": top_k}
         if vector is not None:
-            match["vector"] = vector
+            graph_body["vector"] = vector
             thresholds = self.profile.thresholds(embedded["fingerprint"])
             if thresholds is not None:
-                match["thresholds"] = thresholds
-        keys = self._call("graph", "match_keys", match)["keys"]
-        if not isinstance(lexical, KeymemError):
-            keys = self._with_content_keys(keys, lexical["hits"], namespace, top_k)
-        reply: dict[str, Any] = {"query": query, "namespace": namespace}
-        if body.get("explain"):
-            counts = self._call("graph", "counts", {})
+                graph_body["thresholds"] = thresholds
+        found = self._call("graph", "navigate", graph_body)
+        keys = found["keys"]
+        reply: dict[str, Any] = {"query": request.query, "namespace": request.namespace}
+        if request.explain:
             reply["explain"] = {
-                "namespaces": counts["namespaces"],
-                "empty_namespace": counts["namespaces"].get(namespace, {}).get("memories", 0) == 0,
-                "degraded": [
-                    name
-                    for name, out in (("embedder", embedded), ("lexicon", lexical))
-                    if isinstance(out, KeymemError)
-                ],
+                "namespaces": found["counts"],
+                "empty_namespace": found["counts"].get(request.namespace, {}).get("memories", 0)
+                == 0,
+                "degraded": degraded,
             }
         if not keys:
-            nearest: list[dict[str, Any]] = []
-            if vector is not None:
-                nearest = self._call(
-                    "graph",
-                    "match_keys",
-                    {
-                        "namespace": namespace,
-                        "vector": vector,
-                        "top_k": NEAREST_KEYS,
-                        "min_cosine": -1.0,
-                        "learn": False,
-                    },
-                )["keys"]
             return {
                 **reply,
                 "status": "no_match",
                 "keys": [],
                 "memories": [],
-                "nearest_keys": [key_summary(k) for k in nearest],
+                "nearest_keys": [key_summary(k) for k in found.get("nearest_keys", [])],
                 "note": MISS_NOTE,
             }
-        preview = self._preview(keys[0], namespace, context or query, vector, max_chars)
-        return {
+        preview, withheld = self._preview(request, keys, found["members"])
+        answer = {
             **reply,
             "status": "found",
             "keys": [key_summary(k) for k in keys],
             "memories": [] if preview is None else [preview],
         }
+        if withheld is not None:
+            answer["note"] = f"No preview under {keys[0]['concept']!r}: {withheld}."
+        return answer
 
-    def _with_content_keys(
-        self, keys: list[dict[str, Any]], hits: list[dict[str, Any]], namespace: str, top_k: int
+    def _content_hits(
+        self, texts: list[str], searched: Sequence[Any], namespace: str
     ) -> list[dict[str, Any]]:
-        strong = [h for h in hits if h["score"] / (1 + max(h["score"], 0.0)) >= CONTENT_GATE]
-        if not strong:
-            return keys
-        seen = {k["key_id"] for k in keys}
-        linked = self._call(
-            "graph",
-            "memory_keys",
-            {"namespace": namespace, "memory_ids": [h["id"] for h in strong]},
-        )["memories"]
-        extra: list[dict[str, Any]] = []
-        for hit in strong:
-            relevance = hit["score"] / (1 + hit["score"])
-            for key in linked.get(hit["id"], []):
-                if key["key_id"] not in seen:
-                    seen.add(key["key_id"])
-                    extra.append({**key, "score": round(relevance, 4), "match_type": "content"})
-        return (keys + extra)[:top_k]
+        """Memories whose words hold the query or a sentence of the context, best first, with
+        the share they hold (``CONTENT_GATE`` and up)."""
+        calls: list[tuple[str, str, Any]] = []
+        for text, hits in zip(texts, searched, strict=True):
+            if isinstance(hits, KeymemError) or not hits["hits"]:
+                continue
+            ids = [h["id"] for h in hits["hits"]]
+            for segment in rerank_segments(text):
+                body = {"query": segment, "namespace": namespace, "ids": ids}
+                calls.append(("lexicon", "coverage", body))
+        if not calls:
+            return []
+        best: dict[str, float] = {}
+        outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS) // 2)
+        for (_, _, body), outcome in zip(calls, outcomes, strict=True):
+            if isinstance(outcome, KeymemError):
+                continue
+            for memory_id, share in zip(body["ids"], outcome["coverage"], strict=True):
+                if share is not None and share >= CONTENT_GATE:
+                    best[memory_id] = max(share, best.get(memory_id, 0.0))
+        ranked = sorted(best.items(), key=lambda hit: -hit[1])
+        return [{"id": memory_id, "score": share} for memory_id, share in ranked]
 
     def _preview(
-        self, key: dict[str, Any], namespace: str, query: str, vector: Any, max_chars: int
-    ) -> dict[str, Any] | None:
-        handles = self._call(
-            "graph",
-            "read_key",
-            {"key_id": key["key_id"], "namespace": namespace, "limit": RERANK_POOL},
-        )["memories"]
-        if not handles:
-            return None
-        # fetched once: scored and shown
-        views = self._views([h["memory_id"] for h in handles], namespace)
-        if not views:
-            return None  # every handle was superseded or forgotten in between
-        relevance = self._relevance(query, views) or {}
+        self, request: RecallRequest, keys: list[dict[str, Any]], members: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The best member of the strongest key that passes the gates, or why none did."""
+        if not members:
+            return None, None
+        anchor = keys[0]
+        ids = [m["id"] for m in members]
+        asked = asked_about(request.query, anchor, keys)
+        passages = [m["content"] for m in members]
+        calls: list[tuple[str, str, Any]] = [
+            ("reranker", "score", {"query": text, "passages": passages})
+            for text in (request.query, request.context)
+            if text
+        ]
+        if re.search(r"\w", asked):
+            body = {"query": asked, "namespace": request.namespace, "ids": ids}
+            calls.append(("lexicon", "coverage", body))
+        outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
+        if not isinstance(outcomes[0], KeymemError) and not outcomes[0]["gate"]["passed"]:
+            return None, WITHHELD["not_found"]
+        on_query = _scored(ids, outcomes[0])
+        on_context = _scored(ids, outcomes[1]) if request.context else on_query
+        coverage: dict[str, float] | None = None
+        if calls[-1][0] == "lexicon" and not isinstance(outcomes[-1], KeymemError):
+            shares = zip(ids, outcomes[-1]["coverage"], strict=True)
+            coverage = {i: share for i, share in shares if share is not None}
+        tokens = structured_tokens(request.query)
+        reasons: list[str] = []
+        passing = []
+        for member in members:
+            reason = _withheld(member, anchor, tokens, on_query, coverage)
+            if reason is None:
+                passing.append(member)
+            else:
+                reasons.append(reason)
+        if not passing:
+            why = reasons[0] if reasons else "low_coverage"
+            return None, WITHHELD[why].format(tokens=", ".join(tokens))
+        ranking = on_context.relevance if on_context is not None else {}
         best = max(
-            (h for h in handles if h["memory_id"] in views),
-            key=lambda h: (relevance.get(h["memory_id"], 1.0) * h["score"], h["created_at"]),
+            passing,
+            key=lambda m: (ranking.get(m["id"], 1.0) * m["link_rank"], m["created_at"]),
         )
-        full = views[best["memory_id"]]
-        connected = [k for k in full["keys"] if k["key_id"] != key["key_id"]]
-        cosines: dict[str, float] = {}
-        if vector is not None:
-            linked = self._call(
-                "graph",
-                "memory_keys",
-                {"namespace": full["namespace"], "memory_ids": [full["id"]], "vector": vector},
-            )["memories"][full["id"]]
-            cosines = {k["key_id"]: k["relevance"] for k in linked if "relevance" in k}
-        # the keys most related to the query first, so the agent's next hop is obvious
-        connected.sort(key=lambda k: (-cosines.get(k["key_id"], 0.0), -k["link_weight"]))
-        return {
-            "id": full["id"],
-            "content": full["content"][:max_chars],
-            "evidence": "passive_preview",
-            "reinforced": False,
-            "namespace": full["namespace"],
-            "depth": full["depth"],
-            "created_at": full["created_at"],
-            "validity": full["validity"],
-            "content_relevance": relevance.get(full["id"]),
-            "matched_key": {"key_id": key["key_id"], "concept": key["concept"]},
-            "connected_keys": [
-                {
-                    "key_id": k["key_id"],
-                    "concept": k["concept"],
-                    "relevance": cosines.get(k["key_id"]),
-                    "link_weight": k["link_weight"],
-                }
-                for k in connected
-            ],
-        }
+        return _shown(best, anchor, ranking, request.max_chars), None
+
+
+def _scored(ids: list[str], outcome: Any) -> Scored | None:
+    if isinstance(outcome, KeymemError):
+        return None
+    kind = str(outcome["score_kind"])
+    return Scored(
+        {i: relevance_of(s, kind) for i, s in zip(ids, outcome["scores"], strict=True)}, kind
+    )
+
+
+def _withheld(
+    member: dict[str, Any],
+    anchor: dict[str, Any],
+    tokens: list[str],
+    scored: Scored | None,
+    coverage: dict[str, float] | None,
+) -> str | None:
+    """Why ``member`` may not be previewed under ``anchor`` (None: it may). Without the
+    reranker or the lexicon, the gates that need them stand aside."""
+    content = member["content"].lower()
+    if any(token not in content for token in tokens):
+        return "missing_token"
+    strong = scored is not None and scored.strong(member["id"])
+    if anchor.get("match_type") == "content" and scored is not None and not strong:
+        return "no_anchor"
+    share = None if coverage is None else coverage.get(member["id"])
+    if share is not None and share < MIN_COVERAGE and not strong:
+        return "low_coverage"
+    return None
+
+
+def _shown(
+    member: dict[str, Any], anchor: dict[str, Any], ranking: dict[str, float], max_chars: int
+) -> dict[str, Any]:
+    """The preview as the tool returns it; its keys most related to the query first."""
+    connected = [k for k in member["keys"] if k["key_id"] != anchor["key_id"]]
+    connected.sort(key=lambda k: (-(k.get("relevance") or 0.0), -k["weight"]))
+    content = member["content"]
+    return {
+        "id": member["id"],
+        "content": content[:max_chars],
+        "truncated": len(content) > max_chars,
+        "content_chars": len(content),
+        "evidence": "passive_preview",
+        "reinforced": False,
+        "namespace": member["namespace"],
+        "depth": member["depth"],
+        "created_at": member["created_at"],
+        "validity": member["validity"],
+        "content_relevance": ranking.get(member["id"]),
+        "matched_key": {"key_id": anchor["key_id"], "concept": anchor["concept"]},
+        "connected_keys": [
+            {
+                "key_id": k["key_id"],
+                "concept": k["concept"],
+                "relevance": k.get("relevance"),
+                "link_weight": k["weight"],
+            }
+            for k in connected
+        ],
+    }
