@@ -128,7 +128,8 @@ def test_correction_supersedes_and_keeps_the_whole_history(graph: GraphService) 
     newest = graph.get_memories({"ids": [third["new_id"]]})["memories"][0]
     assert newest["validity"]["decay_profile"] == "stable"  # inherited
     link_weights = {k["concept"]: k["link_weight"] for k in newest["keys"]}
-    assert link_weights == {"residence": 0.7, "Seoul": 0.7}  # inherited links start lower
+    assert link_weights == {"residence": 0.7}  # inherited links start lower
+    assert second["dropped_keys"] == ["Seoul"]  # only the old text named it
     assert graph.get_memories({"ids": [first]})["missing"] == [first]
 
 

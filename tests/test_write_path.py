@@ -127,3 +127,118 @@ def test_two_loads_of_a_dev_file_give_the_same_store(name: str, mode: KeyMode) -
     first, second = loaded_twice(DATA / name, mode)
     assert len(first) == len(load_benchmark(DATA / name).memories)
     assert first == second
+
+
+def test_correct_without_keys_reuses_the_keys_that_fit_and_says_which_it_dropped(
+    deployed: FullStack,
+) -> None:
+    """The fact changed from strawberries to a peanut allergy: the strawberry keys (named by
+    the old text, or close to it and far from the new one) go; the broad ones stay."""
+    namespace = "correct"
+    saved = deployed.memory(
+        "remember",
+        {
+            "content": "The user loves strawberries",
+            "keys": ["strawberry", "딸기", "food", "user taste"],
+            "namespace": namespace,
+        },
+    )["saved"]
+    corrected = deployed.memory(
+        "correct",
+        {
+            "memory_id": saved,
+            "content": "The user is allergic to peanuts, so no peanut snacks",
+            "namespace": namespace,
+        },
+    )
+    assert {"strawberry", "딸기"} <= set(corrected["dropped_keys"])
+    assert "food" in corrected["inherited_keys"]
+    kept = set(keys_of(deployed, corrected["new_id"], namespace))
+    assert kept == set(corrected["inherited_keys"]) and not kept & {"strawberry", "딸기"}
+    extended = deployed.memory(
+        "correct",
+        {
+            "memory_id": corrected["new_id"],
+            "content": "The user is allergic to peanuts and to shellfish",
+            "namespace": namespace,
+        },
+    )
+    assert extended["dropped_keys"] == []  # nothing moved away from the keys it kept
+
+
+def test_a_correct_whose_keys_are_all_too_short_inherits_instead_of_failing(
+    deployed: FullStack,
+) -> None:
+    saved = deployed.memory(
+        "remember",
+        {"content": "The team stand-up is at 9:30", "keys": ["stand-up", "meeting", "team"]},
+    )["saved"]
+    corrected = deployed.memory(
+        "correct",
+        {"memory_id": saved, "content": "The team stand-up moved to 10:00", "keys": ["a", "b"]},
+    )
+    assert sorted(corrected["inherited_keys"]) == ["meeting", "stand-up", "team"]
+    assert "too short" in corrected["note"]
+
+
+def test_remember_hints_split_phrase_keys_and_ask_for_another_language(
+    deployed: FullStack,
+) -> None:
+    namespace = "hints"
+    deployed.memory(
+        "remember",
+        {"content": "사용자는 부산에 산다", "keys": ["부산", "거주지"], "namespace": namespace},
+    )
+    english = deployed.memory(
+        "remember",
+        {
+            "content": "The user works at a coffee roastery near the harbour",
+            "keys": ["coffee roastery job", "harbour"],
+            "namespace": namespace,
+        },
+    )
+    hints = english["hints"]
+    assert hints["phrase_keys"] == [
+        {"your_key": "coffee roastery job", "split_into": ["coffee", "roastery", "job"]}
+    ]
+    assert hints["single_language"]["script"] == "latin"
+    assert hints["single_language"]["store_scripts"] == ["hangul", "latin"]
+    mixed = deployed.memory(
+        "remember",
+        {
+            "content": "The user cycles to work along the beach",
+            "keys": ["cycling", "자전거", "commute"],
+            "namespace": namespace,
+        },
+    )
+    assert "hints" not in mixed or "single_language" not in mixed["hints"]
+
+
+def test_a_confirmed_near_miss_becomes_an_alias_that_recall_then_finds(
+    deployed: FullStack,
+) -> None:
+    namespace = "nearmiss"
+    saved = deployed.memory(
+        "remember",
+        {
+            "content": "The user lives in Busan, near Haeundae beach",
+            "keys": ["거주지", "Busan", "Haeundae"],
+            "namespace": namespace,
+        },
+    )["saved"]
+    home = next(k for k in keys_of(deployed, saved, namespace).values() if k["concept"] == "거주지")
+    for _ in range(3):
+        recalled = deployed.memory("recall", {"query": "사는곳", "namespace": namespace})
+        near = recalled["keys"] or recalled["nearest_keys"]
+        assert home["key_id"] in [k["key_id"] for k in near]
+        deployed.memory(
+            "read_memory",
+            {"memory_id": saved, "via_key_id": home["key_id"], "namespace": namespace},
+        )
+        deployed.memory(
+            "confirm_memory", {"memory_id": saved, "evidence": "user", "namespace": namespace}
+        )
+    recalled = deployed.memory("recall", {"query": "사는곳", "namespace": namespace})
+    assert recalled["keys"][0]["key_id"] == home["key_id"]
+    assert recalled["keys"][0]["match_type"] == "alias"
+    assert [m["id"] for m in recalled["memories"]] == [saved]

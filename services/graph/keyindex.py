@@ -7,9 +7,11 @@ so writes cost O(dim), not a rebuild.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
-from keymem.services.graph.text import surface_norm
+from keymem.services.graph.text import script_of, surface_norm
 from keymem.store.records import KeyRecord
 
 INITIAL_CAPACITY = 64
@@ -26,6 +28,8 @@ class KeyIndex:
         self.literal: dict[str, set[str]] = {}
         # stripped lower-case concept or alias -> key id (exact key resolution on write)
         self.exact: dict[str, str] = {}
+        # writing system -> keys whose concept is written in it (remember's language hint)
+        self.scripts: Counter[str | None] = Counter()
 
     @classmethod
     def bulk(cls, dim: int, keys: list[KeyRecord]) -> KeyIndex:
@@ -42,6 +46,7 @@ class KeyIndex:
         for key in keys:
             for surface in key.surfaces():
                 index.add_surface(key.id, surface)
+        index.scripts.update(script_of(k.concept) for k in keys)
         return index
 
     def __len__(self) -> int:
@@ -62,6 +67,7 @@ class KeyIndex:
         self.pos[key.id] = n
         for surface in key.surfaces():
             self.add_surface(key.id, surface)
+        self.scripts[script_of(key.concept)] += 1
 
     def add_surface(self, key_id: str, surface: str) -> None:
         norm = surface_norm(surface)
@@ -79,6 +85,7 @@ class KeyIndex:
             self.matrix[index] = self.matrix[last]
             self.concept_mask[index] = self.concept_mask[last]
         self.ids.pop()
+        self.scripts[script_of(key.concept)] -= 1
         self.matrix[last] = 0.0
         self.concept_mask[last] = False
         for surface in key.surfaces():

@@ -15,10 +15,21 @@ from typing import Any
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import KeyInput
 from keymem.services.graph.state import GraphState
-from keymem.services.graph.text import conflicting_qualifier, is_short_concept
+from keymem.services.graph.text import (
+    conflicting_qualifier,
+    is_short_concept,
+    key_words,
+    script_of,
+    usable_key,
+)
 from keymem.store.records import KeyAlias, KeyRecord
 
 HINT_DIGITS = 3
+PHRASE_KEY_MIN_WORDS = 3
+# Words a phrase key's split leaves out: they would be keys about nothing.
+PHRASE_FILLER = frozenset(
+    {"a", "an", "the", "of", "and", "or", "to", "in", "on", "at", "for", "with", "from", "by"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +103,37 @@ def near_key_hints(
                 }
             )
     return hints
+
+
+def phrase_key_hints(keys: list[KeyInput]) -> list[dict[str, Any]]:
+    """Agent keys of ``PHRASE_KEY_MIN_WORDS`` or more words: a phrase is matched only when a
+    query repeats it, while its words as separate keys each meet other memories and queries."""
+    hints = []
+    for key in keys:
+        words = key_words(key.surface)
+        if not key.auto and len(words) >= PHRASE_KEY_MIN_WORDS:
+            split = [w for w in words if usable_key(w) and w.lower() not in PHRASE_FILLER]
+            hints.append({"your_key": key.surface, "split_into": list(dict.fromkeys(split))})
+    return hints
+
+
+def single_language_hint(
+    state: GraphState, namespace: str, keys: list[KeyInput]
+) -> dict[str, Any] | None:
+    """When every agent key is in one writing system while the namespace already holds keys
+    in others: a memory keyed in one language is found only by queries in that language
+    (keys carry the vectors; across scripts literal matching never fires)."""
+    scripts = {script_of(k.surface) for k in keys if not k.auto} - {None}
+    index = state.indexes.get(namespace)
+    if len(scripts) != 1 or index is None:
+        return None
+    (script,) = scripts
+    others = sorted(s for s, n in index.scripts.items() if n > 0 and s not in (script, None))
+    if not others:
+        return None
+    return {
+        "script": script,
+        "store_scripts": sorted([script, *others]),
+        "note": f"every key is {script} while this namespace also has {', '.join(others)} "
+        "keys: add a key or two in those languages so queries in them find this memory",
+    }

@@ -165,3 +165,54 @@ def ordered_phrases(text: str) -> list[str]:
                 if len(phrase) >= MIN_KEY_CHARS:
                     phrases[phrase] = None
     return list(phrases)
+
+
+# A key word and a text word name the same thing when they share a prefix this long, and at
+# most STEM_SLACK characters of the longer one are left over ("peanut"/"peanuts",
+# "allergy"/"allergic", "strawberry"/"strawberries"; not "cat"/"category").
+STEM_MIN_CHARS = 4
+STEM_SLACK_CHARS = 3
+
+
+def _same_word(key_word: str, text_word: str) -> bool:
+    if key_word in _variants(text_word):
+        return True
+    if min(len(key_word), len(text_word)) < STEM_MIN_CHARS:
+        return False
+    shared = next(
+        (i for i, (a, b) in enumerate(zip(key_word, text_word, strict=False)) if a != b),
+        min(len(key_word), len(text_word)),
+    )
+    return shared >= max(STEM_MIN_CHARS, max(len(key_word), len(text_word)) - STEM_SLACK_CHARS)
+
+
+def text_names(text: str, surface: str) -> bool:
+    """Whether ``text`` names a key surface: every word of it appears in the text, up to a
+    particle or an inflection. Looser than literal matching (which recall uses to pick keys):
+    it judges whether a key still fits a text that was rewritten."""
+    words = set(_TOKEN.findall(unicodedata.normalize("NFKC", text).lower()))
+    wanted = _TOKEN.findall(unicodedata.normalize("NFKC", surface).lower())
+    return bool(wanted) and all(any(_same_word(w, t) for t in words) for w in wanted)
+
+
+_SCRIPTS = (
+    ("hangul", re.compile(r"[\u1100-\u11ff\u3130-\u318f\uac00-\ud7a3]")),
+    ("kana", re.compile(r"[\u3040-\u30ff]")),
+    ("han", re.compile(r"[\u3400-\u9fff]")),
+    ("cyrillic", re.compile(r"[\u0400-\u04ff]")),
+    ("latin", re.compile(r"[A-Za-z\u00c0-\u024f]")),
+)
+
+
+def script_of(text: str) -> str | None:
+    """The writing system of a key's first letter (None for digits and symbols only): what
+    the single-language hint compares, since a key's language shows in its script."""
+    for char in text:
+        if char.isalpha():
+            return next((name for name, pattern in _SCRIPTS if pattern.match(char)), "other")
+    return None
+
+
+def key_words(text: str) -> list[str]:
+    """A key's words, as literal matching splits them."""
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text))

@@ -12,9 +12,17 @@ import heapq
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from keymem.protocol.errors import BadRequest, Conflict, NotFound
 from keymem.protocol.fields import body_of
-from keymem.services.graph.keys import Resolution, near_key_hints, resolve_key
+from keymem.services.graph.keys import (
+    Resolution,
+    near_key_hints,
+    phrase_key_hints,
+    resolve_key,
+    single_language_hint,
+)
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import (
     KeyInput,
@@ -28,10 +36,19 @@ from keymem.services.graph.requests import (
     ttl_of,
 )
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
-from keymem.services.graph.text import normalize_content, ordered_phrases
-from keymem.store.records import MemoryRecord, to_json
+from keymem.services.graph.text import (
+    normalize_content,
+    ordered_phrases,
+    text_names,
+    usable_key,
+)
+from keymem.store.records import KeyRecord, MemoryRecord, to_json
 
 INHERITED_LINK_PENALTY = 0.15
+# A correction that moves its text this much further (in cosine) from an inherited key than
+# the old text was drops the key. Key-to-sentence cosines of a fitting key are small on the
+# offline model (0.05-0.5), so it is the move that tells, not the level.
+KEY_DRIFT_MIN = 0.15
 # A key keymem extracted from the content weighs half an agent's key: the agent chose its keys.
 AUTO_LINK_WEIGHT = 0.5
 # A memory filed under fewer agent keys than this gets auto-keys, at most this many.
@@ -147,10 +164,28 @@ def remember(
             result["conflict"] = True
             memory.contradicts.append(duplicate.id)
             state.changes.rewrite_contradictions(memory)
-    hints = near_key_hints(state, resolutions, thresholds)
+    hints = remember_hints(state, item, resolutions, thresholds)
     if hints:
-        result["hints"] = {"near_keys": hints}
+        result["hints"] = hints
     return result
+
+
+def remember_hints(
+    state: GraphState, item: RememberItem, resolutions: list[Resolution], thresholds: Thresholds
+) -> dict[str, Any]:
+    """What would make the agent's keys better: new keys close to existing ones, phrase keys
+    to split into words, keys all in one language in a store of several."""
+    hints: dict[str, Any] = {}
+    near = near_key_hints(state, resolutions, thresholds)
+    if near:
+        hints["near_keys"] = near
+    phrases = phrase_key_hints(item.keys)
+    if phrases:
+        hints["phrase_keys"] = phrases
+    language = single_language_hint(state, item.namespace, item.keys)
+    if language is not None:
+        hints["single_language"] = language
+    return hints
 
 
 def link_keys(
@@ -240,7 +275,9 @@ class CorrectPlan:
     decay_profile: str | None
     related_to: list[str] | None
     source: dict[str, Any] | None
-    note: str | None
+    notes: list[str]
+    # rows: the old version's text, the new text (for judging which inherited keys still fit)
+    text_vectors: np.ndarray | None = None
 
 
 def plan_correct(state: GraphState, raw: Any, now: float) -> CorrectPlan:
@@ -248,23 +285,92 @@ def plan_correct(state: GraphState, raw: Any, now: float) -> CorrectPlan:
     body = body_of(raw)
     memory_id = req_str(body, "memory_id")
     content = content_of(body)
+    notes = []
+    given = body.get("keys")
+    if isinstance(given, list) and all(isinstance(k, str) and not usable_key(k) for k in given):
+        notes.append(f"keys {given} are too short to be keys; the old version's keys were reused")
+        body = {k: v for k, v in body.items() if k not in ("keys", "key_vectors")}
     keys = keys_of(body, state.dim, required=False)
     ttl = ttl_of(body)
     profile = decay_profile_of(body)
     related = related_of(body)
     source = source_of(body)
+    vectors = text_vectors_of(body, state.dim) if keys is None else None
     old = live_memory(state, memory_id, namespace_of(body), now)
-    note = None
     if old.superseded_by is not None:
         head = head_of(state, old)
         if head.expired(now) or head.superseded_by is not None:
             raise Conflict(f"memory {memory_id} was superseded and has no live head")
-        note = f"{memory_id} was already superseded; corrected its current version {head.id}"
+        notes.insert(
+            0, f"{memory_id} was already superseded; corrected its current version {head.id}"
+        )
         old = head
     check_related(state, related, old.namespace)
     if old.id in (related or ()):
         raise BadRequest("a correction cannot be related_to the memory it replaces")
-    return CorrectPlan(old, content, keys, ttl, profile, related, source, note)
+    return CorrectPlan(old, content, keys, ttl, profile, related, source, notes, vectors)
+
+
+def text_vectors_of(body: dict[str, Any], dim: int | None) -> np.ndarray | None:
+    """Optional ``text_vectors``: float32 [2, dim], the old and the new text, L2-normalised."""
+    raw = body.get("text_vectors")
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, np.ndarray)
+        or raw.ndim != 2
+        or raw.shape[0] != 2
+        or (dim is not None and raw.shape[1] != dim)
+        or not np.all(np.isfinite(raw))
+        or np.any(np.linalg.norm(raw, axis=1) == 0)
+    ):
+        raise BadRequest("text_vectors must be a finite float32 array of shape (2, dim)")
+    unit: np.ndarray = (raw / np.linalg.norm(raw, axis=1)[:, None]).astype(np.float32)
+    return unit
+
+
+def still_fits(key: KeyRecord, old_text: str, new_text: str, vectors: np.ndarray | None) -> bool:
+    """Whether an inherited key still fits a corrected text: it does when the new text names
+    it; it does not when only the old text named it (the fact that named it is gone) or when
+    the correction moved the text away from it by ``KEY_DRIFT_MIN`` in cosine (an off-topic
+    tag left from the old text); otherwise — a broad category, a key in another language — it
+    is kept."""
+    surfaces = key.surfaces()
+    if any(text_names(new_text, s) for s in surfaces):
+        return True
+    if any(text_names(old_text, s) for s in surfaces):
+        return False
+    if vectors is None:
+        return True
+    old_cosine, new_cosine = vectors @ key.vector
+    return bool(old_cosine - new_cosine < KEY_DRIFT_MIN)
+
+
+def inherit_keys(
+    state: GraphState, old: MemoryRecord, new: MemoryRecord, vectors: np.ndarray | None
+) -> dict[str, Any]:
+    """File ``new`` under the old version's keys that still fit its text (``still_fits``), each
+    link a step weaker; says which were reused and which dropped. If none fits, all are reused:
+    a memory needs a key, and the caller is told to give better ones."""
+    links = list(state.mem_links.get(old.id, {}).values())
+    fitting = [
+        link
+        for link in links
+        if still_fits(state.keys[link.key_id], old.content, new.content, vectors)
+    ]
+    report: dict[str, Any] = {}
+    if not fitting:
+        fitting = links
+        report["note"] = "no key of the old version fits the new text; pass keys to replace them"
+    for link in fitting:
+        weight = max(LINK_WEIGHT_MIN, link.weight - INHERITED_LINK_PENALTY)
+        state.add_link(link.key_id, new.id, weight, auto=link.auto, learned=link.learned)
+    kept = {link.key_id for link in fitting}
+    report["inherited_keys"] = [state.keys[link.key_id].concept for link in fitting]
+    report["dropped_keys"] = [
+        state.keys[link.key_id].concept for link in links if link.key_id not in kept
+    ]
+    return report
 
 
 def correct(
@@ -282,18 +388,20 @@ def correct(
         related_to=list(old.related_to) if plan.related_to is None else plan.related_to,
         supersedes=old.id,
     )
+    result: dict[str, Any] = {"new_id": new.id, "superseded": old.id}
+    notes = list(plan.notes)
     if plan.keys is None:
-        for key_id, link in state.mem_links.get(old.id, {}).items():
-            weight = max(LINK_WEIGHT_MIN, link.weight - INHERITED_LINK_PENALTY)
-            state.add_link(key_id, new.id, weight, auto=link.auto, learned=link.learned)
+        inherited = inherit_keys(state, old, new, plan.text_vectors)
+        if "note" in inherited:
+            notes.append(inherited.pop("note"))
+        result.update(inherited)
     else:
         for wanted in plan.keys:
             resolution = resolve_key(state, old.namespace, wanted, thresholds, now)
             state.add_link(resolution.key_id, new.id, LINK_WEIGHT_DEFAULT)
     _supersede(state, old, new)
-    result: dict[str, Any] = {"new_id": new.id, "superseded": old.id}
-    if plan.note:
-        result["note"] = plan.note
+    if notes:
+        result["note"] = "; ".join(notes)
     return result
 
 

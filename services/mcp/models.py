@@ -192,8 +192,27 @@ class NearKey(BaseModel):
     similarity: float
 
 
+class PhraseKey(BaseModel):
+    your_key: str
+    split_into: list[str] = Field(description="its words: save these as separate keys")
+
+
+class SingleLanguage(BaseModel):
+    script: str = Field(description="the writing system every key of this memory is in")
+    store_scripts: list[str] = Field(description="the writing systems of this namespace's keys")
+    note: str
+
+
 class Hints(BaseModel):
-    near_keys: list[NearKey] = Field(description="new keys close to existing ones: consider reuse")
+    near_keys: list[NearKey] = Field(
+        default_factory=list, description="new keys close to existing ones: consider reuse"
+    )
+    phrase_keys: list[PhraseKey] = Field(
+        default_factory=list, description="keys of 3+ words: split them into atomic keys"
+    )
+    single_language: SingleLanguage | None = Field(
+        default=None, description="all keys in one language while the store has several"
+    )
 
 
 class RememberResult(BaseModel):
@@ -212,6 +231,12 @@ class BatchResult(BaseModel):
 class CorrectResult(BaseModel):
     new_id: str
     superseded: str
+    inherited_keys: list[str] | None = Field(
+        default=None, description="without new keys: the old keys reused (they fit the new text)"
+    )
+    dropped_keys: list[str] | None = Field(
+        default=None, description="without new keys: old keys left off (the new text moved away)"
+    )
     note: str | None = None
 
 

@@ -254,7 +254,8 @@ def build_server(
         """Save a durable fact under 3-6 diverse keys.
 
         An exact duplicate supersedes the old copy (deduplicated; conflict when they share a
-        key). hints.near_keys lists new keys close to existing ones.
+        key) and keeps its keys too. hints: near_keys (new keys close to existing ones),
+        phrase_keys (split them), single_language (add keys in the store's other languages).
         """
         body = _body(
             content=content,
@@ -283,7 +284,8 @@ def build_server(
     ) -> models.CorrectResult:
         """Replace a fact that changed: a new version supersedes the old one (kept in history).
 
-        Omitted keys, TTL, decay profile and related_to are inherited from the old version.
+        Omitted keys, TTL, decay profile and related_to are inherited from the old version;
+        of the keys, those that still fit the new text (inherited_keys, dropped_keys).
         """
         body = _body(
             memory_id=memory_id,

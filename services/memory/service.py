@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from keymem.protocol.errors import BadRequest, KeymemError, Unavailable
+from keymem.protocol.limits import DEFAULT_BUDGET_MS
 from keymem.protocol.worker import Service, remaining_ms
 from keymem.services import config as cfg
 from keymem.services.config import Config, load
+from keymem.services.graph.text import usable_key
 from keymem.services.memory.autokeys import AutoKeys
 from keymem.services.memory.horizon import ConsistentClient, WriteHorizon
 from keymem.services.memory.inject import Gate, Inject
@@ -28,8 +30,6 @@ from keymem.services.memory.navigation import Navigation
 from keymem.services.memory.profile import EmbedderProfile
 from keymem.services.memory.search import Search
 
-# Budget for a call that arrives without a deadline of its own (only in-process callers).
-DEFAULT_BUDGET_MS = 10_000
 # The embedder's per-request limit on texts; larger batches are split and sent in parallel.
 EMBED_TEXTS_PER_CALL = 256
 # Warm-ups share the one reranker queue with recalls, so they come in small pieces (each a
@@ -126,9 +126,30 @@ class MemoryAPI:
         return saved
 
     def correct(self, body: Any) -> Any:
-        saved = self._call("graph", "correct", self._with_vectors(body, keys_required=False))
+        stamped = self._with_vectors(body, keys_required=False)
+        if inherits_keys(stamped):
+            stamped = self._with_text_vectors(stamped)
+        saved = self._call("graph", "correct", stamped)
         self._warm([body.get("content")])
         return saved
+
+    def _with_text_vectors(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A correction that inherits its keys carries vectors of the old and the new text, so
+        the graph can drop inherited keys the rewrite moved away from (writes.still_fits).
+        Without them (embedder down, a bad body) the graph judges by the words alone."""
+        memory_id, content = body.get("memory_id"), body.get("content")
+        if not isinstance(memory_id, str) or not isinstance(content, str):
+            return body  # the graph names the problem
+        scope = {k: v for k, v in body.items() if k == "namespace"}
+        try:
+            chain = self._call("graph", "history", {"memory_id": memory_id, **scope})
+            current = next(v for v in chain["versions"] if v["id"] == chain["current"])
+            embedded = self._call(
+                "embedder", "embed", {"texts": [current["content"], content], "kind": "query"}
+            )
+        except (KeymemError, StopIteration):
+            return body
+        return {**body, "text_vectors": embedded["vectors"]}
 
     def remember_batch(self, body: Any) -> Any:
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
@@ -160,6 +181,18 @@ class MemoryAPI:
 
         handler.__name__ = method
         return handler
+
+
+def inherits_keys(body: Any) -> bool:
+    """Whether a correction reuses the old version's keys: it names none that could be a key."""
+    if not isinstance(body, dict):
+        return False
+    keys = body.get("keys")
+    return keys is None or (
+        isinstance(keys, list)
+        and all(isinstance(k, str) for k in keys)
+        and not any(usable_key(k) for k in keys)
+    )
 
 
 def make_service(
