@@ -3,6 +3,13 @@
 A DEALER socket whose replies are matched by request id, so a reply that arrives after its
 caller gave up is simply discarded (the Lazy Pirate problem of REQ sockets does not arise).
 It imports only pyzmq and msgpack (not asyncio): the hook uses it.
+
+A call never outlives its deadline, whatever dies. When the connection to the router drops
+(the router was killed), the calls waiting on it end at once with a transient ``unavailable``
+instead of waiting for replies that cannot come; a call made with ``retry=True`` (an
+idempotent read, or a write carrying an idempotency key) is then sent again, as it is after a
+transient ``unavailable`` from the router (its worker died, none is live yet), until it is
+answered or its deadline passes.
 """
 
 from __future__ import annotations
@@ -17,12 +24,22 @@ import zmq
 
 from keymem.protocol import envelope
 from keymem.protocol.codec import pack, unpack
-from keymem.protocol.errors import DeadlineExceeded, KeymemError, Unavailable, error_from_wire
+from keymem.protocol.errors import (
+    DeadlineExceeded,
+    KeymemError,
+    Unavailable,
+    error_from_wire,
+    is_transient,
+    transient,
+)
 from keymem.protocol.sockets import send_frames
 
 DEFAULT_TIMEOUT_MS = 5_000
 # How long past its deadline a client waits for the router's own typed ``timeout`` reply.
 REPLY_GRACE_MS = 250
+# Between a transient failure and the retry: a restarting service needs about a second, and
+# a retry that comes back ``unavailable`` at once costs a round trip of well under 1 ms.
+RETRY_PAUSE_MS = 50
 
 
 class RequestIds:
@@ -45,6 +62,21 @@ def build_request(
         deadline_ms=envelope.now_ms() + timeout_ms,
         body=pack(body),
     )
+
+
+def connection_lost(endpoint: str) -> Unavailable:
+    return transient(f"lost the connection to {endpoint} before the reply (the router went away)")
+
+
+def retry_in_ms(error: KeymemError, retry: bool, give_up: float) -> int | None:
+    """How long to pause before sending a failed call again, or None: raise ``error``.
+
+    ``give_up`` is the call's deadline on the ``time.monotonic`` clock.
+    """
+    left_ms = (give_up - time.monotonic()) * 1000
+    if retry and is_transient(error) and left_ms > 2 * RETRY_PAUSE_MS:
+        return RETRY_PAUSE_MS
+    return None
 
 
 def result_of(reply: envelope.Reply) -> Any:
@@ -73,16 +105,41 @@ class Client:
         self._ids = RequestIds()
         self._socket: zmq.Socket[bytes] = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # A dropped connection ends the calls waiting on it (inproc peers live in this process).
+        self._monitor: zmq.Socket[bytes] | None = None
+        if not endpoint.startswith("inproc://"):
+            self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        if self._monitor is not None:
+            self._poller.register(self._monitor, zmq.POLLIN)
         self._socket.connect(endpoint)
 
     def call(
-        self, service: str, method: str, body: Any = None, *, timeout_ms: int | None = None
+        self,
+        service: str,
+        method: str,
+        body: Any = None,
+        *,
+        timeout_ms: int | None = None,
+        retry: bool = False,
     ) -> Any:
-        """One request; the result, or the typed error raised."""
-        (outcome,) = self.call_many([(service, method, body)], timeout_ms=timeout_ms)
-        if isinstance(outcome, KeymemError):
-            raise outcome
-        return outcome
+        """One request; the result, or the typed error raised.
+
+        ``retry=True`` sends it again after a transient ``unavailable`` (see the module
+        docstring) until the deadline: only for calls that are safe to repeat.
+        """
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        give_up = time.monotonic() + timeout / 1000
+        while True:
+            (outcome,) = self.call_many([(service, method, body)], timeout_ms=timeout)
+            if not isinstance(outcome, KeymemError):
+                return outcome
+            pause_ms = retry_in_ms(outcome, retry, give_up)
+            if pause_ms is None:
+                raise outcome
+            time.sleep(pause_ms / 1000)
+            timeout = int((give_up - time.monotonic()) * 1000)
 
     def notify(
         self, service: str, method: str, body: Any = None, *, timeout_ms: int | None = None
@@ -108,6 +165,7 @@ class Client:
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         requests = [build_request(self._ids, s, m, b, timeout) for s, m, b in calls]
         outcomes: dict[bytes, Any] = {}
+        self._disconnected()  # a drop before these requests is not theirs
         for request in requests:
             try:
                 send_frames(self._socket, request.frames())
@@ -118,8 +176,15 @@ class Client:
         waiting = {r.request_id for r in requests} - outcomes.keys()
         give_up = time.monotonic() + (timeout + REPLY_GRACE_MS) / 1000
         while waiting and (remaining := give_up - time.monotonic()) > 0:
-            if not self._socket.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+            events = dict(self._poller.poll(int(remaining * 1000) + 1))
+            if not events:
                 break
+            if self._disconnected():
+                for request_id in waiting:
+                    outcomes[request_id] = connection_lost(self.endpoint)
+                break
+            if self._socket not in events:
+                continue
             reply = envelope.parse_reply(self._socket.recv_multipart())
             if reply.request_id in waiting:  # else a stale reply to an abandoned call
                 waiting.discard(reply.request_id)
@@ -127,6 +192,7 @@ class Client:
                     outcomes[reply.request_id] = result_of(reply)
                 except KeymemError as exc:
                     outcomes[reply.request_id] = exc
+        waiting -= outcomes.keys()
         for request in requests:
             if request.request_id in waiting:
                 outcomes[request.request_id] = DeadlineExceeded(
@@ -135,7 +201,18 @@ class Client:
                 )
         return [outcomes[r.request_id] for r in requests]
 
+    def _disconnected(self) -> bool:
+        """Whether the connection dropped since the last look (reads the pending events)."""
+        dropped = False
+        while self._monitor is not None and self._monitor.poll(0):
+            self._monitor.recv_multipart()
+            dropped = True
+        return dropped
+
     def close(self) -> None:
+        if self._monitor is not None:
+            self._socket.disable_monitor()
+            self._monitor.close(linger=0)
         self._socket.close(linger=0)
 
     def __enter__(self) -> Client:

@@ -54,6 +54,20 @@ class Unavailable(KeymemError):
     code = ErrorCode.UNAVAILABLE
 
 
+# ``detail`` of an ``unavailable`` that a moment may cure (a worker died or is restarting, the
+# connection to the router dropped), as opposed to one that waiting cannot (a full disk).
+TRANSIENT = "transient"
+
+
+def transient(message: str) -> Unavailable:
+    """An ``unavailable`` worth retrying shortly, within the caller's deadline."""
+    return Unavailable(message, {TRANSIENT: True})
+
+
+def is_transient(error: KeymemError) -> bool:
+    return isinstance(error, Unavailable) and error.detail.get(TRANSIENT) is True
+
+
 class DeadlineExceeded(KeymemError):
     code = ErrorCode.TIMEOUT
 

@@ -34,6 +34,7 @@ from keymem.protocol.errors import (
     KeymemError,
     TooLarge,
     Unavailable,
+    transient,
 )
 from keymem.protocol.sockets import send_frames
 from keymem.protocol.stats import RequestStats
@@ -237,7 +238,7 @@ class Broker:
             known = ", ".join(sorted([ROUTER_SERVICE, *self.services]))
             raise BadRequest(f"unknown service {request.service!r} (known: {known})")
         if not record.workers:
-            raise Unavailable(f"no live {request.service} worker")
+            raise transient(f"no live {request.service} worker")
         if request.method not in record.methods():
             known = ", ".join(sorted(record.methods()))
             raise BadRequest(f"{request.service} has no method {request.method!r} (known: {known})")
@@ -253,7 +254,7 @@ class Broker:
             )
             if worker is None:
                 if not record.workers:
-                    raise Unavailable(f"no live {record.name} worker")
+                    raise transient(f"no live {record.name} worker")
                 if len(record.queue) >= MAX_QUEUED_PER_SERVICE:
                     raise Unavailable(f"{record.name} is overloaded ({len(record.queue)} queued)")
                 record.queue.append(token)
@@ -284,7 +285,7 @@ class Broker:
             while record.queue:
                 token = record.queue.popleft()
                 if token in self.pending:
-                    self._answer_error(token, Unavailable(f"no live {record.name} worker"))
+                    self._answer_error(token, transient(f"no live {record.name} worker"))
 
     # -- workers -------------------------------------------------------------------------
     def _on_backend(self, identity: bytes, frames: list[bytes]) -> None:
@@ -393,7 +394,7 @@ class Broker:
                     continue
             self._answer_error(
                 token,
-                Unavailable(
+                transient(
                     f"the {worker.service} worker (pid {worker.pid}) {why} "
                     "while handling this request"
                 ),
