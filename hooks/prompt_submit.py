@@ -151,7 +151,7 @@ def surfaced_context(payload: Any, config: Config) -> tuple[str, str | None]:
     if isinstance(payload.get("session_id"), str):
         body["session_id"] = payload["session_id"]
     with Client(_router(endpoints), timeout_ms=timeout_ms) as client:
-        result = client.call("memory", "inject", body)
+        result = client.call("memory", "inject", body, retry=True)
     memories = result.get("memories") or []
     return PROMPT_SUBMIT, render(memories) if memories else None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,9 @@ REPLY_GRACE_MS = 250
 # Between a transient failure and the retry: a restarting service needs about a second, and
 # a retry that comes back ``unavailable`` at once costs a round trip of well under 1 ms.
 RETRY_PAUSE_MS = 50
+# The body field that makes a write safe to send again: the graph commits a key's write once
+# and answers a repeat with the first commit's result (docs/PROTOCOL.md, "Idempotent writes").
+IDEMPOTENCY_KEY = "idempotency_key"
 
 
 class RequestIds:
@@ -62,6 +66,13 @@ def build_request(
         deadline_ms=envelope.now_ms() + timeout_ms,
         body=pack(body),
     )
+
+
+def with_idempotency_key(body: Any) -> Any:
+    """``body`` with an idempotency key (the one it carries, else a new one): safe to resend."""
+    if not isinstance(body, dict) or body.get(IDEMPOTENCY_KEY) is not None:
+        return body
+    return {**body, IDEMPOTENCY_KEY: uuid.uuid4().hex}
 
 
 def connection_lost(endpoint: str) -> Unavailable:

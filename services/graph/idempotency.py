@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from keymem.protocol.client import IDEMPOTENCY_KEY
 from keymem.protocol.codec import pack, unpack
 from keymem.protocol.errors import BadRequest, Conflict
 from keymem.store.changes import Changes
 from keymem.store.database import GraphStore
 from keymem.store.records import Outcome
 
-KEY_FIELD = "idempotency_key"
+KEY_FIELD = IDEMPOTENCY_KEY
 MAX_KEY_CHARS = 128
 RETAINED_S = 3_600.0
 

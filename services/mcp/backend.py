@@ -18,6 +18,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ValidationError
 
 from keymem.protocol.async_client import AsyncClient
+from keymem.protocol.client import with_idempotency_key
 from keymem.protocol.errors import ErrorCode, KeymemError
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 TOOL_TIMEOUT_MS = 20_000  # one tool call, end to end through the router
 BATCH_TIMEOUT_MS = 60_000  # remember_batch: up to 200 items' keys to embed
 PROBE_TIMEOUT_MS = 1_000  # is the router there at all (after a failed start)
+# Tools that change memories: each call carries an idempotency key, so sending it again after
+# the router or the graph died commits it once and reports the commit (docs/RELIABILITY.md).
+WRITES = {"remember", "remember_batch", "correct", "forget", "dismiss", "confirm_memory"}
 # keymem-side failures, as opposed to a mistake in the agent's arguments.
 SERVICE_FAILURES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.INTERNAL}
 
@@ -48,11 +52,16 @@ class MemoryBackend:
     async def call(
         self, method: str, body: dict[str, Any], *, timeout_ms: int = TOOL_TIMEOUT_MS
     ) -> Any:
-        """The memory service's reply to ``method``, or a ``ToolError`` saying what failed."""
+        """The memory service's reply to ``method``, or a ``ToolError`` saying what failed.
+
+        Every call may be sent again within its deadline when keymem restarts a service under
+        it: reads are idempotent, and writes carry an idempotency key."""
         if self.launch_error is not None:
             await self._probe()
+        if method in WRITES:
+            body = with_idempotency_key(body)
         try:
-            return await self.client.call("memory", method, body, timeout_ms=timeout_ms)
+            return await self.client.call("memory", method, body, timeout_ms=timeout_ms, retry=True)
         except KeymemError as exc:
             raise ToolError(self._describe(method, exc)) from exc
 

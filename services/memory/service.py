@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from keymem.protocol.client import with_idempotency_key
 from keymem.protocol.errors import BadRequest, KeymemError, Unavailable
 from keymem.protocol.limits import DEFAULT_BUDGET_MS
 from keymem.protocol.worker import Service, remaining_ms
@@ -64,6 +65,17 @@ class MemoryAPI:
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
 
+    def _write(self, method: str, body: Any) -> Any:
+        """A graph write, sent again under one idempotency key while the graph is restarting:
+        it commits once, and a commit whose reply was lost still reaches the agent."""
+        return self.client.call(
+            "graph",
+            method,
+            with_idempotency_key(body),
+            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
+            retry=True,
+        )
+
     def embed_keys(self, texts: list[str]) -> tuple[Any, str]:
         """Key vectors for ``texts`` (one float32 row each) and the embedder's fingerprint."""
         import numpy as np
@@ -77,8 +89,10 @@ class MemoryAPI:
         )
         for outcome in outcomes:
             if isinstance(outcome, KeymemError):
-                if isinstance(outcome, Unavailable):
-                    raise Unavailable(f"cannot embed keys: {outcome.message}") from outcome
+                if isinstance(outcome, Unavailable):  # transient stays transient
+                    raise Unavailable(
+                        f"cannot embed keys: {outcome.message}", outcome.detail
+                    ) from outcome
                 raise outcome
         fingerprints = {outcome["fingerprint"] for outcome in outcomes}
         if len(fingerprints) != 1:
@@ -121,7 +135,7 @@ class MemoryAPI:
     # -- writes that need vectors ----------------------------------------------------------
     def remember(self, body: Any) -> Any:
         (body,) = self.autokeys.complete([body])
-        saved = self._call("graph", "remember", self._with_vectors(body, keys_required=True))
+        saved = self._write("remember", self._with_vectors(body, keys_required=True))
         self._warm([body.get("content")])
         return saved
 
@@ -129,7 +143,7 @@ class MemoryAPI:
         stamped = self._with_vectors(body, keys_required=False)
         if inherits_keys(stamped):
             stamped = self._with_text_vectors(stamped)
-        saved = self._call("graph", "correct", stamped)
+        saved = self._write("correct", stamped)
         self._warm([body.get("content")])
         return saved
 
@@ -153,7 +167,7 @@ class MemoryAPI:
 
     def remember_batch(self, body: Any) -> Any:
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-            return self._call("graph", "remember_batch", body)  # the graph names the problem
+            return self._write("remember_batch", body)  # the graph names the problem
         items = self.autokeys.complete(body["items"])
         keyed = [
             (i, [k for k in item["keys"] if k.strip()])
@@ -171,13 +185,15 @@ class MemoryAPI:
                 items[i] = {**items[i], "keys": keys, "key_vectors": vectors[row : row + len(keys)]}
                 row += len(keys)
             body = self._stamped({**body, "items": items, "fingerprint": fingerprint})
-        saved = self._call("graph", "remember_batch", body)
+        saved = self._write("remember_batch", body)
         self._warm([item.get("content") for item in items if isinstance(item, dict)])
         return saved
 
     def passthrough(self, method: str) -> Any:
         def handler(body: Any) -> Any:
-            return self._call("graph", method, body)
+            if method in IDEMPOTENT:
+                return self._call("graph", method, body)
+            return self._write(method, body)
 
         handler.__name__ = method
         return handler
