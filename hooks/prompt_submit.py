@@ -23,10 +23,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from keymem.protocol.client import Client
-from keymem.protocol.endpoints import Endpoints, ipc_path
+from keymem.protocol.endpoints import Endpoints, ipc_path, make_private
 from keymem.protocol.limits import PROMPT_MAX_CHARS
 from keymem.services.config import (
     HOME,
@@ -41,6 +41,10 @@ MIN_PROMPT_CHARS = 6
 # A long prompt is usually pasted material with the question at the end: keep both ends.
 LONG_PROMPT_HEAD_CHARS = 1_000
 HOST_CONTEXT_CAP_CHARS = 10_000  # hosts cut additionalContext beyond this
+# The host's JSON on stdin is read up to this size: a prompt is cut to PROMPT_MAX_CHARS (both
+# ends kept) anyway, and a larger payload is skipped instead of held in memory.
+STDIN_MAX_BYTES = 4 << 20
+DRAIN_CHUNK_BYTES = 1 << 16
 CONTEXT_BUDGET_CHARS = 4_000
 NAMESPACE_MAP_FILE = "namespaces.json"
 DEFAULT_NAMESPACE = "default"
@@ -163,12 +167,23 @@ def session_brief(router: str, namespace: str, timeout_ms: int) -> str | None:
     return render(memories, "keymem-brief", BRIEF_GUIDANCE) if memories else None
 
 
+def read_payload(stream: BinaryIO) -> bytes:
+    """stdin, up to ``STDIN_MAX_BYTES``. A longer payload is drained without being kept and
+    refused: a 50 MB paste must cost neither 50 MB of memory nor the host a broken pipe."""
+    raw = stream.read(STDIN_MAX_BYTES + 1)
+    if len(raw) <= STDIN_MAX_BYTES:
+        return raw
+    while stream.read(DRAIN_CHUNK_BYTES):
+        pass
+    raise ValueError(f"stdin is larger than {STDIN_MAX_BYTES} bytes; the prompt is skipped")
+
+
 def main() -> int:
+    make_private()
     home = configured_home()
     try:
         config = load()
-        raw = sys.stdin.buffer.read()
-        payload = json.loads(raw.decode("utf-8"))
+        payload = json.loads(read_payload(sys.stdin.buffer).decode("utf-8"))
         event, context = surfaced_context(payload, config)
     except Exception as exc:  # never block a prompt, never print junk
         record_failure(home, f"{type(exc).__name__}: {exc}")

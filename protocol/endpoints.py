@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_TCP_PORT = 47810
+# What keymem's processes create is their user's alone: files 0600, directories 0700.
+PRIVATE_UMASK = 0o077
+PRIVATE_DIR_MODE = 0o700
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_IPC_PATH_BYTES = 107
 
@@ -84,12 +87,27 @@ def inproc_endpoints(name: str | None = None) -> Endpoints:
     )
 
 
+def make_private() -> None:
+    """Create every file of this process private to its user, whatever umask it inherited.
+
+    Memories, logs, backups, exports and caches hold what the user told their agents; with
+    the usual umask 022 they would be readable by every local user (invariant 7).
+    """
+    os.umask(PRIVATE_UMASK)
+
+
+def private_home(home: Path) -> None:
+    """Create KEYMEM_HOME (0700), and take back a home another umask left open."""
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(home, PRIVATE_DIR_MODE)
+
+
 def prepare_run_dir(endpoints: Endpoints) -> None:
     """Create the run directory private to this user (0700), fixing looser permissions."""
     if endpoints.run_dir is None:
         return
     endpoints.run_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(endpoints.run_dir, 0o700)
+    os.chmod(endpoints.run_dir, PRIVATE_DIR_MODE)
 
 
 def ipc_path(endpoint: str) -> Path | None:

@@ -22,6 +22,39 @@ def body_of(raw: Any) -> dict[str, Any]:
     return raw
 
 
+# Free-form objects (a memory's ``source``, tuning maps) are nested at most this deep: their
+# readers (JSON encoders, pydantic, the MCP SDK's parser, which stops at 200) recurse, and a
+# body nested deeper than they can go must be a clear error, not a silent drop or a crash.
+FREE_FORM_MAX_DEPTH = 16
+
+
+def depth_of(value: Any, limit: int) -> int:
+    """How deeply ``value``'s lists and maps nest (a scalar is 0), counted up to ``limit + 1``.
+
+    Iterative, so a hostile value cannot exhaust the stack of the check meant to refuse it.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth + 1 > limit:
+            return limit + 1
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_depth(value: Any, name: str, limit: int = FREE_FORM_MAX_DEPTH) -> None:
+    if depth_of(value, limit) > limit:
+        raise BadRequest(f"{name} is nested more than {limit} levels deep")
+
+
 def opt_str(body: dict[str, Any], name: str, max_chars: int) -> str | None:
     value = body.get(name)
     if value is None:

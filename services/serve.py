@@ -9,7 +9,7 @@ import sys
 import threading
 from types import FrameType
 
-from keymem.protocol.endpoints import prepare_run_dir
+from keymem.protocol.endpoints import make_private, prepare_run_dir
 from keymem.protocol.worker import Worker
 from keymem.services.catalog import BUILDERS
 from keymem.services.config import (
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m keymem.services {{{','.join(ALL_PROGRAMS)}}}", file=sys.stderr)
         return 2
     name = args[0]
+    make_private()
     try:
         settings = Settings.from_env()
     except ConfigError as exc:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from keymem.protocol.client import Client
-from keymem.protocol.endpoints import prepare_run_dir
+from keymem.protocol.endpoints import prepare_run_dir, private_home
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import (
     ALL_PROGRAMS,
@@ -225,7 +225,7 @@ class Supervision:
 
     def start(self) -> bool:
         """Start supervisord unless it already runs for this home; True if it was started."""
-        self.settings.home.mkdir(parents=True, exist_ok=True)
+        private_home(self.settings.home)
         prepare_run_dir(self.settings.endpoints)
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         if self.supervisord_pid() is not None:

@@ -24,6 +24,7 @@ from keymem.store.database import EFFECTIVE_LINKS, GraphStore
 from keymem.store.schema import SCHEMA_VERSION
 
 EXPORT_FORMAT = "keymem-graph-export"
+PRIVATE_FILE_MODE = 0o600
 EXPORT_VERSION = 1
 EXPORTED_TABLES = (
     "keys",
@@ -109,7 +110,9 @@ def export_graph(conn: duckdb.DuckDBPyConnection, out: Path) -> dict[str, int]:
         "tables": tables,
     }
     partial = out.with_name(out.name + ".partial")
-    with open(partial, "x", encoding="utf-8") as handle:
+    # 0600 whatever the umask: an export holds every memory, wherever it is written
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    with open(descriptor, "w", encoding="utf-8") as handle:
         json.dump(document, handle, ensure_ascii=False, separators=(",", ":"))
         handle.flush()
         os.fsync(handle.fileno())

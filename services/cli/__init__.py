@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from keymem.protocol.endpoints import make_private
 from keymem.services.cli import (
     backup,
     bench,
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    make_private()
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)

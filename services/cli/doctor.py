@@ -240,6 +240,44 @@ def _schema(settings: Settings) -> list[Check]:
     return [Check("graph schema", "ok", f"version {version}{pending}")]
 
 
+def _quarantine(settings: Settings) -> list[Check]:
+    """Rows the graph left out at start because they would break it (services/graph/rows.py)."""
+    if Supervision(settings).supervisord_pid() is None:
+        return [Check("graph rows", "ok", "checked by the graph at its start (not running now)")]
+    try:
+        with Client(settings.endpoints.frontend, timeout_ms=PING_TIMEOUT_MS) as client:
+            report = client.call("graph", "quarantine")
+    except KeymemError as exc:
+        return [Check("graph rows", "warn", f"the graph did not say ({exc.code.value})")]
+    if not report["count"]:
+        return [Check("graph rows", "ok", "every row loaded")]
+    shown = "; ".join(f"{r['table']} {r['row']}: {r['reason']}" for r in report["rows"][:3])
+    return [
+        Check(
+            "graph rows",
+            "warn",
+            f"{report['count']} damaged row(s) quarantined (left out of the graph): {shown}",
+            "the rest serves; restore from a backup in backups/ or re-import a sound export "
+            f"(every row and why: {Supervision(settings).log_path('graph')})",
+        )
+    ]
+
+
+def _transport(settings: Settings) -> list[Check]:
+    endpoints = settings.endpoints
+    if endpoints.transport != "tcp":
+        return [Check("transport", "ok", f"{endpoints.transport}, private to this user")]
+    return [
+        Check(
+            "transport",
+            "warn",
+            f"tcp on {endpoints.frontend} without authentication (KEYMEM_TCP_INSECURE=true): "
+            "any local process can call the router, or register as a worker and read requests",
+            "use KEYMEM_TRANSPORT=ipc unless another host must connect",
+        )
+    ]
+
+
 def _hook(settings: Settings) -> list[Check]:
     failures = hook_failures(settings)
     if not failures["failures"]:
@@ -261,7 +299,9 @@ CHECKS: tuple[Callable[[Settings], list[Check]], ...] = (
     _directories,
     _models,
     _schema,
+    _transport,
     _services,
+    _quarantine,
     _hook,
 )
 

@@ -43,9 +43,12 @@ def say(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=LOG_FORMAT)
     # Imported here: the SDK is heavy and only this command needs it.
+    import anyio
+
     from keymem.services.mcp.backend import MemoryBackend
     from keymem.services.mcp.provenance import Provenance
     from keymem.services.mcp.server import build_server
+    from keymem.services.mcp.stdio import serve
 
     settings = Settings.from_env()
     launch_error: str | None = None
@@ -69,5 +72,5 @@ def run(args: argparse.Namespace) -> int:
         provenance=Provenance.from_config(settings.config),
         hook=settings.config[HOOK_INSTALLED],
     )
-    server.run()
+    anyio.run(serve, server)
     return 0

@@ -109,6 +109,7 @@ def source_of(body: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise BadRequest("source must be an object")
+    fields.check_depth(value, "source")
     try:
         encoded = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
