@@ -138,6 +138,21 @@ class Changes:
         self.mutations += 1
         self.outcomes[key] = outcome
 
+    def bookkeeping_only(self) -> bool:
+        """Only what reading teaches (access counts, link weights, learned aliases and links):
+        not saving it loses no memory, key, confirmation or acknowledged write."""
+        return not any(
+            (
+                self.new_memories,
+                self.deleted_memories,
+                self.new_keys,
+                self.deleted_keys,
+                self.confirmations,
+                self.meta,
+                self.outcomes,
+            )
+        )
+
     def empty(self) -> bool:
         return not any(
             (

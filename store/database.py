@@ -7,10 +7,12 @@ commit, not per row), inside one transaction together with their change-feed eve
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,21 @@ class StoreLocked(Unavailable):
 
 def graph_path(home: Path) -> Path:
     return home / GRAPH_FILE_NAME
+
+
+# How the operating system says a write found no room, as DuckDB passes it on.
+_NO_SPACE = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "not enough space",
+)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether a failed write failed for lack of disk space (or quota)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(text in str(exc) for text in _NO_SPACE)
 
 
 # Links with their latest weight (appended changes not yet folded in win).
@@ -253,10 +270,8 @@ class GraphStore:
     # -- writes ----------------------------------------------------------------------------
     def commit(self, changes: Changes, head_seq: int) -> int:
         """Write ``changes`` in one transaction; returns the feed head after the commit."""
-        conn = self.conn
         now = time.time()
-        conn.execute("BEGIN TRANSACTION")
-        try:
+        with self.transaction():
             self._write(changes)
             seq = head_seq
             event_rows = []
@@ -264,11 +279,23 @@ class GraphStore:
                 seq += 1
                 event_rows.append((seq, op, memory_id, namespace, now))
             self.insert_rows("events", 5, event_rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         return seq
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """BEGIN ... COMMIT, rolled back on any error, which is the one raised: a COMMIT that
+        failed (a full disk) has already ended the transaction, and the ROLLBACK's own error
+        ("no transaction is active") would hide why."""
+        self.conn.execute("BEGIN TRANSACTION")
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            try:
+                self.conn.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            raise
 
     def _write(self, c: Changes) -> None:
         if c.deleted_memories:
@@ -456,18 +483,13 @@ class GraphStore:
         waiting = int(self.conn.execute("SELECT count(*) FROM link_weights").fetchall()[0][0])
         if waiting < min_rows or waiting == 0:
             return 0
-        self.conn.execute("BEGIN TRANSACTION")
-        try:
+        with self.transaction():
             self.conn.execute(
                 "UPDATE links SET weight = w.weight FROM (SELECT key_id, memory_id, "
                 "arg_max(weight, serial) AS weight FROM link_weights GROUP BY key_id, memory_id) w "
                 "WHERE links.key_id = w.key_id AND links.memory_id = w.memory_id"
             )
             self.conn.execute("DELETE FROM link_weights")
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
         return waiting
 
     # -- idempotent writes -----------------------------------------------------------------
@@ -496,14 +518,9 @@ class GraphStore:
             return pruned_through + 1
         changes = Changes()
         changes.set_meta("pruned_through", cutoff)
-        self.conn.execute("BEGIN TRANSACTION")
-        try:
+        with self.transaction():
             self.conn.execute("DELETE FROM events WHERE seq <= ?", [cutoff])
             self._write(changes)
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
         return cutoff + 1
 
     # -- vectors ---------------------------------------------------------------------------
@@ -514,14 +531,9 @@ class GraphStore:
         rows = [(key_id, vector_bytes(v)) for key_id, v in vectors]
         changes = Changes()
         changes.meta.update(meta)
-        self.conn.execute("BEGIN TRANSACTION")
-        try:
+        with self.transaction():
             self._update("keys", ("id",), (("id", "VARCHAR"), ("vector", "BLOB")), rows)
             self._write(changes)
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
 
     # -- lifecycle -------------------------------------------------------------------------
     def snapshot_to(self, target: Path, conn: duckdb.DuckDBPyConnection | None = None) -> None:

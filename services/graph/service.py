@@ -19,7 +19,14 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from keymem.protocol.errors import BadRequest, InternalError, KeymemError, NotFound, TooLarge
+from keymem.protocol.errors import (
+    BadRequest,
+    InternalError,
+    KeymemError,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
 from keymem.protocol.fields import body_of
 from keymem.protocol.worker import Service
 from keymem.services.config import Settings
@@ -41,7 +48,7 @@ from keymem.services.graph.requests import MAX_BATCH_ITEMS, namespace_of, req_st
 from keymem.services.graph.state import GraphState
 from keymem.store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
 from keymem.store.changes import Changes
-from keymem.store.database import GraphStore, graph_path
+from keymem.store.database import GraphStore, disk_full, graph_path
 
 log = logging.getLogger("keymem.graph")
 
@@ -132,7 +139,10 @@ class GraphService:
             len(self.state.memories),
             self.load_seconds,
         )
-        self.sweep()
+        try:
+            self.sweep()
+        except Unavailable:
+            log.warning("expired memories stay until the disk has room to delete them")
 
     # -- the unit of work ------------------------------------------------------------------
     def write_group(
@@ -183,13 +193,24 @@ class GraphService:
             except Exception as exc:
                 log.exception("commit failed; reloading the graph from the file")
                 self.reload()
-                raise InternalError(f"commit failed: {type(exc).__name__}: {exc}") from exc
+                if not disk_full(exc):
+                    raise InternalError(f"commit failed: {type(exc).__name__}: {exc}") from exc
+                if not changes.bookkeeping_only():
+                    raise Unavailable(
+                        f"disk full: this write was not saved (nothing changed). Free space on "
+                        f"the disk that holds {self.home}, then retry; reads keep working."
+                    ) from exc
+                # Reads answer on a full disk; what they would have taught is not kept.
+                return self._stamp_seq(results)
             self.ledger.committed(changes)
             self.last_write = time.monotonic()
             self.dirty_since_checkpoint = True
+        return self._stamp_seq(results)
+
+    def _stamp_seq(self, results: list[Any]) -> list[Any]:
         for result in results:
             if isinstance(result, dict):
-                result["seq"] = state.head_seq
+                result["seq"] = self.state.head_seq
         return results
 
     def group_handler(self, prepare: Prepare, method: str) -> Callable[[list[Any]], list[Any]]:
