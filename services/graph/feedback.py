@@ -15,7 +15,10 @@ A read reinforces only the edge it traversed (+0.1, capped at 3.0) and never tou
 freshness; only evidence-backed ``confirm_memory`` deepens a memory (+0.05) and restarts its
 freshness. ``dismiss`` weakens one edge (-0.3) down to the floor 0.1, never severing it.
 Autokey: a short query that matched a key only weakly (semantically), followed by a confirmed
-read through that key, earns heat; three earn the query a place as a learned alias.
+read through that key, earns heat; three earn the query a place as a learned alias. A query
+that matched no key at all offers its nearest keys (a near miss): three reads through the same
+one promote it too, although its cosine is below the alias floor — the agent chose that key
+for that query three times.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ class WeakMatch:
     query: str
     scores: dict[str, float]  # key id -> cosine of a weak (semantic, non-literal) match
     at: float
+    # The query matched no key at all and these are its nearest: the agent's reads through
+    # one of them are the only evidence of what it meant, so they promote below the floor.
+    near_miss: bool = False
 
 
 @dataclass
@@ -96,16 +102,17 @@ class RecallBuffer:
 
     entries: deque[WeakMatch] = field(default_factory=lambda: deque(maxlen=AUTOKEY_BUFFER_CAPACITY))
 
-    def push(self, query: str, scores: dict[str, float]) -> None:
+    def push(self, query: str, scores: dict[str, float], *, near_miss: bool = False) -> None:
         if scores:
-            self.entries.append(WeakMatch(query, dict(scores), time.monotonic()))
+            self.entries.append(WeakMatch(query, dict(scores), time.monotonic(), near_miss))
 
-    def consume(self, key_id: str) -> tuple[str, float] | None:
-        """The newest fresh query that weakly matched ``key_id``; each query counts once."""
+    def consume(self, key_id: str) -> tuple[str, float, bool] | None:
+        """The newest fresh query that weakly matched ``key_id`` (query, cosine, near miss);
+        each query counts once."""
         cutoff = time.monotonic() - AUTOKEY_BUFFER_TTL_S
         for entry in reversed(self.entries):
             if entry.at >= cutoff and key_id in entry.scores:
-                return entry.query, entry.scores.pop(key_id)
+                return entry.query, entry.scores.pop(key_id), entry.near_miss
         return None
 
 
@@ -116,7 +123,7 @@ def _learn_alias(
     key = state.keys.get(key_id)
     if weak is None or key is None:
         return None
-    query, cosine = weak
+    query, cosine, near_miss = weak
     norm = query.strip().lower()
     if len(norm) < 2 or any(s.strip().lower() == norm for s in key.surfaces()):
         return None
@@ -133,7 +140,7 @@ def _learn_alias(
     if (
         candidate.count >= AUTOKEY_PROMOTE_COUNT
         and is_short_concept(query)
-        and cosine >= floor
+        and (cosine >= floor or near_miss)
         and learned < AUTOKEY_MAX_LEARNED_ALIASES
     ):
         del key.candidates[norm]

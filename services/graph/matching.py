@@ -27,6 +27,11 @@ from keymem.services.graph.validity import freshness, freshness_factor
 from keymem.services.graph.views import key_idf, key_view
 
 MATCH_MAX_TOP_K = 50
+# A query that matched no key remembers its nearest keys for alias learning (a near miss):
+# at most this many, each within this share of the key-recall threshold (below it the key is
+# no nearer the query than unrelated keys are).
+NEAR_MISS_KEYS = 3
+NEAR_MISS_SHARE = 0.6
 HOP_DECAY = 0.3
 EXPAND_LATER_HOP_FACTOR = 0.7  # hops >= 2 are multiplied by this on top of the decay
 HOPS_MAX = 5
@@ -51,6 +56,15 @@ def query_vector(state: GraphState, body: dict[str, Any]) -> np.ndarray | None:
         raise BadRequest("vector must be finite and non-zero")
     unit: np.ndarray = (vector / norm).astype(np.float32)
     return unit
+
+
+def near_misses(index: KeyIndex, sims: np.ndarray, floor: float) -> dict[str, float]:
+    """A query that matched nothing: its ``NEAR_MISS_KEYS`` nearest concept keys at or above
+    ``floor`` (the keys the MCP recall offers as ``nearest_keys``), for alias learning."""
+    n = len(index)
+    eligible = np.where(index.concept_mask[:n], sims, -np.inf)
+    best = np.argsort(-eligible)[:NEAR_MISS_KEYS]
+    return {index.ids[i]: float(eligible[i]) for i in best if eligible[i] >= floor}
 
 
 def match_keys(
@@ -103,6 +117,9 @@ def match_keys(
                 weak[key_id] = cosine
     if learn and text and weak:
         buffer.push(text, weak)
+    elif learn and text and sims is not None and not candidates and is_short_concept(text):
+        near = near_misses(index, sims, thresholds.key_recall * NEAR_MISS_SHARE)
+        buffer.push(text, near, near_miss=True)
     phrase_floor = thresholds.key_recall + PHRASE_MARGIN
     for key_id, cosine in _phrase_matches(index, body, phrase_floor).items():
         if key_id not in candidates or candidates[key_id][0] < cosine:
