@@ -1,117 +1,164 @@
-"""Recall ablation: one benchmark load, many ``memory.search`` variants, one table.
+"""Recall ablation: one benchmark load, many search variants, one table — all in one process.
 
     python -m benchmarks.recall_ablation FILE [--keys provided|title|auto] [--limit N]
-        [--variants a,b,...] [--no-baselines] [--json OUT] [--dump OUT [--dump-variant V]]
+        [--variants a,b,...] [--no-baselines] [--json OUT]
 
 ``keymem eval`` answers "how good is recall as shipped"; tuning needs "which of these ideas
-helps", and reloading a file into a fresh deployment for every idea costs minutes each. So this
-driver loads a dev file ONCE into a real throwaway deployment (``services.evaluation``'s
-deployment, loader, metrics and baselines, used read-only, so the numbers compare with
-``keymem eval`` and BASELINES.md) and sends every answerable query through ``memory.search``
-under each variant: a variant is just a set of search-body options (``hops``, ``pool``,
-``rerank`` and the ``tuning`` knobs of ``services.memory.search``). Each idea costs one query
-pass. The flat baselines (bm25 with keymem's tokens, dense, hybrid) are computed in the same
-run, after the services are down, exactly as ``keymem eval`` does. Below the table: failed
-and ``degraded`` replies per variant (a timed-out reranker otherwise passes for a worse
-ranking) and each variant's median client wall time (the first variant of a query pays its
-cold caches).
+helps", and reloading a file for every idea costs minutes each. So this driver runs the real
+services as threads of one process (``services/stack.py``: the same router, workers and
+models the supervised deployment runs), loads the file once through ``memory.remember_batch``
+(the eval's loader), and searches every answerable query under each variant. A variant swaps
+components in process — the graph service's ``Scoring`` and the ``Fusion`` a ``Search`` is
+built with — plus the search body's own product options (``hops``, ``pool``, ``rerank``): the
+wire carries nothing that exists only to be measured.
 
-Settings that win here must win on several files (issue 8: no per-dataset switches).
+Every query also belongs to one half of the file (a stable hash of its id): ``fit`` is the half
+a setting may be chosen on, ``held`` the half it is reported on, so a gain that is only
+over-fitting shows before the held-out files do. The flat baselines (bm25 with keymem's tokens,
+dense, hybrid, and their ``+keys`` twins when the keys are provided) are computed after the
+services stop, exactly as ``keymem eval`` does, on the same halves. Below the table: failed and
+``degraded`` searches per variant and each variant's median search time.
+
+Settings that win here must win on several files (no per-dataset switches).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
-from keymem.services.evaluation.baselines import BASELINES, BaselineSuite
+from keymem.protocol.worker import HeartbeatPolicy
+from keymem.services import embedder, lexicon, reranker
+from keymem.services.evaluation.baselines import BASELINES, KEYED_BASELINES, BaselineSuite
 from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
-from keymem.services.evaluation.deployment import temporary_deployment
-from keymem.services.evaluation.loader import (
-    KEY_MODES,
-    KeyMode,
-    LoadedStore,
-    default_key_mode,
-    load,
-)
+from keymem.services.evaluation.loader import KEY_MODES, KeyMode, LoadedStore, default_key_mode
+from keymem.services.evaluation.loader import load as load_store
 from keymem.services.evaluation.metrics import Scores, ScoreSheet
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.recall import memory_ids
 from keymem.services.evaluation.tokens import tokenizer
-from keymem.services.memory.search import POOL_DEFAULT, TOP_K_MAX
+from keymem.services.graph.hybrid import Scoring
+from keymem.services.graph.profile import key_profile_of
+from keymem.services.graph.service import GraphService
+from keymem.services.graph.service import make_service as graph_service
+from keymem.services.memory import service as memory
+from keymem.services.memory.profile import EmbedderProfile
+from keymem.services.memory.search import Fusion, Search
+from keymem.services.router.process import ORCHESTRATION_LIVENESS
+from keymem.services.stack import InprocStack
+from keymem.store.database import graph_path
 
 KS = (2, 5, 10)
-REPORT_K = 5  # the per-type column: all@5 (recall@5)
+REPORT_K = 5  # the per-type and per-half columns: all@5 (recall@5), recall@5
 CLIENT_TIMEOUT_MS = 30_000
-QUERY_TIMEOUT_MS = 30_000
 BASE_BODY: dict[str, Any] = {"hops": 2}  # what ``keymem eval`` sends besides query/ns/top_k
 WARM_UP_CALLS = 3  # until a search comes back undegraded
+# Every worker shares this process's GIL with the model calls and the driver: under load a
+# long embedding batch would make a worker miss the default 3 heartbeats and be dropped.
+HEARTBEAT = HeartbeatPolicy(interval_ms=1_000, liveness=ORCHESTRATION_LIVENESS)
+HALVES = ("fit", "held")
 
-# name -> search-body options on top of BASE_BODY. "shipped" is whatever the build defaults to.
-# recall before issue 8
-LEGACY = {
-    "fusion": "graph_then_rerank",
-    "hop_gate": "none",
-    "seeds": 10,
-    "fallback": False,
-    "link_weighted": False,
-    "phrase_keys": 0,
-    "named_hops": False,
+
+@dataclass(frozen=True)
+class Variant:
+    """One idea: the graph's scoring, the router's fusion, and the search body's options."""
+
+    scoring: Scoring = field(default_factory=Scoring)
+    fusion: Fusion = field(default_factory=Fusion)
+    body: Mapping[str, Any] = field(default_factory=dict)
+
+
+# name -> what it changes from the defaults ("shipped" is the build as it ships)
+VARIANTS: dict[str, Variant] = {
+    "shipped": Variant(),
+    "shipped_again": Variant(),  # the same search twice: a difference would mean recall has state
+    # the previous build: key path and hops min-max'd over the pool, names seed like any key
+    "before": Variant(scoring=Scoring(entity_conjunct=False), fusion=Fusion(scale="pool")),
+    "pool_scale": Variant(fusion=Fusion(scale="pool")),  # key path and hops min-max'd as before
+    "rerank_off": Variant(body={"rerank": False}),
+    "hops0": Variant(body={"hops": 0}),
+    "no_hop_term": Variant(fusion=Fusion(hop_weight=0.0)),
+    "hop_x3": Variant(fusion=Fusion(hop_weight=3.0)),
+    "no_key": Variant(fusion=Fusion(key_weight=0.0)),
+    "key_half": Variant(fusion=Fusion(key_weight=0.5)),
+    "pool30": Variant(body={"pool": 30}),
+    "no_link_weight": Variant(fusion=Fusion(link_weighted=False)),
+    "no_phrases": Variant(fusion=Fusion(phrases=False)),
+    "phrases_all_links": Variant(scoring=Scoring(phrase_links="all")),
+    "auto_hops": Variant(scoring=Scoring(auto_hops=True)),
+    "no_named_hops": Variant(scoring=Scoring(named_hops=False)),
+    "no_evidence": Variant(fusion=Fusion(evidence=False)),
+    "key_max": Variant(scoring=Scoring(key_agg="max")),
+    "seeds3": Variant(scoring=Scoring(seeds=3)),
+    "no_fallback": Variant(scoring=Scoring(fallback=False)),
+    "no_conjunct": Variant(scoring=Scoring(entity_conjunct=False)),
+    "phrases_all_no_conjunct": Variant(scoring=Scoring(phrase_links="all", entity_conjunct=False)),
+    "key_x2": Variant(fusion=Fusion(key_weight=2.0)),
+    "phrases_all_key_x2": Variant(
+        scoring=Scoring(phrase_links="all"), fusion=Fusion(key_weight=2.0)
+    ),
+    "dense_half": Variant(fusion=Fusion(dense_weight=0.5)),
+    "dense_1_5": Variant(fusion=Fusion(dense_weight=1.5)),
 }
-# the first round of issue 8 (blend, one hop seed, fallback), before the keyless files
-ROUND1 = {"link_weighted": False, "phrase_keys": 0, "named_hops": False, "hop_gate": "relevance"}
-VARIANTS: dict[str, dict[str, Any]] = {
-    "shipped": {},
-    "shipped_again": {},  # the same search twice: a difference would mean recall has state
-    "legacy": {"pool": 30, "tuning": LEGACY},
-    "legacy_no_evidence": {"pool": 30, "tuning": {**LEGACY, "evidence": False}},
-    "round1": {"pool": 30, "tuning": ROUND1},
-    "lists": {"tuning": {"fusion": "lists", "hop_gate": "none", "seeds": 10}},
-    "rerank_off": {"rerank": False},
-    "hops0": {"hops": 0},
-    "pool30": {"pool": 30},
-    "pool128": {"pool": 128, "tuning": {"bm25_depth": 128}},
-    "no_link_weight": {"tuning": {"link_weighted": False}},
-    "no_phrases": {"tuning": {"phrase_keys": 0}},
-    "phrases3": {"tuning": {"phrase_keys": 3}},
-    "phrases_all_links": {"tuning": {"phrase_links": "all"}},
-    "phrase_floor_recall": {"tuning": {"phrase_floor": 0.45}},  # USE-m's key-recall floor
-    "auto_hops": {"tuning": {"auto_hops": True}},
-    "no_named_hops": {"tuning": {"named_hops": False}},
-    "hop_gated": {"tuning": {"hop_gate": "relevance"}},
-    "no_named_hops_gated": {"tuning": {"named_hops": False, "hop_gate": "relevance"}},
-    "no_evidence": {"tuning": {"evidence": False}},
-    "key_max": {"tuning": {"key_agg": "max"}},
-    "no_key": {"tuning": {"key_weight": 0.0}},
-    "dense_half": {"tuning": {"dense_weight": 0.5}},
-    "dense_1_5": {"tuning": {"dense_weight": 1.5}},
-    "no_hop_term": {"tuning": {"hop_weight": 0.0}},
-    "seeds3": {"tuning": {"seeds": 3}},
-    "seeds10": {"tuning": {"seeds": 10}},
-    "no_fallback": {"tuning": {"fallback": False}},
-}
+
+
+def half_of(query: Query) -> str:
+    """The half a query belongs to, stable across runs and machines."""
+    return HALVES[zlib.crc32(query.id.encode()) % 2]
 
 
 def _answerable(benchmark: Benchmark) -> list[tuple[int, Query]]:
     return [(i, q) for i, q in enumerate(benchmark.queries) if q.answerable]
 
 
-class Runs:
-    """Per variant: the scores, failed and degraded calls, and each call's wall time (ms)."""
+class Sheets:
+    """One method's scores over the whole file and over each half."""
 
-    def __init__(self, names: Iterable[str]) -> None:
-        self.sheets = {name: ScoreSheet(KS) for name in names}
-        self.errors = dict.fromkeys(self.sheets, 0)
-        self.degraded = dict.fromkeys(self.sheets, 0)
-        self.ms: dict[str, list[float]] = {name: [] for name in self.sheets}
+    def __init__(self) -> None:
+        self.all = ScoreSheet(KS)
+        self.halves = {half: ScoreSheet(KS) for half in HALVES}
+
+    def add(self, query: Query, ranking: list[str]) -> None:
+        self.all.add(query.type, ranking, query.gold)
+        self.halves[half_of(query)].add(query.type, ranking, query.gold)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "all": self.all.summary().to_dict(),
+            "types": {t: self.all.summary(t).to_dict() for t in self.all.types()},
+            "halves": {h: sheet.summary().to_dict() for h, sheet in self.halves.items()},
+        }
+
+
+@dataclass
+class Runs:
+    """Per variant: the scores, failed and degraded searches, and each search's time (ms)."""
+
+    sheets: dict[str, Sheets]
+    errors: dict[str, int]
+    degraded: dict[str, int]
+    ms: dict[str, list[float]]
+
+    @classmethod
+    def of(cls, names: Sequence[str]) -> Runs:
+        return cls(
+            {n: Sheets() for n in names},
+            dict.fromkeys(names, 0),
+            dict.fromkeys(names, 0),
+            {n: [] for n in names},
+        )
 
     def footer(self) -> str:
         failed = {n: e for n, e in self.errors.items() if e}
@@ -119,43 +166,71 @@ class Runs:
         medians = {n: round(statistics.median(v), 1) for n, v in self.ms.items() if v}
         return (
             f"errors: {failed or 'none'}; degraded replies: {slow or 'none'}\n"
-            f"median search ms (client wall, shared box): {medians}"
+            f"median search ms (in process, shared box): {medians}"
         )
 
 
+@dataclass
+class Running:
+    """The in-process deployment: a client through the router, and the graph to swap into."""
+
+    client: Client
+    graph: GraphService
+    profile: EmbedderProfile
+
+
+@contextlib.contextmanager
+def in_process(home: Path) -> Iterator[Running]:
+    """Every real service as a thread of this process, over inproc sockets."""
+    with InprocStack(heartbeat=HEARTBEAT) as stack:
+        settings = stack.settings(home)
+        graph = GraphService(graph_path(home), key_profile_of(settings.config))
+        # Build everything before any worker runs: a model load holds the GIL for seconds and
+        # workers that cannot heartbeat meanwhile would be declared dead.
+        services = [
+            embedder.build(settings),
+            reranker.build(settings),
+            lexicon.build(settings),
+            graph_service(graph),
+        ]
+        services.append(memory.make_service(stack.endpoints.frontend))
+        for service in services:
+            stack.add_worker(service)
+        client = stack.client(timeout_ms=CLIENT_TIMEOUT_MS)
+        yield Running(client, graph, EmbedderProfile(client))
+
+
 def run_variants(
-    client: Client,
+    running: Running,
     benchmark: Benchmark,
     store: LoadedStore,
-    variants: Mapping[str, Mapping[str, Any]],
+    variants: Mapping[str, Variant],
     progress: Progress,
-    dump: list[dict[str, Any]] | None = None,
-    dump_with: Mapping[str, Any] | None = None,
 ) -> Runs:
-    """Every answerable query under every variant; a failed call scores as a miss.
-
-    ``dump`` collects, per query, the labelled pool (every candidate's components and reranker
-    score, up to the 50 a search returns) of a search with the ``dump_with`` variant's options,
-    for offline analysis of fusion formulas.
-    """
-    runs = Runs(variants)
+    """Every answerable query under every variant; a failed search scores as a miss."""
+    runs = Runs.of(list(variants))
+    searches = {n: Search(running.client, running.profile, v.fusion) for n, v in variants.items()}
     answerable = _answerable(benchmark)
     if answerable:
-        _warm_up(client, answerable[0][1].query, store.namespaces[answerable[0][0]])
+        position, first = answerable[0]
+        _warm_up(
+            searches["shipped"] if "shipped" in searches else next(iter(searches.values())),
+            first.query,
+            store.namespaces[position],
+        )
     for position, query in progress.over(answerable, "keymem: variants"):
-        if dump is not None:
-            dump.append(_pool_of(client, store, query, store.namespaces[position], dump_with or {}))
-        for name, options in variants.items():
+        for name, variant in variants.items():
+            running.graph.scoring = variant.scoring
             body = {
                 "query": query.query,
                 "namespace": store.namespaces[position],
                 "top_k": max(KS),
                 **BASE_BODY,
-                **options,
+                **variant.body,
             }
             try:
                 started = time.perf_counter()
-                reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
+                reply = searches[name].search(body)
                 runs.ms[name].append((time.perf_counter() - started) * 1000)
                 ranking = store.to_benchmark(memory_ids(reply))
                 if reply.get("degraded"):
@@ -165,75 +240,47 @@ def run_variants(
                 if runs.errors[name] == 1:
                     progress.note(f"{name}: {exc}")
                 ranking = []
-            runs.sheets[name].add(query.type, ranking, query.gold)
+            runs.sheets[name].add(query, ranking)
+    running.graph.scoring = Scoring()
     return runs
 
 
-def _warm_up(client: Client, text: str, namespace: str) -> None:
-    """One unscored search first: the reranker's first call after start loads its model and
-    times out (the search then degrades to no reranker), which would cost whichever variant
-    happens to run first one question."""
-    body = {"query": text, "namespace": namespace, "top_k": 1}
+def _warm_up(search: Search, text: str, namespace: str) -> None:
+    """Unscored searches first: the reranker's first call loads its model and can miss its
+    deadline (the search then degrades), which would cost whichever variant runs first."""
     for _ in range(WARM_UP_CALLS):
-        reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
-        if not reply.get("degraded"):
+        if not search.search({"query": text, "namespace": namespace, "top_k": 1}).get("degraded"):
             return
 
 
-def _pool_of(
-    client: Client, store: LoadedStore, query: Query, namespace: str, options: Mapping[str, Any]
-) -> dict[str, Any]:
-    pool = options.get("pool", POOL_DEFAULT)
-    body = {"query": query.query, "namespace": namespace, "top_k": min(pool, TOP_K_MAX)}
-    body.update(BASE_BODY)
-    body.update(options)
-    reply = client.call("memory", "search", body, timeout_ms=QUERY_TIMEOUT_MS)
-    pool = [
-        {
-            "ids": store.to_benchmark([m["memory_id"]]),
-            "components": m["components"],
-            "rerank": m.get("rerank_score"),
-            "graph_score": m.get("graph_score", m["score"]),
-            "matched_keys": m["matched_keys"],
-        }
-        for m in reply["memories"]
-    ]
-    fields = ("key_id", "concept", "score", "match_type", "memory_count", "specificity")
-    keys = [{k: key.get(k) for k in fields} for key in reply["keys"]]
-    return {
-        "id": query.id,
-        "query": query.query,
-        "type": query.type,
-        "gold": list(query.gold),
-        "pool": pool,
-        "keys": keys,
-    }
-
-
-def run_baselines(benchmark: Benchmark, progress: Progress) -> dict[str, ScoreSheet]:
-    suite = BaselineSuite(benchmark, BASELINES, progress, tokenize=tokenizer("keymem"))
-    sheets = {name: ScoreSheet(KS) for name in BASELINES}
+def run_baselines(benchmark: Benchmark, mode: KeyMode, progress: Progress) -> dict[str, Sheets]:
+    names = [*BASELINES, *(KEYED_BASELINES if mode == "provided" else ())]
+    suite = BaselineSuite(benchmark, names, progress, tokenize=tokenizer("keymem"))
+    sheets = {name: Sheets() for name in names}
     for _, query in progress.over(_answerable(benchmark), "baselines: ranking"):
         for name, ranked in suite.rank(query).items():
-            sheets[name].add(query.type, ranked.ids, query.gold)
+            sheets[name].add(query, ranked.ids)
     return sheets
 
 
-def _row(name: str, scores: Scores, types: Sequence[str], sheet: ScoreSheet) -> str:
+def _row(name: str, sheets: Sheets, types: Sequence[str]) -> str:
+    scores: Scores = sheets.all.summary()
     cells = [f"{scores.recall[k]:.3f}" for k in KS]
-    cells += [f"{scores.all[REPORT_K]:.3f}", f"{scores.all[max(KS)]:.3f}", f"{scores.mrr:.3f}"]
+    cells += [f"{scores.all[REPORT_K]:.3f}", f"{scores.mrr:.3f}"]
+    cells += [f"{sheets.halves[h].summary().recall[REPORT_K]:.3f}" for h in HALVES]
     for query_type in types:
-        typed = sheet.summary(query_type)
+        typed = sheets.all.summary(query_type)
         cells.append(f"{typed.all[REPORT_K]:.2f} ({typed.recall[REPORT_K]:.2f})")
     return f"| {name} | " + " | ".join(cells) + " |"
 
 
-def table(sheets: Mapping[str, ScoreSheet]) -> str:
-    types = sorted({t for sheet in sheets.values() for t in sheet.types()})
-    head = [f"recall@{k}" for k in KS] + [f"all@{REPORT_K}", f"all@{max(KS)}", "MRR"]
+def table(sheets: Mapping[str, Sheets]) -> str:
+    types = sorted({t for s in sheets.values() for t in s.all.types()})
+    head = [f"recall@{k}" for k in KS] + [f"all@{REPORT_K}", "MRR"]
+    head += [f"r@{REPORT_K} {half}" for half in HALVES]
     head += [f"{t} all@{REPORT_K} (r@{REPORT_K})" for t in types]
     lines = ["| variant | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
-    lines += [_row(n, s.summary(), types, s) for n, s in sheets.items()]
+    lines += [_row(name, s, types) for name, s in sheets.items()]
     return "\n".join(lines)
 
 
@@ -245,8 +292,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the scores here")
-    parser.add_argument("--dump", type=Path, help="write every query's labelled pool here")
-    parser.add_argument("--dump-variant", default="shipped", help="the options of the dump")
     args = parser.parse_args(argv)
 
     benchmark = load_benchmark(args.file)
@@ -259,44 +304,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode: KeyMode = args.keys or default_key_mode(benchmark)
     progress = Progress(sys.stderr)
     started = time.monotonic()
-    with (
-        temporary_deployment(progress.note) as settings,
-        Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
-    ):
-        store = load(client, benchmark, mode, progress)
-        dump: list[dict[str, Any]] | None = [] if args.dump else None
-        runs = run_variants(
-            client,
-            benchmark,
-            store,
-            {n: VARIANTS[n] for n in names},
-            progress,
-            dump,
-            VARIANTS[args.dump_variant],
-        )
+    with tempfile.TemporaryDirectory(prefix="km-abl-") as home, in_process(Path(home)) as running:
+        store = load_store(running.client, benchmark, mode, progress)
+        runs = run_variants(running, benchmark, store, {n: VARIANTS[n] for n in names}, progress)
     sheets = dict(runs.sheets)
     if not args.no_baselines:
-        sheets.update(run_baselines(benchmark, progress))
+        sheets.update(run_baselines(benchmark, mode, progress))
     answerable = len(_answerable(benchmark))
     print(f"## {args.file.name} (--keys {mode}, {answerable} queries, limit {args.limit})")
     print(table(sheets))
     print(runs.footer())
     print(f"wall {time.monotonic() - started:.0f} s")
-    if args.dump and dump is not None:
-        args.dump.write_text(json.dumps(dump))
     if args.json:
-        out = {
-            n: {
-                "all": s.summary().to_dict(),
-                "types": {t: s.summary(t).to_dict() for t in s.types()},
-            }
-            for n, s in sheets.items()
-        }
-        args.json.write_text(
-            json.dumps(
-                {"file": args.file.name, "keys": mode, "limit": args.limit, "scores": out}, indent=1
-            )
-        )
+        out = {name: s.to_dict() for name, s in sheets.items()}
+        document = {"file": args.file.name, "keys": mode, "limit": args.limit, "scores": out}
+        args.json.write_text(json.dumps(document, indent=1))
     return 0
 
 

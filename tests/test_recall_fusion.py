@@ -7,18 +7,25 @@ from typing import Any
 import pytest
 
 from keymem.protocol.errors import BadRequest
+from keymem.protocol.limits import RERANK_MAX_PASSAGES
 from keymem.services.memory.search import (
-    RERANK_MAX_PASSAGES,
+    Fusion,
     Relevance,
     Search,
-    Tuning,
+    SearchRequest,
     fuse_blend,
     min_max,
 )
 
 
 def candidate(
-    name: str, *, key: float = 0.0, bm25: float = 0.0, hop: float = 0.0, factor: float = 1.0
+    name: str,
+    *,
+    key: float = 0.0,
+    bm25: float = 0.0,
+    hop: float = 0.0,
+    hop_share: float = 0.0,
+    factor: float = 1.0,
 ) -> dict[str, Any]:
     return {
         "memory_id": name,
@@ -31,6 +38,7 @@ def candidate(
             "literal": False,
             "hop": 1 if hop else 0,
             "hop_score": hop,
+            "hop_share": hop_share,
             "factor": factor,
         },
     }
@@ -49,36 +57,48 @@ def test_min_max_maps_the_pool_onto_unit_range_and_flat_pools_onto_zero() -> Non
 def test_a_strong_bm25_margin_survives_a_reranker_that_mildly_disagrees() -> None:
     # RRF would tie these (each first in one list); the blend keeps BM25's wide margin.
     pool = [candidate("a", bm25=20.0), candidate("b", bm25=2.0), candidate("c", bm25=1.0)]
-    fused = fuse_blend(pool, Relevance([0.40, 0.42, 0.10], "embedding_cosine"), Tuning())
+    fused = fuse_blend(pool, Relevance([0.40, 0.42, 0.10], "embedding_cosine"), Fusion())
     assert order(fused) == ["a", "b", "c"]
     assert fused[0]["score_kind"] == "blended_evidence"
     assert fused[0]["rerank_score"] == 0.40
 
 
-def test_a_hop_counts_only_as_far_as_the_reached_memory_looks_relevant() -> None:
-    pool = [candidate("seed", key=1.0, bm25=5.0), candidate("far", hop=0.2)]
-    irrelevant = Relevance([0.9, 0.1], "embedding_cosine")
-    gated = fuse_blend(pool, irrelevant, Tuning(hop_gate="relevance"))
-    assert gated[1]["memory_id"] == "far" and gated[1]["score"] == 0.0
-    ungated = fuse_blend(pool, irrelevant, Tuning())  # the default: not gated
-    assert ungated[1]["score"] == 1.0  # the hop's own normalised score
+def test_a_hub_keys_evidence_stays_small_whoever_else_is_in_the_pool() -> None:
+    # A person's name is on 100 memories (IDF 1/100): the pool's only key path and only hop
+    # come through it. On the pool's own scale they would count a whole unit each and put the
+    # hub's memories first; on their own scale they add next to nothing.
+    hub = candidate("hub", key=0.01, bm25=1.0, hop=0.0004, hop_share=0.003)
+    answer = candidate("answer", bm25=1.4)
+    other = candidate("other", bm25=1.0)
+    relevance = Relevance([0.30, 0.50, 0.10], "embedding_cosine")
+    assert order(fuse_blend([hub, answer, other], relevance, Fusion()))[0] == "answer"
+    pooled = fuse_blend([hub, answer, other], relevance, Fusion(scale="pool"))
+    assert order(pooled)[0] == "hub"
+
+
+def test_a_specific_key_and_a_hop_through_it_count_on_their_own_scale() -> None:
+    # one literally named key on one memory is a whole unit; a hop carries its share
+    named = candidate("named", key=1.0)
+    bridge = candidate("bridge", hop=0.0123, hop_share=0.3)
+    fused = fuse_blend([named, bridge, candidate("none")], None, Fusion())
+    assert [(c["memory_id"], c["score"]) for c in fused] == [
+        ("named", 1.0),
+        ("bridge", 0.3),
+        ("none", 0.0),
+    ]
 
 
 def test_without_a_reranker_the_graph_evidence_alone_decides() -> None:
     pool = [candidate("a", key=0.5), candidate("b", key=0.5, bm25=3.0, factor=0.5)]
-    fused = fuse_blend(pool, None, Tuning())
-    assert order(fused) == ["b", "a"]  # (1 + 1) × 0.5 against 1
+    fused = fuse_blend(pool, None, Fusion())
+    assert order(fused) == ["b", "a"]  # (0.5 + 1) × 0.5 against 0.5
     assert "rerank_score" not in fused[0] and fused[0]["score_kind"] == "blended_evidence"
 
 
-def test_tuning_rejects_unknown_knobs_and_out_of_range_weights() -> None:
-    with pytest.raises(BadRequest):
-        Tuning.parse({"fusion": "magic"})
-    with pytest.raises(BadRequest):
-        Tuning.parse({"dense_weight": -1})
-    with pytest.raises(BadRequest):
-        Tuning.parse({"colour": "blue"})
-    assert Tuning.parse(None) == Tuning()
+def test_search_takes_no_experiment_knobs() -> None:
+    with pytest.raises(BadRequest, match="unknown search field"):
+        SearchRequest.parse({"query": "apple", "tuning": {"fusion": "lists"}})
+    assert SearchRequest.parse({"query": "apple", "hops": 0}).hops == 0
 
 
 def test_link_weighting_gives_auto_key_evidence_back_its_half_weight() -> None:
@@ -88,8 +108,9 @@ def test_link_weighting_gives_auto_key_evidence_back_its_half_weight() -> None:
     agent["components"]["key_link"], auto["components"]["key_link"] = 1.0, 0.5
     other = candidate("other", bm25=1.6)  # no key at all
     pool = [agent, auto, other]
-    assert order(fuse_blend(pool, None, Tuning(link_weighted=False))) == ["auto", "agent", "other"]
-    weighted = fuse_blend(pool, None, Tuning())  # the default weighs links
+    unweighted = fuse_blend(pool, None, Fusion(link_weighted=False))
+    assert order(unweighted) == ["auto", "agent", "other"]
+    weighted = fuse_blend(pool, None, Fusion())  # the default weighs links
     assert order(weighted) == ["agent", "other", "auto"]
     assert weighted[2]["score"] == pytest.approx(0.5 + 1 / 3, abs=1e-6)
 
@@ -110,6 +131,6 @@ def test_a_pool_larger_than_one_reranker_call_is_scored_in_pieces() -> None:
     client = Reranker()
     recall = Search(client, None)  # type: ignore[arg-type]
     pool = [{"content": f"p{i}"} for i in range(RERANK_MAX_PASSAGES + 6)]
-    relevance = recall._relevance("query", pool, {})
+    (relevance,) = recall._relevance("query", [pool], {})
     assert client.sizes == [RERANK_MAX_PASSAGES, 6]
     assert relevance is not None and relevance.scores == [float(i) for i in range(len(pool))]

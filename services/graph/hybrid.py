@@ -11,10 +11,12 @@ themselves (the router reranks the pool and decides what to show):
    summed over keys (a phrase's key, by default, only through auto-keys' links);
 2. fusion — Reciprocal Rank Fusion (k = 60) of the key-path ranking and the BM25 ranking, plus a
    bonus for memories on a literally named key, times the depth and freshness factors;
-3. hops — the best fused memories (``seeds``; the router sends 1) seed a bounded breadth-first
-   walk over shared keys and related_to links (``matching.expand``); what a hop reaches adds
-   its hop score, unless its last step joined two auto-keys' links (no hop, ``auto_hops``);
-   ``key_link`` / ``hop_link`` report the share of an agent's link the evidence came through;
+3. hops — the best fused memory (``Scoring.seeds``, 1) seeds a bounded breadth-first walk
+   over shared keys and related_to links (``matching.expand``); what a hop reaches adds its
+   hop score, unless its last step joined two auto-keys' links (no hop, ``auto_hops``);
+   ``hop_share`` is that score over the seed's (what the walk passed on: 0.3 × IDF × link
+   weight for one step), ``key_link`` / ``hop_link`` the share of an agent's link the
+   evidence came through;
 4. fallback — when none of that found anything, the members of the nearest keys below the
    threshold, for the reranker to judge (``_nearest_key_members``);
 5. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
@@ -23,12 +25,14 @@ themselves (the router reranks the pool and decides what to show):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from keymem.protocol.errors import BadRequest
-from keymem.protocol.fields import body_of, opt_bool, opt_choice, opt_int
+from keymem.protocol.fields import body_of, only_fields, opt_int
+from keymem.protocol.limits import POOL_DEFAULT, POOL_MAX
 from keymem.services.graph import matching
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.profile import Thresholds
@@ -48,8 +52,6 @@ KEYS_DEFAULT = 10
 # the strongest first-hop evidence, and a seed is never reached by a hop, so with 10 seeds a
 # 10-memory store had nothing left to reach (docs/history/benchmarks-2026-11-29-to-12-01.md).
 SEEDS_DEFAULT = 1
-POOL_DEFAULT = 30
-POOL_MAX = 200
 BM25_MAX = 1_000
 SCORE_DIGITS = 6
 # How a memory under several matched keys combines their evidence: "sum" rewards a memory that
@@ -58,6 +60,48 @@ KEY_AGGREGATES = ("sum", "max")
 # Which links a key matched by one of the query's phrases leads through: "auto" only the
 # auto-keys' (word-level keys extracted from text, for word-level matches), or "all".
 PHRASE_LINKS = ("auto", "all")
+PHRASE_KEYS_DEFAULT = 2  # nearest concept keys per query phrase
+# What a request says; how it is scored is the service's ``Scoring``.
+RECALL_FIELDS = (
+    "namespace",
+    "text",
+    "vector",
+    "thresholds",
+    "bm25",
+    "hops",
+    "pool",
+    "phrase_vectors",
+)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How the graph turns matched keys, links and hops into candidates. A ``GraphService``
+    holds one (the defaults); the recall ablation (``benchmarks/recall_ablation.py``) swaps
+    it in process to measure a variant, so none of this travels on the wire.
+
+    * ``seeds`` — how many of the best fused memories start the hop walk; a seed is never
+      reached by a hop, so one seed lets the best evidence lend its neighbours (the bridge of a
+      two-hop question) a hop score even when they matched too.
+    * ``key_agg`` — a memory under several matched keys: the ``sum`` or the ``max`` of their
+      evidence.
+    * ``phrase_keys`` — per phrase of the query, how many nearest concept keys it matches;
+      ``phrase_links`` — ``auto``: a phrase's key leads only through auto-keys' links.
+    * ``auto_hops`` — whether a step between two auto-keys' links is a hop.
+    * ``named_hops`` — the seed also steps through the keys its text names.
+    * ``fallback`` — when nothing matched, the members of the nearest keys below the threshold.
+    * ``entity_conjunct`` — when the query spells out name or proper-noun keys, another key's
+      evidence and a hop reach only memories filed under one of them (``_named_entities``).
+    """
+
+    seeds: int = SEEDS_DEFAULT
+    key_agg: str = "sum"
+    phrase_keys: int = PHRASE_KEYS_DEFAULT
+    phrase_links: str = "auto"
+    auto_hops: bool = False
+    named_hops: bool = True
+    fallback: bool = True
+    entity_conjunct: bool = True
 
 
 def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
@@ -76,24 +120,26 @@ def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 def recall_candidates(
-    state: GraphState, buffer: RecallBuffer, thresholds: Thresholds, raw: Any, now: float
+    state: GraphState,
+    buffer: RecallBuffer,
+    thresholds: Thresholds,
+    raw: Any,
+    now: float,
+    scoring: Scoring = Scoring(),
 ) -> dict[str, Any]:
     body = body_of(raw)
+    only_fields(body, RECALL_FIELDS, "recall_candidates")
     namespace = namespace_of(body)
     pool = opt_int(body, "pool", POOL_DEFAULT, 1, POOL_MAX)
     hops = opt_int(body, "hops", 2, 0, matching.HOPS_MAX)
-    n_seeds = opt_int(body, "seeds", SEEDS_DEFAULT, 1, 100)
-    per_key = opt_int(body, "per_key", matching.EXPAND_PER_KEY_DEFAULT, 1, 1_000)
+    per_key = matching.EXPAND_PER_KEY_DEFAULT
     bm25 = _bm25_of(body)
-    key_agg = body.get("key_agg", "sum")
-    if key_agg not in KEY_AGGREGATES:
-        raise BadRequest(f"key_agg must be one of {KEY_AGGREGATES}")
-
+    key_agg = scoring.key_agg
     phrases = body.get("phrase_vectors")
-    phrase_keys = opt_int(body, "phrase_keys", 1, 1, matching.PHRASE_KEYS_MAX)
-    auto_hops = opt_bool(body, "auto_hops", False)
-    named_hops = opt_bool(body, "named_hops", True)
-    phrase_links = opt_choice(body, "phrase_links", "auto", PHRASE_LINKS)
+    phrase_keys = scoring.phrase_keys
+    auto_hops = scoring.auto_hops
+    named_hops = scoring.named_hops
+    phrase_links = scoring.phrase_links
     # every phrase may bring its own keys on top of the whole query's
     extra = phrases.shape[0] * phrase_keys if isinstance(phrases, np.ndarray) else 0
     match_body = {
@@ -101,13 +147,12 @@ def recall_candidates(
         "vector": body.get("vector"),
         "text": body.get("text"),
         "top_k": min(
-            opt_int(body, "top_keys", KEYS_DEFAULT, 1, matching.MATCH_MAX_TOP_K) + extra,
+            KEYS_DEFAULT + extra,
             matching.MATCH_MAX_TOP_K,
         ),
-        "learn": opt_bool(body, "learn", False),
-        "phrase_vectors": phrases,
-        "phrase_keys": phrase_keys,
-        "phrase_min_cosine": body.get("phrase_min_cosine"),
+        "learn": False,
+        "phrase_vectors": phrases if phrase_keys else None,
+        "phrase_keys": phrase_keys or 1,
     }
     keys = matching.match_keys(state, buffer, thresholds, match_body, now)["keys"]
 
@@ -117,6 +162,7 @@ def recall_candidates(
     key_link: dict[str, float] = {}
     via_keys: dict[str, list[str]] = {}
     literal: set[str] = set()
+    named = _named_entities(state, keys) if scoring.entity_conjunct else []
     for key in keys:
         members = state.key_links.get(key["key_id"], {})
         strongest = sorted(members.values(), key=lambda link: -link.weight)[:per_key]
@@ -125,6 +171,8 @@ def recall_candidates(
             memory = state.memories.get(link.memory_id)
             if memory is None or not memory.active(now) or (word_level and not link.auto):
                 continue
+            if named and not any(link.memory_id in entity for entity in named):
+                continue  # about someone else than the query names
             evidence = key["score"] * key["idf"] * link.weight
             before = key_path.get(link.memory_id, 0.0)
             key_path[link.memory_id] = (
@@ -164,8 +212,9 @@ def recall_candidates(
     # 3. hops from the best fused memories
     hop_score: dict[str, dict[str, Any]] = {}
     hop_link: dict[str, float] = {}  # the share of default links the hop's last step crossed
+    seed_score = 0.0  # the walk's strongest start: hop_share is a hop's score over it
     if hops and fused:
-        seeds = dict(sorted(fused.items(), key=lambda item: -item[1])[:n_seeds])
+        seeds = dict(sorted(fused.items(), key=lambda item: -item[1])[: scoring.seeds])
         expanded = matching.expand(
             state,
             {
@@ -173,15 +222,19 @@ def recall_candidates(
                 "seeds": seeds,
                 "hops": hops,
                 "per_key": per_key,
-                "related": opt_bool(body, "related", True),
+                "related": True,
             },
             now,
         )
+        seed_score = max(seeds.values())
         rows = [(row, _via_weight(state, row, auto_hops)) for row in expanded["memories"]]
         if named_hops:
             rows += _named_steps(state, namespace, seeds, per_key, auto_hops, now)
         for row, share in rows:
-            # an auto-auto step is no hop: it takes no pool place either
+            # an auto-auto step is no hop: it takes no pool place either; nor is a step to a
+            # memory about someone else than the query names
+            if named and not any(row["memory_id"] in entity for entity in named):
+                continue
             if share > 0 and row["score"] > hop_score.get(row["memory_id"], {}).get("score", 0):
                 hop_score[row["memory_id"]] = row
                 hop_link[row["memory_id"]] = share
@@ -192,7 +245,7 @@ def recall_candidates(
     # RRF ties whenever two lists swap ranks; the graph's own evidence breaks them.
     ranked = sorted(total, key=lambda m: (-total[m], -key_path.get(m, 0.0), m))[:pool]
     near: dict[str, float] = {}
-    if not ranked and opt_bool(body, "fallback", True):
+    if not ranked and scoring.fallback:
         near = _nearest_key_members(state, buffer, thresholds, match_body, pool, now)
         ranked = list(near)
 
@@ -219,6 +272,7 @@ def recall_candidates(
                     "literal": memory_id in literal,
                     "hop": hop["hop"] if hop else 0,
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
+                    "hop_share": round(hop["score"] / seed_score, SCORE_DIGITS) if hop else 0.0,
                     "via": hop["via"] if hop else None,
                     "key_link": round(key_link.get(memory_id, 0.0), SCORE_DIGITS),
                     "hop_link": round(hop_link.get(memory_id, 0.0), SCORE_DIGITS),
@@ -235,6 +289,20 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
+
+
+def _named_entities(state: GraphState, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The members (memory id -> link) of every name or proper-noun key the query spells out.
+
+    Such a key is a conjunct, not a seed: on an agent-keyed store a person's name is on every
+    memory of their conversation, so as evidence it says nothing (IDF 1/n), but as a condition
+    it says a lot — "what activities does Melanie do" asks for Melanie's memories among those
+    the other keys reach, not Caroline's."""
+    return [
+        state.key_links.get(key["key_id"], {})
+        for key in keys
+        if key["match_type"] in ("concept", "alias") and state.keys[key["key_id"]].is_entity
+    ]
 
 
 def _nearest_key_members(

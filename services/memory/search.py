@@ -7,9 +7,9 @@ Hybrid search (the engine behind inject and ``keymem eval``):
 2. graph — key matching, key→memory links, RRF with the BM25 list, depth and freshness factors
    and hops, in one call over the graph's in-memory state (``recall_candidates``);
 3. rerank — the reranker scores the pool against the query; the final order blends every
-   evidence the pool carries — key path, BM25, reranker relevance, hops — each
-   min–max normalised over the pool and summed (``fuse_blend``; why not RRF, and the ablation
-   behind it: docs/BENCHMARKS.md, "Recall quality (issue 8)");
+   evidence the pool carries — BM25 and reranker relevance min–max normalised over the pool,
+   key path and hops on their own specificity-weighted scale — and sums them (``fuse_blend``,
+   ``Fusion``; the ablation behind it: docs/RECALL.md);
 4. evidence — a comparison question ("A or B", "둘 다", "비교") gets the best evidence for each
    named entity into the answer, not two passages about the same one.
 
@@ -28,51 +28,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.errors import KeymemError
 from keymem.protocol.fields import (
     body_of,
     only_fields,
     opt_bool,
-    opt_choice,
     opt_int,
-    opt_number,
     opt_str,
     req_str,
 )
-from keymem.protocol.worker import remaining_ms
-from keymem.services.graph.hybrid import (
-    KEY_AGGREGATES,
-    LITERAL_BONUS,
-    PHRASE_LINKS,
-    RRF_K,
-    SEEDS_DEFAULT,
+from keymem.protocol.limits import (
+    DEFAULT_BUDGET_MS,
+    NAMESPACE_MAX_CHARS,
+    POOL_DEFAULT,
+    POOL_MAX,
+    QUERY_MAX_CHARS,
+    RERANK_MAX_PASSAGES,
 )
-from keymem.services.graph.matching import PHRASE_KEYS_MAX, PHRASES_MAX
-from keymem.services.graph.requests import MAX_NAMESPACE_CHARS
+from keymem.protocol.worker import remaining_ms
+from keymem.services.graph.matching import PHRASES_MAX
 from keymem.services.graph.text import normalize_namespace
 from keymem.services.memory.profile import EmbedderProfile
 
-DEFAULT_BUDGET_MS = 5_000
 ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
 RERANK_SHARE = 0.5  # of what is left after the graph, for the reranker
 RERANK_SEGMENT_CHARS = 600
-RERANK_MAX_PASSAGES = 64  # the reranker's limit per call: a bigger pool goes in pieces
 MIN_SEGMENT_CHARS = 8
 HEAD_SEGMENTS = 2
 TAIL_SEGMENTS = 4
 SENTENCE_END = re.compile(r"(?<=[.!?。？！])\s+|\n+")
 BM25_DEPTH = 50
-PHRASE_KEYS_DEFAULT = 2  # nearest keys per query phrase (0 turns phrase matching off)
 TOP_K_DEFAULT = 8
 TOP_K_MAX = 50
-# Candidates the graph hands the reranker: 64, one reranker call (locomo recall@5 0.541 →
-# 0.571, longmemeval 0.620 → 0.656, hotpot unchanged; docs/BENCHMARKS.md). Warm passages cost
-# dot products; a cold one costs its embedding, so on a cold store the rerank stage grows
-# with the pool.
-POOL_DEFAULT = 64
-POOL_MAX = 200  # the graph's limit
 BM25_DEPTH_MAX = 1_000  # the lexicon's limit
-MAX_QUERY_CHARS = 16_384  # the lexicon's limit; the embedder truncates (and says so)
 SCORE_DIGITS = 6
 
 # Comparison-shaped questions: evidence for each named entity, not the same one twice.
@@ -98,85 +86,41 @@ class Timing:
         return {**self.stages_ms, "total": round((time.perf_counter() - self.started) * 1000, 3)}
 
 
-FUSIONS = ("blend", "graph_then_rerank", "lists")
-HOP_GATES = ("none", "relevance")
-WEIGHT_MAX = 10.0
-SEEDS_MAX = 100
+SCALES = ("absolute", "pool")
 
 
 @dataclass(frozen=True)
-class Tuning:
-    """How the evidence lists combine; the defaults are what the recall-quality ablation kept
-    (docs/BENCHMARKS.md, "Recall quality (issue 8)"), the rest stay for re-measuring.
+class Fusion:
+    """How ``Search`` blends the pool's evidence. The product runs the defaults; the recall
+    ablation (``benchmarks/recall_ablation.py``) builds a ``Search`` with other values in
+    process, so none of this travels on the wire.
 
-    * ``fusion`` — ``blend`` (kept): the sum of each evidence's score min–max normalised over
-      the pool — key path, BM25, reranker (dense) and hops (``fuse_blend``);
-      ``graph_then_rerank`` (before issue 8): RRF of the graph's rank (itself key path ⊕ BM25
-      plus raw hop scores) and the reranker's rank; ``lists``: one RRF over every evidence
-      list, each a rank.
-    * ``hop_gate`` — ``relevance`` scales a hop's entry by the reached memory's reranker
-      relevance (min–max over the pool); ``none`` (kept since named hops: the bridge passage
-      of a two-hop question rarely looks like the question to the reranker).
-    * ``hop_weight``, ``dense_weight``, ``key_weight`` — the weight of those evidences.
-    * ``seeds`` — how many of the graph's best memories start the hop walk; a memory that is
-      itself a seed is never reached by a hop, so fewer seeds let the best evidence lend its
-      neighbours (the bridge of a two-hop question) a hop score even when they matched too.
-    * ``key_agg`` — a memory under several matched keys: ``sum`` or ``max`` of their evidence.
-    * ``evidence`` — comparison questions put one candidate per named entity first.
-    * ``fallback`` — when no key, BM25 term or hop found anything, the graph hands over the
-      members of the query's nearest keys below the threshold for the reranker to judge.
-    * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
-    * ``phrase_keys`` — per phrase of the query, how many nearest concept keys it matches (0:
-      none); ``phrase_floor`` their cosine floor (0: the graph's, key recall + a margin);
-      ``phrase_links`` — ``auto``: a phrase's key leads only through auto-keys' links.
+    * ``key_weight``, ``dense_weight``, ``hop_weight`` — the weight of those evidences (BM25's
+      is 1).
+    * ``scale`` — how key path and hops enter the blend. ``absolute`` (kept): on their own
+      scale, where one literally named key on a single memory is a whole unit
+      (``key score × IDF × link weight``, at most 1) and a hop carries the share of its seed's
+      evidence the walk passed on (``hop_share``, 0.3 × IDF × link weight for one step), so a
+      hub key (IDF 1/n) adds next to nothing however the pool looks. ``pool``: min–max over the
+      pool like BM25 and relevance, which makes whatever key path or hop the pool happens to
+      hold worth a whole unit — on agent-keyed stores, a person's name on every memory.
     * ``link_weighted`` — key and hop evidence count at their links' share of an agent's link.
-    * ``auto_hops`` — whether a step between two auto-keys' links is a hop.
-    * ``named_hops`` — the hop seed also steps through the keys its text names.
+    * ``evidence`` — comparison questions put one candidate per named entity first.
+    * ``phrases`` — the query's own phrases are extracted and embedded for key matching.
+    * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
     """
 
-    fusion: str = "blend"
-    hop_gate: str = "none"
-    hop_weight: float = 1.0
-    dense_weight: float = 1.0
     key_weight: float = 1.0
-    seeds: int = SEEDS_DEFAULT
-    key_agg: str = "sum"
-    evidence: bool = True
-    fallback: bool = True
-    bm25_depth: int = BM25_DEPTH
-    phrase_keys: int = PHRASE_KEYS_DEFAULT
-    phrase_floor: float = 0.0  # 0: the graph's default (key-recall threshold + a margin)
-    phrase_links: str = "auto"
+    dense_weight: float = 1.0
+    hop_weight: float = 1.0
+    scale: str = "absolute"
     link_weighted: bool = True
-    auto_hops: bool = False
-    named_hops: bool = True
+    evidence: bool = True
+    phrases: bool = True
+    bm25_depth: int = BM25_DEPTH
 
-    @classmethod
-    def parse(cls, raw: Any) -> Tuning:
-        if raw is None:
-            return cls()
-        if not isinstance(raw, dict):
-            raise BadRequest("tuning must be a map")
-        only_fields(raw, tuple(cls.__dataclass_fields__), "tuning")
-        base = cls()
-        return cls(
-            fusion=opt_choice(raw, "fusion", base.fusion, FUSIONS),
-            hop_gate=opt_choice(raw, "hop_gate", base.hop_gate, HOP_GATES),
-            hop_weight=opt_number(raw, "hop_weight", base.hop_weight, 0.0, WEIGHT_MAX),
-            dense_weight=opt_number(raw, "dense_weight", base.dense_weight, 0.0, WEIGHT_MAX),
-            key_weight=opt_number(raw, "key_weight", base.key_weight, 0.0, WEIGHT_MAX),
-            seeds=opt_int(raw, "seeds", base.seeds, 1, SEEDS_MAX),
-            key_agg=opt_choice(raw, "key_agg", base.key_agg, KEY_AGGREGATES),
-            evidence=opt_bool(raw, "evidence", base.evidence),
-            fallback=opt_bool(raw, "fallback", base.fallback),
-            bm25_depth=opt_int(raw, "bm25_depth", base.bm25_depth, 1, BM25_DEPTH_MAX),
-            phrase_keys=opt_int(raw, "phrase_keys", base.phrase_keys, 0, PHRASE_KEYS_MAX),
-            phrase_floor=opt_number(raw, "phrase_floor", base.phrase_floor, 0.0, WEIGHT_MAX),
-            phrase_links=opt_choice(raw, "phrase_links", base.phrase_links, PHRASE_LINKS),
-            link_weighted=opt_bool(raw, "link_weighted", base.link_weighted),
-            auto_hops=opt_bool(raw, "auto_hops", base.auto_hops),
-            named_hops=opt_bool(raw, "named_hops", base.named_hops),
-        )
+
+SEARCH_FIELDS = ("query", "namespace", "top_k", "hops", "pool", "rerank", "timing", "min_seq")
 
 
 @dataclass(frozen=True)
@@ -189,13 +133,13 @@ class SearchRequest:
     rerank: bool
     timing: bool
     min_seq: int | None
-    tuning: Tuning = field(default_factory=Tuning)
 
     @classmethod
     def parse(cls, body: Any, *, top_k_default: int = TOP_K_DEFAULT) -> SearchRequest:
         body = body_of(body)
-        query = req_str(body, "query", MAX_QUERY_CHARS)
-        namespace = opt_str(body, "namespace", MAX_NAMESPACE_CHARS)
+        only_fields(body, SEARCH_FIELDS, "search")  # no experiment knobs: see ``Fusion``
+        query = req_str(body, "query", QUERY_MAX_CHARS)
+        namespace = opt_str(body, "namespace", NAMESPACE_MAX_CHARS)
         return cls(
             query=query,
             namespace=normalize_namespace(namespace),
@@ -205,7 +149,6 @@ class SearchRequest:
             rerank=opt_bool(body, "rerank", True),
             timing=opt_bool(body, "timing", False),
             min_seq=opt_int(body, "min_seq", 0, 0, 2**62) or None,
-            tuning=Tuning.parse(body.get("tuning")),
         )
 
 
@@ -236,108 +179,121 @@ def is_comparison(query: str) -> bool:
 
 
 class Search:
-    def __init__(self, client: Client, profile: EmbedderProfile) -> None:
+    def __init__(
+        self, client: Client, profile: EmbedderProfile, fusion: Fusion | None = None
+    ) -> None:
         self.client = client
         self.profile = profile
+        self.fusion = fusion or Fusion()
 
     def search(self, body: Any) -> dict[str, Any]:
-        request = SearchRequest.parse(body)
+        return self.search_all([SearchRequest.parse(body)])[0]
+
+    def search_all(self, requests: list[SearchRequest]) -> list[dict[str, Any]]:
+        """One query searched in several namespaces (inject's): the query is analysed once,
+        and the namespaces' graph and reranker calls run in parallel."""
         timing = Timing()
+        first = requests[0]
         degraded: dict[str, str] = {}
-        vector, thresholds, bm25, phrases = self._analyse(request, degraded)
+        vector, thresholds, bm25, phrases = self._analyse(requests, degraded)
         timing.lap("analyse")
-        graph_body: dict[str, Any] = {
-            "namespace": request.namespace,
-            "text": request.query,
-            "bm25": bm25,
-            "hops": request.hops,
-            "pool": request.pool,
-        }
-        if vector is not None:
-            graph_body["vector"] = vector
-        if thresholds is not None:
-            graph_body["thresholds"] = thresholds
-        if phrases is not None:
-            graph_body["phrase_vectors"] = phrases
-            graph_body["phrase_keys"] = request.tuning.phrase_keys
-            graph_body["phrase_links"] = request.tuning.phrase_links
-            if request.tuning.phrase_floor:
-                graph_body["phrase_min_cosine"] = request.tuning.phrase_floor
-        graph_body["key_agg"] = request.tuning.key_agg
-        graph_body["seeds"] = request.tuning.seeds
-        graph_body["fallback"] = request.tuning.fallback
-        graph_body["auto_hops"] = request.tuning.auto_hops
-        graph_body["named_hops"] = request.tuning.named_hops
-        found = self.client.call(
-            "graph", "recall_candidates", graph_body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS)
-        )
+        calls: list[tuple[str, str, Any]] = []
+        for request in requests:
+            graph_body: dict[str, Any] = {
+                "namespace": request.namespace,
+                "text": request.query,
+                "bm25": bm25[request.namespace],
+                "hops": request.hops,
+                "pool": request.pool,
+            }
+            if vector is not None:
+                graph_body["vector"] = vector
+            if thresholds is not None:
+                graph_body["thresholds"] = thresholds
+            if phrases is not None:
+                graph_body["phrase_vectors"] = phrases
+            calls.append(("graph", "recall_candidates", graph_body))
+        outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
+        for outcome in outcomes:
+            if isinstance(outcome, KeymemError):
+                raise outcome
         timing.lap("graph")
-        candidates: list[dict[str, Any]] = found["candidates"]
-        relevance = None
-        if request.rerank and candidates:
-            relevance = self._relevance(request.query, candidates, degraded)
-        elif not request.rerank:
+        pools: list[list[dict[str, Any]]] = [found["candidates"] for found in outcomes]
+        relevances: list[Relevance | None] = [None] * len(pools)
+        if first.rerank and any(pools):
+            relevances = self._relevance(first.query, pools, degraded)
+        elif not first.rerank:
             degraded["reranker"] = "disabled for this request"
-        if request.tuning.fusion == "blend":
-            candidates = fuse_blend(candidates, relevance, request.tuning)
-        elif request.tuning.fusion == "lists":
-            candidates = fuse_lists(candidates, relevance, request.tuning)
-        elif relevance is not None:
-            candidates = fuse_graph_then_rerank(candidates, relevance)
+        replies = []
+        for request, found, pool, relevance in zip(
+            requests, outcomes, pools, relevances, strict=True
+        ):
+            candidates = fuse_blend(pool, relevance, self.fusion)
+            if self.fusion.evidence and is_comparison(request.query):
+                candidates = select_evidence(candidates, found["keys"], request.top_k)
+            memories = candidates[: request.top_k]
+            replies.append(
+                {
+                    "status": "found" if memories else "no_match",
+                    "query": request.query,
+                    "namespace": found["namespace"],
+                    "memories": memories,
+                    "keys": [key_summary(k) for k in found["keys"]],
+                    "anchor": found["anchor"],
+                    "degraded": dict(degraded),
+                }
+            )
         timing.lap("rerank")
-        if request.tuning.evidence and is_comparison(request.query):
-            candidates = select_evidence(candidates, found["keys"], request.top_k)
-        memories = candidates[: request.top_k]
-        reply: dict[str, Any] = {
-            "status": "found" if memories else "no_match",
-            "query": request.query,
-            "namespace": found["namespace"],
-            "memories": memories,
-            "keys": [key_summary(k) for k in found["keys"]],
-            "anchor": found["anchor"],
-            "degraded": degraded,
-        }
-        if request.timing:
-            reply["timing_ms"] = timing.report()
-        return reply
+        if first.timing:
+            for reply in replies:
+                reply["timing_ms"] = timing.report()
+        return replies
 
     def _analyse(
-        self, request: SearchRequest, degraded: dict[str, str]
-    ) -> tuple[Any, dict[str, Any] | None, list[dict[str, Any]], Any]:
-        """The query vector with its model's thresholds, the BM25 hits and the vectors of the
-        query's own phrases (``Tuning.phrase_keys``); any may be missing.
+        self, requests: list[SearchRequest], degraded: dict[str, str]
+    ) -> tuple[Any, dict[str, Any] | None, dict[str, list[dict[str, Any]]], Any]:
+        """The query vector with its model's thresholds, the BM25 hits per namespace and the
+        vectors of the query's own phrases (``Fusion.phrases``); any may be missing.
 
         Vector and BM25 are fetched in parallel with the lexicon's phrases of the query; the
         phrases are embedded after (as keys: the embedder's cache serves repeated words).
         """
-        lexicon_body: dict[str, Any] = {
-            "query": request.query,
-            "namespace": request.namespace,
-            "top_n": request.tuning.bm25_depth,
-        }
-        if request.min_seq is not None:
-            lexicon_body["min_seq"] = request.min_seq
+        request = requests[0]
+        searches: list[tuple[str, str, Any]] = []
+        for each in requests:
+            lexicon_body: dict[str, Any] = {
+                "query": each.query,
+                "namespace": each.namespace,
+                "top_n": self.fusion.bm25_depth,
+            }
+            if each.min_seq is not None:
+                lexicon_body["min_seq"] = each.min_seq
+            searches.append(("lexicon", "search", lexicon_body))
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
         calls: list[tuple[str, str, Any]] = [
             ("embedder", "embed", {"texts": [request.query], "kind": "query"}),
-            ("lexicon", "search", lexicon_body),
+            *searches,
         ]
-        if request.tuning.phrase_keys:
+        if self.fusion.phrases:
             phrase_body = {"text": request.query, "limit": PHRASES_MAX, "content_words": True}
             calls.append(("lexicon", "extract_keys", phrase_body))
         started = time.perf_counter()
-        embedded, lexical, *extracted = self.client.call_many(calls, timeout_ms=budget)
+        outcomes = self.client.call_many(calls, timeout_ms=budget)
+        embedded, lexical = outcomes[0], outcomes[1 : 1 + len(requests)]
+        extracted = outcomes[1 + len(requests) :]
         vector, thresholds = None, None
         if isinstance(embedded, KeymemError):
             degraded["embedder"] = str(embedded)
         else:
             vector = embedded["vectors"][0]
             thresholds = self.profile.thresholds(embedded["fingerprint"])
-        bm25: list[dict[str, Any]] = []
-        if isinstance(lexical, KeymemError):
-            degraded["lexicon"] = str(lexical)
-        else:
-            bm25 = lexical["hits"]
+        bm25: dict[str, list[dict[str, Any]]] = {}
+        for each, hits in zip(requests, lexical, strict=True):
+            if isinstance(hits, KeymemError):
+                degraded["lexicon"] = str(hits)
+                bm25[each.namespace] = []
+            else:
+                bm25[each.namespace] = hits["hits"]
         phrases = None
         if vector is not None and extracted and not isinstance(extracted[0], KeymemError):
             texts = [c["key"] for c in extracted[0]["keys"]]
@@ -353,11 +309,12 @@ class Search:
         return vector, thresholds, bm25, phrases
 
     def _relevance(
-        self, query: str, candidates: list[dict[str, Any]], degraded: dict[str, str]
-    ) -> Relevance | None:
-        """The reranker's score of every candidate against the query, or None if it is down."""
+        self, query: str, pools: list[list[dict[str, Any]]], degraded: dict[str, str]
+    ) -> list[Relevance | None]:
+        """The reranker's score of every candidate of every pool against the query (parallel
+        calls, at most ``RERANK_MAX_PASSAGES`` passages each); all None if it is down."""
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
-        passages = [c["content"] for c in candidates]
+        passages = [c["content"] for pool in pools for c in pool]
         chunks = range(0, len(passages), RERANK_MAX_PASSAGES)
         segments = rerank_segments(query)
         outcomes = self.client.call_many(
@@ -382,10 +339,15 @@ class Search:
                 kind = str(parts[0]["score_kind"])
         if not rows:
             degraded["reranker"] = str(next(o for o in outcomes if isinstance(o, KeymemError)))
-            return None
+            return [None] * len(pools)
         # a passage is as relevant as its best match with any part of the query
-        scores = [max(row[i] for row in rows) for i in range(len(candidates))]
-        return Relevance(scores, kind)
+        scores = [max(row[i] for row in rows) for i in range(len(passages))]
+        relevances: list[Relevance | None] = []
+        at = 0
+        for pool in pools:
+            relevances.append(Relevance(scores[at : at + len(pool)], kind) if pool else None)
+            at += len(pool)
+        return relevances
 
 
 @dataclass(frozen=True)
@@ -394,13 +356,6 @@ class Relevance:
 
     scores: list[float]
     kind: str
-
-    def ranks(self) -> list[int]:
-        order = sorted(range(len(self.scores)), key=lambda i: -self.scores[i])
-        ranks = [0] * len(self.scores)
-        for rank, i in enumerate(order, 1):
-            ranks[i] = rank
-        return ranks
 
     def labelled(
         self, candidate: dict[str, Any], i: int, score: float, kind: str
@@ -415,66 +370,8 @@ class Relevance:
         }
 
 
-def fuse_graph_then_rerank(
-    candidates: list[dict[str, Any]], relevance: Relevance
-) -> list[dict[str, Any]]:
-    """RRF of the graph's rank and the reranker's rank (the scores' scales differ, ranks do not)."""
-    ranks = relevance.ranks()
-    fused = [
-        relevance.labelled(
-            c, i, 1.0 / (RRF_K + i + 1) + 1.0 / (RRF_K + ranks[i]), "rrf_graph_and_rerank"
-        )
-        for i, c in enumerate(candidates)
-    ]
-    # ties (swapped ranks) go to the passage the reranker prefers
-    fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
-    return fused
-
-
-def _rrf(rank: int | None, weight: float = 1.0) -> float:
-    return 0.0 if rank is None else weight / (RRF_K + rank)
-
-
-def fuse_lists(
-    candidates: list[dict[str, Any]], relevance: Relevance | None, tuning: Tuning
-) -> list[dict[str, Any]]:
-    """One RRF over every evidence list: key path, BM25, the reranker's (dense) and hops.
-
-    Each list contributes through its ranks only, so raw hop scores cannot swamp direct
-    evidence; a hop-only memory has at most two entries (hop, dense) against a direct hit's
-    three. With ``hop_gate=relevance`` a hop's entry is scaled by how relevant the reranker
-    finds the memory it reached (min–max over the pool), so a walk into unrelated territory
-    adds nothing. The literal bonus and the depth × freshness factor apply as in the graph.
-    """
-    hopped = sorted(
-        (i for i, c in enumerate(candidates) if c["components"]["hop"]),
-        key=lambda i: -candidates[i]["components"]["hop_score"],
-    )
-    hop_rank = {i: rank for rank, i in enumerate(hopped, 1)}
-    dense_rank = relevance.ranks() if relevance is not None else None
-    gate = [1.0] * len(candidates)
-    if relevance is not None and tuning.hop_gate == "relevance":
-        low, high = min(relevance.scores), max(relevance.scores)
-        spread = high - low
-        gate = [(s - low) / spread if spread > 0 else 1.0 for s in relevance.scores]
-    scored = []
-    for i, candidate in enumerate(candidates):
-        parts = candidate["components"]
-        score = _rrf(parts["key_rank"]) + _rrf(parts["bm25_rank"])
-        score += LITERAL_BONUS if parts["literal"] else 0.0
-        score += _rrf(hop_rank.get(i), tuning.hop_weight * gate[i])
-        if dense_rank is not None:
-            score += _rrf(dense_rank[i], tuning.dense_weight)
-        score *= parts.get("factor", 1.0)
-        scored.append((score, i))
-    return _ordered(candidates, relevance, scored, "rrf_evidence_lists")
-
-
 def _ordered(
-    candidates: list[dict[str, Any]],
-    relevance: Relevance | None,
-    scored: list[tuple[float, int]],
-    kind: str,
+    candidates: list[dict[str, Any]], relevance: Relevance | None, scored: list[tuple[float, int]]
 ) -> list[dict[str, Any]]:
     """Candidates relabelled with their fused score, best first (ties: the reranker's choice)."""
     if relevance is None:
@@ -483,13 +380,13 @@ def _ordered(
                 **candidates[i],
                 "graph_score": candidates[i]["score"],
                 "score": round(v, SCORE_DIGITS),
-                "score_kind": kind,
+                "score_kind": BLEND_KIND,
             }
             for v, i in scored
         ]
         plain.sort(key=lambda c: -c["score"])
         return plain
-    fused = [relevance.labelled(candidates[i], i, v, kind) for v, i in scored]
+    fused = [relevance.labelled(candidates[i], i, v, BLEND_KIND) for v, i in scored]
     fused.sort(key=lambda c: (-c["score"], -c["rerank_score"]))
     return fused
 
@@ -502,49 +399,53 @@ def min_max(values: list[float]) -> list[float]:
     return [(v - low) / (high - low) for v in values]
 
 
-BLEND_KIND = "blended_evidence"  # normalised key path + BM25 + relevance + gated hops
+BLEND_KIND = "blended_evidence"  # key path + BM25 + relevance + hops, each on a unit scale
 
 
 def fuse_blend(
-    candidates: list[dict[str, Any]], relevance: Relevance | None, tuning: Tuning
+    candidates: list[dict[str, Any]], relevance: Relevance | None, fusion: Fusion
 ) -> list[dict[str, Any]]:
-    """Score blending: each evidence's score, min–max normalised over the pool, summed.
+    """Score blending: each evidence on a scale of about one, weighted and summed.
 
-    Why not RRF: in a small pool RRF mostly counts list *membership* (1/61 vs 1/70 separates
-    rank 1 from rank 10, being listed at all is worth 1/61), so a thresholded list — the keys
-    above a cosine, BM25's matched terms — decides the order regardless of how strong its
-    evidence is, and a weak reranker gets half the say whatever its scores. Normalised scores
-    keep the margins: a passage BM25 finds far ahead stays ahead unless the other evidences
-    disagree strongly (the convex combination that beat RRF in Bruch et al., "An Analysis of
-    Fusion Functions for Hybrid Retrieval", 2023; equal weights, nothing tuned per file).
+    BM25 and the reranker's relevance are min–max normalised over the pool: their raw scales
+    mean nothing across queries. Why not RRF: in a small pool RRF mostly counts list
+    *membership* (1/61 vs 1/70 separates rank 1 from rank 10, being listed at all is worth
+    1/61), so a thresholded list decides the order regardless of how strong its evidence is,
+    and a weak reranker gets half the say whatever its scores; normalised scores keep the
+    margins (the convex combination that beat RRF in Bruch et al., "An Analysis of Fusion
+    Functions for Hybrid Retrieval", 2023).
 
-    The evidences: key path (it already carries literal names: an entity key named in the
-    query scores 1), BM25 score, the reranker's relevance (the dense leg with the offline
-    default) and hops; a hop may be gated by the reached memory's relevance (``hop_gate``). Depth
-    and freshness scale the sum as they scale the graph's own fusion.
+    Key path and hops have a scale of their own (``Fusion.scale``): the graph's evidence is
+    specificity-weighted already (IDF 1/n per key), so it enters as it is — a memory on one
+    specific key the query names counts fully, one reached only through a hub counts next to
+    nothing — instead of the pool's best key path or hop counting a whole unit whatever it
+    is. Depth and freshness scale the sum as they scale the graph's own fusion.
     """
     parts = [c["components"] for c in candidates]
-    key = min_max([p["key_path"] for p in parts])
     bm25 = min_max([p.get("bm25_score", 0.0) for p in parts])
-    hop = min_max([p["hop_score"] for p in parts])
     dense = min_max(relevance.scores) if relevance is not None else [0.0] * len(candidates)
-    gate = dense if relevance is not None and tuning.hop_gate == "relevance" else [1.0] * len(hop)
-    key_links = [_link_share(p, "key_link", tuning) for p in parts]
-    hop_links = [_link_share(p, "hop_link", tuning) for p in parts]
+    if fusion.scale == "pool":
+        key = min_max([p["key_path"] for p in parts])
+        hop = min_max([p["hop_score"] for p in parts])
+    else:
+        key = [min(1.0, p["key_path"]) for p in parts]
+        hop = [min(1.0, p.get("hop_share", 0.0)) for p in parts]
+    key_links = [_link_share(p, "key_link", fusion) for p in parts]
+    hop_links = [_link_share(p, "hop_link", fusion) for p in parts]
     scored = []
     for i, p in enumerate(parts):
-        score = tuning.key_weight * key[i] * key_links[i] + bm25[i]
-        score += tuning.dense_weight * dense[i]
-        score += tuning.hop_weight * hop[i] * gate[i] * hop_links[i]
+        score = fusion.key_weight * key[i] * key_links[i] + bm25[i]
+        score += fusion.dense_weight * dense[i]
+        score += fusion.hop_weight * hop[i] * hop_links[i]
         scored.append((score * p.get("factor", 1.0), i))
-    return _ordered(candidates, relevance, scored, BLEND_KIND)
+    return _ordered(candidates, relevance, scored)
 
 
-def _link_share(parts: dict[str, Any], name: str, tuning: Tuning) -> float:
+def _link_share(parts: dict[str, Any], name: str, fusion: Fusion) -> float:
     """How much of a key or hop evidence counts: the share of a default (agent's) link its
     links carry, at most all of it. Min–max normalisation erases the half weight the graph
     gives auto-keys; this puts it back."""
-    if not tuning.link_weighted:
+    if not fusion.link_weighted:
         return 1.0
     return min(1.0, float(parts.get(name, 1.0)))
 
