@@ -195,6 +195,8 @@ class Worker:
         self.registrations = 0
         self.identity = b""  # the routing id of the current connection to the router
         self._backend: zmq.Socket[bytes] | None = None
+        # Reports the backend connection closing (the router died): register again at once.
+        self._backend_monitor: zmq.Socket[bytes] | None = None
         self._direct: zmq.Socket[bytes] | None = None
         self._poller = zmq.Poller()
         self._router_seen_ms = 0
@@ -223,11 +225,14 @@ class Worker:
                     self._drain_direct()
                 if self._backend is not None and self._backend in events:
                     self._drain_backend()
+                if self._backend_monitor is not None and self._backend_monitor in events:
+                    self._on_router_gone()
                 self._keep_alive()
         finally:
             self._shutdown()
 
     def _connect(self) -> None:
+        self._close_backend_monitor()
         if self._backend is not None:
             self._poller.unregister(self._backend)
             self._backend.close(linger=0)
@@ -237,6 +242,9 @@ class Worker:
         # earlier one of the same worker whose goodbye it may not have read yet.
         self.identity = b"w" + uuid.uuid4().bytes  # ids starting with 0 are libzmq's own
         sock.setsockopt(zmq.ROUTING_ID, self.identity)
+        if not self.router_endpoint.startswith("inproc://"):
+            self._backend_monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._poller.register(self._backend_monitor, zmq.POLLIN)
         sock.connect(self.router_endpoint)
         self._backend = sock
         self._poller.register(sock, zmq.POLLIN)
@@ -256,7 +264,26 @@ class Worker:
         self._router_seen_ms = now
         self._next_beat_ms = now + self.heartbeat.interval_ms
 
+    def _on_router_gone(self) -> None:
+        """The router's end of the connection closed: the ready message of a fresh connection
+        waits in its queue and registers this worker the moment a router binds again, instead
+        of at the next heartbeat after it does."""
+        assert self._backend_monitor is not None
+        while self._backend_monitor.poll(0):
+            self._backend_monitor.recv_multipart()
+        log.info("%s: connection to the router closed; registering again", self.service.name)
+        self._connect()
+
+    def _close_backend_monitor(self) -> None:
+        if self._backend_monitor is None or self._backend is None:
+            return
+        self._poller.unregister(self._backend_monitor)
+        self._backend.disable_monitor()
+        self._backend_monitor.close(linger=0)
+        self._backend_monitor = None
+
     def _shutdown(self) -> None:
+        self._close_backend_monitor()
         if self._backend is not None:
             try:
                 self._backend.send_multipart(envelope.control(envelope.GOODBYE), zmq.NOBLOCK)

@@ -28,6 +28,8 @@ CALL_TIMEOUT_MS = 8_000
 SLOW_HANDLER_S = 0.6
 # The worker's own liveness outlasts its slow handler (heartbeats come from its serving loop).
 SLOW_HANDLER_HEARTBEAT = HeartbeatPolicy(interval_ms=100, liveness=20)
+# A worker registers with a restarted router well within its 1 s heartbeat interval.
+REGISTER_AGAIN_S = 0.5
 # How long a caller may wait past the moment its router died before it hears of it.
 NOTICE_S = 0.5
 
@@ -149,3 +151,25 @@ class _Background:
     def result(self) -> Any:
         self._thread.join(10)
         return self._value
+
+
+def test_a_worker_registers_with_a_restarted_router_at_once(short_home: Path) -> None:
+    """Not at its next heartbeat (a second, as deployed): when the router's connection closes."""
+    endpoints = ipc_endpoints(short_home)
+    prepare_run_dir(endpoints)
+    router = Router(endpoints)
+    router.start()
+    worker = Worker(slow_service(), endpoints.backend, heartbeat=HeartbeatPolicy(interval_ms=1_000))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        router.wait_for_worker("svc")
+        router.kill()
+        router.start()
+        restarted = time.monotonic()
+        router.wait_for_worker("svc")
+        assert time.monotonic() - restarted < REGISTER_AGAIN_S
+    finally:
+        worker.stop()
+        thread.join(5)
+        router.kill()
