@@ -88,6 +88,47 @@ def test_an_exact_resave_with_fewer_keys_keeps_every_key(deployed: FullStack) ->
     assert [m["id"] for m in recalled["memories"]] == [again["saved"]]
 
 
+def test_remember_embeds_only_new_keys_and_asks_the_lexicon_nothing_when_given_keys(
+    deployed: FullStack,
+) -> None:
+    """The keys a text names are found by the graph inside the write: they need no vectors
+    (the graph has them) and no lexicon (a memory with keys takes no extracted candidates)."""
+    namespace = "hotpath"
+    deployed.memory(
+        "remember",
+        {
+            "content": "Newton discovered gravity when an apple fell",
+            "keys": ["Newton", "apple", "gravity"],
+            "namespace": namespace,
+        },
+    )
+
+    def embedded() -> int:
+        cache = deployed.client.call("embedder", "info", {})["cache"]
+        return int(cache["hits"] + cache["misses"])
+
+    def lexicon_requests() -> int:
+        return int(deployed.client.call("lexicon", "stats", {})["requests"])
+
+    texts, requests = embedded(), lexicon_requests()
+    saved = deployed.memory(
+        "remember",
+        {
+            "content": "Newton studied optics in Cambridge, apple in hand",
+            "keys": ["optics"],
+            "namespace": namespace,
+        },
+    )["saved"]
+    assert embedded() - texts == 1  # "optics" only
+    assert lexicon_requests() - requests == 1  # the previous stats call, nothing else
+    keys = keys_of(deployed, saved, namespace)
+    assert {c: k["auto"] for c, k in keys.items()} == {
+        "optics": False,
+        "Newton": True,
+        "apple": True,
+    }
+
+
 def store_keys(running: FullStack, loaded: LoadedStore) -> dict[str, list[tuple[str, bool]]]:
     """benchmark id -> the (concept, auto) keys its memory was filed under."""
     ids = list(loaded.benchmark_ids)
