@@ -17,13 +17,16 @@ from typing import Any
 import duckdb
 import pytest
 
-from keymem.services.cli import main
+from keymem.services.cli import doctor, main
+from keymem.services.config import Settings, load
 from keymem.store.database import GraphStore
 from keymem.store.portable import export_graph
 from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
+from tests.supervised import Deployment, deployment_env
 from tests.vectors import remember_body
 
 Document = dict[str, Any]
+UP_TIMEOUT_S = 180  # generous: the suite shares a small box with model loads
 
 
 def populate(home: Path) -> dict[str, str]:
@@ -248,3 +251,24 @@ def test_a_graph_file_with_damaged_rows_starts_and_quarantines_them(
         assert saved["saved"] in graph.state.memories
     finally:
         graph.close()
+
+
+@pytest.mark.supervised
+def test_keymem_up_starts_on_a_damaged_file_and_doctor_names_the_row(short_home: Path) -> None:
+    populate(short_home)
+    store = GraphStore(short_home / GRAPH_FILE)
+    dana = next(k for k in store.load().keys.values() if k.concept == "Dana")
+    store.close()
+    damage_file(
+        short_home / GRAPH_FILE,
+        [("UPDATE keys SET vector = ? WHERE id = ?", [b"\0\0\x80?" * 7, dana.id])],
+    )
+    env = deployment_env(short_home)
+    deployment = Deployment(short_home, env)
+    try:
+        deployment.keymem("up", "--timeout", str(UP_TIMEOUT_S))
+        (check,) = doctor._quarantine(Settings.from_config(load(env)))
+        assert check.status == "warn" and dana.id in check.detail and "dimension 7" in check.detail
+        assert "quarantined" in (short_home / "logs" / "graph.log").read_text()
+    finally:
+        deployment.keymem("down", check=False)
