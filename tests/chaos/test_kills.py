@@ -22,8 +22,10 @@ from tests.supervised import Deployment, deployment_env
 pytestmark = pytest.mark.supervised
 
 SHORT_WRITERS = 2
+SHORT_TIMEOUT_S = 900
 LONG_WRITERS = 8
 LONG_KILLS_EACH = 5
+LONG_TIMEOUT_S = 3_600
 # Load runs this long before the first kill and between kills, so each kill lands mid-traffic.
 SETTLE_S = 1.0
 
@@ -57,6 +59,7 @@ def _kill_each(deployment: Deployment, writers: int, kills_each: int) -> Figures
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(SHORT_TIMEOUT_S)
 def test_every_service_killed_once_under_load(deployment: Deployment) -> None:
     found = _kill_each(deployment, SHORT_WRITERS, 1)
     assert found.writes_acked > 0
@@ -68,6 +71,7 @@ def test_every_service_killed_once_under_load(deployment: Deployment) -> None:
 
 
 @pytest.mark.chaos_long
+@pytest.mark.timeout(LONG_TIMEOUT_S)
 def test_every_service_killed_five_times_under_load(deployment: Deployment) -> None:
     found = _kill_each(deployment, LONG_WRITERS, LONG_KILLS_EACH)
     assert found.acked_lost == 0
