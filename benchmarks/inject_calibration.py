@@ -6,13 +6,14 @@
 Inject is what the hook shows unasked, so it must stay silent when the store does not hold the
 answer (``gold: []`` queries: the not-found rate) and still show a gold memory when it does.
 
-Each file is loaded into an in-process stack (every real service as a thread, the eval's own
-loader) and every query is *observed* once through ``Inject.observe``: the hybrid-search
-candidates of its namespace, their matched keys and the lexicon's coverage — exactly what the
-gates judge. The observations are cached as JSON (``--cache``, one file per benchmark), so a
-sweep over gate variants (``services.memory.inject.Gate``, swapped in-process: the wire carries
-no gate) costs no service call. The file's queries are scored with the eval's own tally
-(``services.evaluation.runner.InjectResult``), so "shipped" matches ``keymem eval``.
+Each file is loaded into a throwaway deployment (the eval's: supervised services, the eval's
+own loader) and every query is *observed* once through an ``Inject`` in this process: the
+hybrid-search candidates of its namespace, their matched keys and the lexicon's coverage —
+exactly what the gates judge. The observations are cached as JSON (``--cache``, one file per
+benchmark), so a sweep over gate variants (``services.memory.inject.Gate``, swapped
+in-process: the wire carries no gate) costs no service call. The file's queries are scored
+with the eval's own tally (``services.evaluation.runner.InjectResult``), so "shipped" matches
+``keymem eval``.
 
 To show over-fitting before a held-out run does, every table has three column groups: all
 queries, half A and half B (a query's half is fixed by a hash of its id). Fit a setting on one
@@ -34,6 +35,7 @@ from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
+from keymem.services.evaluation.deployment import temporary_deployment
 from keymem.services.evaluation.loader import LoadedStore, default_key_mode, load
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.runner import InjectResult
@@ -46,24 +48,29 @@ DEFAULT_CACHE = Path(tempfile.gettempdir()) / "km-inject-observations"
 NEVER = 2.0  # a coverage no memory reaches: switches the word-only admission off
 HALVES = ("A", "B")
 
-# Before calibration: graph connection and the relevance floor only.
+# Graph connection and the relevance floor only (the gate before any calibration).
 LEGACY = Gate(min_coverage=0.0, strong_coverage=NEVER, entities=False, premise=False)
+# The previous calibration: any named entity, word-only admission at 0.6, no cross-script path.
+PREVIOUS = Gate(strong_coverage=0.6, persons=False, cross_script=False)
 VARIANTS: dict[str, Gate] = {
     "shipped": Gate(),
     "legacy": LEGACY,
+    "previous": PREVIOUS,
     "no_entities": Gate(entities=False),
+    "no_persons_first": Gate(persons=False),
     "no_premise": Gate(premise=False),
     "no_cross_script": Gate(cross_script=False),
+    "cross_0.3": Gate(cross_relevance=0.3),
+    "cross_0.45": Gate(cross_relevance=0.45),
     "no_coverage": Gate(min_coverage=0.0),
     "coverage_0.1": Gate(min_coverage=0.1),
+    "coverage_0.25": Gate(min_coverage=0.25),
     "coverage_0.3": Gate(min_coverage=0.3),
     "coverage_0.4": Gate(min_coverage=0.4),
-    "coverage_0.5": Gate(min_coverage=0.5),
     "no_word_only": Gate(strong_coverage=NEVER),
-    "word_only_0.5": Gate(strong_coverage=0.5),
+    "word_only_0.6": Gate(strong_coverage=0.6),
     "word_only_0.8": Gate(strong_coverage=0.8),
     "floor_0.2": Gate(min_relevance=0.2),
-    "floor_0.35": Gate(min_relevance=0.35),
     "floor_0.4": Gate(min_relevance=0.4),
     "strong_0.5": Gate(strong_relevance=0.5),
     "strong_0.7": Gate(strong_relevance=0.7),
@@ -76,24 +83,25 @@ def half_of(query: Query) -> str:
 
 
 def observe_file(path: Path, limit: int | None, progress: Progress) -> dict[str, Any]:
-    """Load ``path`` into an in-process stack and observe every query once."""
-    from tests.full_stack import full_stack
+    """Load ``path`` into a throwaway deployment (the eval's) and observe every query once.
 
+    The services run supervised, as in production; the ``Inject`` doing the observing lives in
+    this process, so no gate ever travels over the wire.
+    """
     benchmark = _benchmark(path, limit)
     mode = default_key_mode(benchmark)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="km-cal-") as home, full_stack(Path(home)) as stack:
-        client = Client(stack.stack.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS)
-        try:
-            store = load(client, benchmark, mode, progress)
-            inject = Inject(Search(client, EmbedderProfile(client)))
-            inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
-            observed = []
-            for position, query in progress.over(list(enumerate(benchmark.queries)), "observe"):
-                (seen,) = inject.observe(query.query, [store.namespaces[position]])
-                observed.append(asdict(seen))
-        finally:
-            client.close()
+    with (
+        temporary_deployment(progress.note) as settings,
+        Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
+    ):
+        store = load(client, benchmark, mode, progress)
+        inject = Inject(Search(client, EmbedderProfile(client)))
+        inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
+        observed = []
+        for position, query in progress.over(list(enumerate(benchmark.queries)), "observe"):
+            (seen,) = inject.observe(query.query, [store.namespaces[position]])
+            observed.append(asdict(seen))
     return {
         "file": path.name,
         "keys": mode,

@@ -1,4 +1,4 @@
-"""Recall and hook figures for docs/BENCHMARKS.md at a given store size.
+"""Recall, inject and hook figures for docs/BENCHMARKS.md at a given store size.
 
     python -m benchmarks.recall_bench --memories 10000 [--seconds 10] [--hook-runs 40]
 
@@ -11,8 +11,12 @@ and measures through the router, in the same run:
 - hybrid recall (`memory.search`, hops 2, rerank on) from one closed-loop client: p50/p99 of
   the round trip and of each stage (analyse = embedder ∥ lexicon, graph, rerank);
 - the same with rerank off;
-- the hook as a host runs it: spawn `keymem-hook`'s module, feed host JSON, read stdout —
-  p50/p95 — next to the floor `python -c "import zmq, msgpack"` measured the same way.
+- inject (`memory.inject`) from one closed-loop client, on the project namespace alone and on
+  the project namespace plus `default`, as the hook asks when the working directory maps to a
+  project;
+- the hook as a host runs it: spawn `keymem-hook`'s module, feed host JSON whose `cwd` maps to
+  the project namespace (`namespaces.json`), read stdout — p50/p95 — next to the floor
+  `python -c "import zmq, msgpack"` measured the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +39,8 @@ from keymem.protocol.endpoints import ipc_endpoints
 
 INDEX_WAIT_S = 1_800
 QUERY_POOL = 200
+HOOK_MODULE = "keymem.hooks.prompt_submit"
+PROJECT_DIR = "/tmp/km-bench-project"  # the hook's cwd, mapped to the project namespace
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -58,25 +65,11 @@ def _wait_indexed(client: Client, memories: int) -> float:
     raise TimeoutError("the lexicon did not index every memory in time")
 
 
-# issue 8's first-round search settings (pool 30, no phrases, no link weighting, no named
-# hops, gated hops), measured in the same deployment as the shipped ones: what round 2 costs
-ROUND1: dict[str, Any] = {
-    "pool": 30,
-    "tuning": {
-        "link_weighted": False,
-        "phrase_keys": 0,
-        "named_hops": False,
-        "hop_gate": "relevance",
-    },
-}
-
-
 def _search_loop(
     client: Client,
     queries: list[dict[str, Any]],
     seconds: float,
     rerank: bool,
-    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     totals: list[float] = []
     stages: dict[str, list[float]] = {}
@@ -84,7 +77,6 @@ def _search_loop(
     i = 0
     while time.perf_counter() < end:
         body = {**queries[i % len(queries)], "timing": True, "rerank": rerank, "top_k": 10}
-        body.update(options or {})
         started = time.perf_counter()
         reply = client.call("memory", "search", body, timeout_ms=10_000)
         totals.append((time.perf_counter() - started) * 1000)
@@ -107,19 +99,42 @@ def _spawn_times(argv: list[str], stdin: bytes, env: dict[str, str], runs: int) 
     return times
 
 
-def _hook(env: dict[str, str], queries: list[dict[str, Any]], runs: int) -> dict[str, Any]:
+def _inject_loop(
+    client: Client, queries: list[dict[str, Any]], extra: list[str], seconds: float
+) -> dict[str, Any]:
+    """Closed-loop inject of each query in its namespace plus ``extra`` ones."""
+    totals: list[float] = []
+    end = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < end:
+        query = queries[i % len(queries)]
+        body = {"prompt": query["query"], "namespaces": [query["namespace"], *extra]}
+        started = time.perf_counter()
+        client.call("memory", "inject", body, timeout_ms=10_000)
+        totals.append((time.perf_counter() - started) * 1000)
+        i += 1
+    return {"n": len(totals), "p50_ms": _pct(totals, 50), "p99_ms": _pct(totals, 99)}
+
+
+def _hook(
+    home: Path, env: dict[str, str], queries: list[dict[str, Any]], runs: int
+) -> dict[str, Any]:
+    """The hook for a prompt of the project namespace, its cwd mapped to that namespace."""
+    prompt = queries[0]
+    (home / "namespaces.json").write_text(json.dumps({PROJECT_DIR: prompt["namespace"]}))
     payload = json.dumps(
         {
             "session_id": "bench",
-            "cwd": "/tmp",
+            "cwd": PROJECT_DIR,
             "hook_event_name": "UserPromptSubmit",
-            "prompt": queries[0]["query"],
+            "prompt": prompt["query"],
         }
     ).encode()
-    hook = _spawn_times([sys.executable, "-m", "keymem.hooks.prompt_submit"], payload, env, runs)
+    hook = _spawn_times([sys.executable, "-m", HOOK_MODULE], payload, env, runs)
     floor = _spawn_times([sys.executable, "-c", "import zmq, msgpack"], b"", env, runs)
     return {
         "runs": runs,
+        "namespaces": [prompt["namespace"], "default"],
         "hook": {"p50_ms": _pct(hook, 50), "p95_ms": _pct(hook, 95)},
         "floor_import_zmq_msgpack": {"p50_ms": _pct(floor, 50), "p95_ms": _pct(floor, 95)},
     }
@@ -141,15 +156,17 @@ def measure(memories: int, seconds: float, hook_runs: int) -> dict[str, Any]:
                 client.call("memory", "search", query, timeout_ms=10_000)
             rerank_on = _search_loop(client, queries, seconds, rerank=True)
             rerank_off = _search_loop(client, queries, seconds / 2, rerank=False)
-            round1 = _search_loop(client, queries, seconds, rerank=True, options=ROUND1)
-        hook = _hook(deployment.env, queries, hook_runs)
+            inject_one = _inject_loop(client, queries, [], seconds)
+            inject_two = _inject_loop(client, queries, ["default"], seconds)
+        hook = _hook(deployment.home, deployment.env, queries, hook_runs)
         return {
             "store": built,
             "up_with_migration_s": round(up_s, 1),
             "lexicon_index_wait_s": round(index_s, 1),
             "search_rerank_on": rerank_on,
             "search_rerank_off": rerank_off,
-            "search_round1_settings": round1,
+            "inject_one_namespace": inject_one,
+            "inject_project_and_default": inject_two,
             "hook_round_trip": hook,
             "load_average": os.getloadavg(),
         }

@@ -20,6 +20,7 @@ from tests.supervised import Deployment, deployment_env
 HOOK_TIMEOUT_MS = 3_000
 STRAWBERRY = "The user likes strawberries more than any other snack"
 SHOP = "The shop project deploys with a blue-green switch on Fridays"
+HOME = "The user's name is Jiwoo and they live in Busan"
 
 
 def host_payload(prompt: str, cwd: str = "/tmp", **extra: Any) -> bytes:
@@ -82,6 +83,11 @@ def deployed(
                         "namespace": "shop",
                     },
                 )["saved"],
+                "home": client.call(
+                    "memory",
+                    "remember",
+                    {"content": HOME, "keys": ["Jiwoo", "home"], "key_types": {"Jiwoo": "name"}},
+                )["saved"],
             }
         (home / "namespaces.json").write_text(json.dumps({"/work/projects/shop": "shop"}))
         yield deployment, ids
@@ -109,6 +115,15 @@ def test_an_unrelated_prompt_prints_nothing(deployed: tuple[Deployment, dict[str
     deployment, _ = deployed
     completed, _ = run_hook(deployment.home, host_payload("How do I rotate TLS certs in nginx?"))
     assert completed.returncode == 0 and completed.stdout == b""
+
+
+def test_a_prompt_that_paraphrases_a_memory_gets_it(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, ids = deployed
+    completed, _ = run_hook(deployment.home, host_payload("Can you remind me where I live?"))
+    context = context_of(completed)
+    assert ids["home"] in context and HOME in context
 
 
 def test_the_working_directory_picks_the_project_namespace(

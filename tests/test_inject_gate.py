@@ -141,18 +141,26 @@ def test_a_version_keeps_its_number_with_or_without_a_v() -> None:
     assert ids(kept) == ["new"] and rejected["missing_token"] == 1
 
 
-def test_a_memory_in_another_script_is_admitted_through_a_key_the_prompts_words_reached() -> None:
+def test_a_memory_in_another_script_is_admitted_through_meaning_at_its_own_floor() -> None:
     keys = [{"key_id": "k-vote", "concept": "선거", "match_type": "phrase", "key_type": "concept"}]
-    statute = candidate(
-        "statute", relevance=0.35, content="선거권은 18세 이상의 국민에게 있다", keys=("k-vote",)
-    )
     prompt = "At what age can a citizen vote?"
-    kept, _ = admit(prompt, [statute], keys, {"statute": 0.0}, Gate())
-    assert ids(kept) == ["statute"]
-    kept, rejected = admit(prompt, [statute], keys, {"statute": 0.0}, Gate(cross_script=False))
-    assert kept == [] and rejected["low_coverage"] == 1
+    statute = candidate("statute", relevance=0.4, content="선거권은 18세 이상의 국민에게 있다")
+    statute["matched_keys"] = ["k-vote"]
+    near = candidate("near", relevance=0.4, connected=False, content="국민은 투표할 권리를 가진다")
+    near["components"]["near_key"] = 0.31  # a member of a key near the prompt's vector
+    pool = [statute, near]
+    kept, _ = admit(prompt, pool, keys, {"statute": 0.0, "near": 0.0}, Gate())
+    assert ids(kept) == ["statute", "near"]
+    kept, rejected = admit(
+        prompt, pool, keys, {"statute": 0.0, "near": 0.0}, Gate(cross_relevance=0.5)
+    )
+    assert kept == [] and rejected["below_floor"] == 2
+    kept, rejected = admit(
+        prompt, pool, keys, {"statute": 0.0, "near": 0.0}, Gate(cross_script=False)
+    )
+    assert kept == [] and rejected == {**rejected, "low_coverage": 1, "bm25_only": 1}
     # the same script: shared words are the evidence, and there are none
-    same = candidate("same", relevance=0.35, content="The council meets on Mondays")
+    same = candidate("same", relevance=0.4, content="The council meets on Mondays")
     kept, _ = admit(prompt, [same], keys, {"same": 0.0}, Gate())
     assert kept == []
 

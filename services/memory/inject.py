@@ -7,7 +7,8 @@ in parallel (``Search.search_all``) — and keeps a candidate only when
 
 * it is about whom the prompt names: when the prompt names people or things the store has as
   name/proper-noun keys, the memory must mention (or be filed under) one of them — "what did
-  Caroline say about the race" must not surface Melanie's race;
+  Caroline say about the race" must not surface Melanie's race; when it names a person, only a
+  person counts ("what did Joanna take to the beach in Tampa" is not answered by Nate's Tampa);
 * every structured token of the prompt (a version like 3.11.2 or v0.6.2, an issue like #123, a
   hash) appears in it verbatim — "3.11.2" must not surface a note about 3.12;
 * the graph connects it to the prompt (a matched key, a literal name, or a hop) and its
@@ -19,8 +20,10 @@ in parallel (``Search.search_all``) — and keeps a candidate only when
   reaches a floor — "what does Donggyun drink at night" is not answered by "Donggyun likes
   coffee" because it names Donggyun. Two other paths stand in for shared words: a strong
   relevance (a paraphrase shares meaning, not words), and, where the prompt and the memory are
-  written in different scripts, a key the prompt's own words landed on across languages
-  (``phrase`` match) together with the relevance floor — there no word can be shared.
+  written in different scripts and so can share no word, the graph reaching the memory through
+  meaning — a key the prompt's own words landed on across languages (``phrase`` match) or a key
+  near the prompt's vector (the search's ``near_key`` fallback) — with a relevance floor of its
+  own (``CROSS_SCRIPT_RELEVANCE_BY_KIND``).
 
 And it surfaces nothing when the prompt's facts belong to someone else: if a memory about
 another entity covers the prompt better than every memory about the named one, the prompt's
@@ -37,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from math import inf
 from typing import Any
 
 from keymem.protocol.client import Client
@@ -66,6 +70,11 @@ MIN_RELEVANCE_BY_KIND = {"embedding_cosine": 0.3, "cross_encoder_logit": 0.0}
 # Relevance at which a candidate needs no shared words (the coverage gate's escape hatch).
 STRONG_RELEVANCE_BY_KIND = {"embedding_cosine": 0.6, "cross_encoder_logit": 3.0}
 MIN_COVERAGE = 0.2
+# The relevance a memory in another script than the prompt needs, where no word can be shared
+# and the graph reached it through meaning only: for the offline default, above 99 % of English
+# questions against unrelated Korean statutes (docs/CALIBRATION.md: p99 0.337); a multilingual
+# cross-encoder's logits need no more than its usual floor (not measured: none is offline).
+CROSS_SCRIPT_RELEVANCE_BY_KIND = {"embedding_cosine": 0.35, "cross_encoder_logit": 0.0}
 # Coverage at which a memory is found by its words alone: it holds at least half of the idf
 # weight of what the prompt asks, though no key links it and the reranker (which reads a long
 # passage's head and one window of it) may score it low. The MCP recall tool's content path
@@ -106,6 +115,10 @@ def structured_tokens(text: str) -> list[str]:
 
 def scripts_of(text: str) -> frozenset[str]:
     return frozenset(name for name, letters in SCRIPTS.items() if letters.search(text))
+
+
+def _below(relevance: float | None, floor: float | None) -> bool:
+    return floor is not None and relevance is not None and relevance < floor
 
 
 def graph_connected(candidate: dict[str, Any]) -> bool:
@@ -166,10 +179,13 @@ def about_entities(
 
 
 def crosses_scripts(prompt: str, candidate: dict[str, Any], keys: list[dict[str, Any]]) -> bool:
-    """The prompt and the memory share no script, and the prompt's own words reached one of
-    the memory's keys (a ``phrase`` match): the semantic stand-in for shared words."""
+    """The prompt and the memory share no script, and the graph reached the memory through
+    meaning: a key the prompt's own words landed on across languages (a ``phrase`` match), or
+    one of the keys nearest the prompt's vector (the search's ``near_key`` fallback)."""
     if scripts_of(prompt) & scripts_of(candidate["content"]):
         return False
+    if (candidate.get("components") or {}).get("near_key"):
+        return True
     crossing = {k["key_id"] for k in keys if k.get("match_type") in CROSS_SCRIPT_MATCHES}
     return not crossing.isdisjoint(candidate.get("matched_keys") or [])
 
@@ -186,7 +202,13 @@ class Gate:
     entities: bool = True
     premise: bool = True
     cross_script: bool = True
+    cross_relevance: float | None = None  # None: the level for the score kind
     persons: bool = True
+
+    def cross_floor(self, kind: str) -> float | None:
+        if self.cross_relevance is not None:
+            return self.cross_relevance
+        return CROSS_SCRIPT_RELEVANCE_BY_KIND.get(kind)
 
     def floor(self, kind: str) -> float | None:
         if self.min_relevance is not None:
@@ -234,23 +256,29 @@ def admit(
         then stand aside for that candidate."""
         return None if coverage is None else coverage.get(candidate["memory_id"])
 
-    plausible, elsewhere = [], []
+    plausible, elsewhere, crossing = [], [], set()
     for candidate in candidates:
         relevance = candidate.get("rerank_score")
-        floor = gate.floor(candidate.get("rerank_kind", ""))
+        kind = candidate.get("rerank_kind", "")
         share = covered(candidate)
         lexical = share is not None and share >= gate.strong_coverage
+        crosses = gate.cross_script and crosses_scripts(prompt, candidate, keys)
+        # across scripts the relevance is the only judge; words that hold half of what is
+        # asked outweigh a long memory's partial reading by the reranker
+        floor = gate.cross_floor(kind) if crosses else None if lexical else gate.floor(kind)
         if not about_entities(candidate, entities, gate.persons):
             rejected["other_entity"] += 1
             elsewhere.append(candidate)
         elif any(token not in candidate["content"].lower() for token in required):
             rejected["missing_token"] += 1
-        elif not lexical and not graph_connected(candidate):
+        elif not (lexical or crosses or graph_connected(candidate)):
             rejected["bm25_only"] += 1
-        elif not lexical and floor is not None and relevance is not None and relevance < floor:
+        elif _below(relevance, floor):
             rejected["below_floor"] += 1
         else:
             plausible.append(candidate)
+            if crosses:
+                crossing.add(candidate["memory_id"])
     best_here = max((share or 0.0 for share in map(covered, plausible)), default=0.0)
     if gate.premise and any((covered(c) or 0.0) > best_here for c in elsewhere):
         rejected["premise_elsewhere"] += len(plausible)
@@ -259,12 +287,11 @@ def admit(
     for candidate in plausible:
         share = covered(candidate)
         strong = gate.strong(candidate.get("rerank_kind", ""))
-        relevance = candidate.get("rerank_score")
         if (
             share is None
             or share >= gate.min_coverage
-            or (strong is not None and relevance is not None and relevance >= strong)
-            or (gate.cross_script and crosses_scripts(prompt, candidate, keys))
+            or (strong is not None and (candidate.get("rerank_score") or -inf) >= strong)
+            or candidate["memory_id"] in crossing
         ):
             kept.append(candidate)
         else:
