@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from keymem.protocol.errors import BadRequest
 from tests.full_stack import FullStack, full_stack
 
 NEWTON = "Newton discovered gravity when an apple fell on his head"
@@ -96,65 +95,6 @@ def test_inject_requires_structured_tokens_verbatim(deployed: FullStack) -> None
     contents = [m["content"] for m in injected["memories"]]
     assert contents and all("3.11.2" in c for c in contents)
     assert injected["required_tokens"] == ["3.11.2"]
-
-
-def _remember_people(deployed: FullStack) -> dict[str, str]:
-    namespace = "people"
-    facts = {
-        "race": ("Melanie ran a charity race for mental health last Saturday", ["Melanie"]),
-        "guitar": ("Caroline plays the guitar to express her emotions", ["Caroline"]),
-        "adoption": ("Caroline is researching adoption agencies", ["Caroline"]),
-    }
-    ids = {}
-    for name, (content, people) in facts.items():
-        saved = deployed.memory(
-            "remember",
-            {
-                "content": content,
-                "keys": [*people, name],
-                "key_types": dict.fromkeys(people, "name"),
-                "namespace": namespace,
-            },
-        )
-        deployed.last_seq = int(saved["seq"])
-        ids[name] = str(saved["saved"])
-    deployed.search("charity race", namespace)  # waits until the lexicon has every write
-    return ids
-
-
-def test_inject_stays_silent_when_the_prompt_pins_anothers_fact_on_someone(
-    deployed: FullStack,
-) -> None:
-    ids = _remember_people(deployed)
-
-    def inject(prompt: str, gate: dict[str, Any] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"prompt": prompt, "namespaces": ["people"]}
-        if gate is not None:
-            body["gate"] = gate
-        reply: dict[str, Any] = deployed.memory("inject", body)
-        return reply
-
-    right = inject("What did Melanie run for mental health?")
-    assert [m["id"] for m in right["memories"]][:1] == [ids["race"]]
-    # the race was Melanie's: nothing about Caroline answers this, and Melanie's race is not
-    # about Caroline
-    wrong = inject("What did Caroline realize after her charity race?")
-    assert wrong["memories"] == []
-    assert wrong["rejected"]["other_entity"] >= 1
-    # the gates do the work: without them the same prompt surfaces the race
-    ungated = inject(
-        "What did Caroline realize after her charity race?",
-        {"entities": False, "premise": False, "min_coverage": 0.0},
-    )
-    assert ids["race"] in [m["id"] for m in ungated["memories"]]
-
-
-@pytest.mark.parametrize(
-    "gate", [[], {"bogus": 1}, {"min_coverage": "high"}, {"premise": "yes"}, {"entities": 1}]
-)
-def test_inject_refuses_a_malformed_gate(deployed: FullStack, gate: Any) -> None:
-    with pytest.raises(BadRequest):
-        deployed.memory("inject", {"prompt": "what snack should I buy?", "gate": gate})
 
 
 def test_recall_degrades_service_by_service_and_never_hangs(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from keymem.services.graph import (
     hybrid,
     idempotency,
     matching,
+    navigate,
     rows,
     session_brief,
     views,
@@ -93,6 +94,7 @@ GRAPH_CAPACITY = 16
 READ_METHODS = (
     "match_keys",
     "recall_candidates",
+    "navigate",
     "brief",
     "read_key",
     "browse_keys",
@@ -387,6 +389,15 @@ class GraphService:
                 lambda now: hybrid.recall_candidates(
                     self.state, self.buffer, self.thresholds, body, now
                 )
+            ),
+            raw,
+        )
+
+    def navigate(self, raw: Any) -> dict[str, Any]:
+        """Key navigation's graph half (services/graph/navigate.py); a write only if it learns."""
+        return self.write(
+            lambda body: (
+                lambda now: navigate.navigate(self.state, self.buffer, self.thresholds, body, now)
             ),
             raw,
         )

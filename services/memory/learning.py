@@ -42,7 +42,7 @@ from keymem.protocol.errors import BadRequest, KeymemError
 from keymem.protocol.worker import remaining_ms
 from keymem.services.config import ConfigError
 from keymem.services.memory.profile import EmbedderProfile
-from keymem.services.memory.search import Search
+from keymem.services.memory.search import Search, SearchRequest
 
 log = logging.getLogger("keymem.router.learning")
 
@@ -151,12 +151,12 @@ class TappedSearch(Search):
         super().__init__(client, profile)
         self._local = threading.local()
 
-    def search(self, body: Any) -> dict[str, Any]:
-        reply = super().search(body)
+    def search_all(self, requests: list[SearchRequest]) -> list[dict[str, Any]]:
+        replies = super().search_all(requests)
         watched: list[dict[str, Any]] | None = getattr(self._local, "watched", None)
         if watched is not None:
-            watched.append(reply)
-        return reply
+            watched.extend(replies)
+        return replies
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[list[dict[str, Any]]]:
