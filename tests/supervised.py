@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,3 +74,16 @@ def deployment_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
     env.update(KEYMEM_HOME=str(home), KEYMEM_HEARTBEAT_MS="200", **extra)
     return env
+
+
+@contextlib.contextmanager
+def running_deployment(**extra: str) -> Iterator[Deployment]:
+    """A deployment started with `keymem up` in a fresh short home, stopped and removed after."""
+    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))  # ipc paths must stay short
+    deployed = Deployment(home, deployment_env(home, **extra))
+    try:
+        deployed.keymem("up")
+        yield deployed
+    finally:
+        deployed.keymem("down", check=False)
+        shutil.rmtree(home, ignore_errors=True)

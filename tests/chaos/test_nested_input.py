@@ -10,13 +10,10 @@ go on serving. The same bounds hold on the wire: a msgpack body nested past them
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +22,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import BadRequest
-from tests.supervised import Deployment, deployment_env
+from tests.supervised import Deployment, running_deployment
 
 pytestmark = pytest.mark.supervised
 
@@ -97,14 +94,8 @@ class StdioSession:
 
 @pytest.fixture(scope="module")
 def deployment() -> Iterator[Deployment]:
-    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))  # ipc paths must stay short
-    deployed = Deployment(home, deployment_env(home))
-    try:
-        deployed.keymem("up")
+    with running_deployment() as deployed:
         yield deployed
-    finally:
-        deployed.keymem("down", check=False)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
