@@ -237,19 +237,6 @@ def test_an_empty_store_answers_no_match_instead_of_an_error(tmp_path: Path) -> 
         assert running.memory("inject", {"prompt": "what did Newton discover?"})["memories"] == []
 
 
-def test_the_embedders_own_thresholds_win_over_the_graphs_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a graph configured for some other model: no cosine would ever reach its recall threshold
-    monkeypatch.setenv("KEYMEM_KEY_RECALL", "0.99")
-    with full_stack(tmp_path) as running:
-        running.remember(STRAWBERRY, ["strawberry", "snack", "user taste"])  # no auto-keys
-        found = running.memory("recall", {"query": "딸기"})
-        assert found["status"] == "found" and found["keys"][0]["concept"] == "strawberry"
-        hit = running.search("딸기")["memories"][0]
-        assert hit["components"]["key_rank"] == 1  # a real key match, not the fallback
-
-
 def test_a_keyless_memory_gets_weaker_auto_keys_that_recall_and_hops_use(
     tmp_path: Path,
 ) -> None:

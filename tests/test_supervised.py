@@ -24,6 +24,7 @@ from keymem.protocol.codec import pack
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import ALL_PROGRAMS, WORKER_SERVICES
+from keymem.store.database import graph_path
 from tests.supervised import Deployment, deployment_env
 
 pytestmark = pytest.mark.supervised
@@ -100,14 +101,13 @@ def test_concurrent_ups_start_exactly_one_supervisord(deployment: Deployment) ->
 
 
 def test_up_reports_a_service_that_cannot_start_with_its_log(deployment: Deployment) -> None:
-    # read by the services, not by the CLI: every program exits at start
-    broken = Deployment(deployment.home, {**deployment.env, "KEYMEM_LOG_LEVEL": "LOUD"})
-    result = broken.keymem("up", "--timeout", "60", check=False)
+    # settings are checked before anything starts; a graph file that is not one stops the graph
+    graph_path(deployment.home).write_bytes(b"not a graph")
+    result = deployment.keymem("up", "--timeout", "60", check=False)
     assert result.returncode == 1
     assert "did not become ready" in result.stderr
-    for name in ALL_PROGRAMS:
-        assert str(deployment.home / "logs" / f"{name}.log") in result.stderr
-    assert "configuration error: Unknown level: 'LOUD'" in result.stderr
+    assert "- graph does not answer (supervisor: " in result.stderr
+    assert str(deployment.home / "logs" / "graph.log") in result.stderr
 
 
 def test_a_bad_setting_is_one_clear_line_not_a_traceback(deployment: Deployment) -> None:

@@ -24,11 +24,11 @@ from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError, Unavailable
+from keymem.protocol.limits import DEFAULT_BUDGET_MS
 from keymem.protocol.worker import remaining_ms
 from keymem.services.graph.writes import AUTO_KEYS_MAX
 
 EXTRACT_LIMIT = 12
-DEFAULT_BUDGET_MS = 10_000
 KEY_TYPE_OF_KIND = {"name": "name", "proper": "proper_noun"}
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -39,16 +38,16 @@ from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.limits import DEFAULT_BUDGET_MS
 from keymem.protocol.worker import remaining_ms
-from keymem.services.config import ConfigError
+from keymem.services import config as cfg
 from keymem.services.memory.profile import EmbedderProfile
 from keymem.services.memory.search import Search, SearchRequest
 
 log = logging.getLogger("keymem.router.learning")
 
-# How long a surfaced memory waits for the agent's read: a read later than this is not taken
-# as feedback on that surfacing (the agent found it some other way, or the session moved on).
-SURFACED_TTL_S = 1_800.0
+# How long a surfaced memory waits for the agent's read (KEYMEM_LEARN_TTL_S).
+SURFACED_TTL_S: float = cfg.LEARN_TTL_S.default
 # At most this many surfacings are remembered (oldest forgotten first): 2 per prompt, so a few
 # thousand prompts; a linear scan of this many small records takes well under a millisecond.
 SURFACED_MAX_ENTRIES = 4_096
@@ -63,16 +62,6 @@ PROMPT_KEYS_MAX = 64
 # guess about what it is about, and wiring guesses to read memories adds noise.
 NAMED_MATCHES = ("concept", "alias", "phrase")
 MAX_SESSION_CHARS = 200
-# Budget for the reinforce call when the read arrived without a deadline (in-process callers).
-DEFAULT_BUDGET_MS = 10_000
-TTL_ENV = "KEYMEM_LEARN_TTL_S"
-ENABLED_ENV = "KEYMEM_LEARN_FROM_READS"
-# Association (learned links from the prompt's keys) is off unless this says true: on the dev
-# files it did not improve recall on held-out questions and cost some (docs/BENCHMARKS.md,
-# "Hebbian replay", round 2), so it stays available for traffic where questions recur.
-ASSOCIATE_ENV = "KEYMEM_LEARN_ASSOCIATE"
-FALSE_WORDS = ("0", "false", "no", "off")
-TRUE_WORDS = ("1", "true", "yes", "on")
 RELATED_VIA = "related_to"  # a hop over an explicit related_to link: no key link to grow
 
 
@@ -218,28 +207,6 @@ def surfacings_of(
     return found
 
 
-def enabled_from_env() -> bool:
-    return os.environ.get(ENABLED_ENV, "").strip().lower() not in FALSE_WORDS
-
-
-def associate_from_env() -> bool:
-    return os.environ.get(ASSOCIATE_ENV, "").strip().lower() in TRUE_WORDS
-
-
-def ttl_from_env() -> float:
-    """``KEYMEM_LEARN_TTL_S``; ``ConfigError`` (the router exits 78, and stays down) if unusable."""
-    raw = os.environ.get(TTL_ENV, "").strip()
-    if not raw:
-        return SURFACED_TTL_S
-    try:
-        ttl_s = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{TTL_ENV} must be a number of seconds, got {raw!r}") from exc
-    if not ttl_s > 0:
-        raise ConfigError(f"{TTL_ENV} must be more than 0 seconds, got {raw!r}")
-    return ttl_s
-
-
 class Learner:
     """Wraps ``inject`` (remember what surfaced) and ``read_memory`` (reinforce on a read)."""
 
@@ -251,14 +218,14 @@ class Learner:
         log_: SurfacedLog | None = None,
         *,
         enabled: bool = True,
-        associate: bool | None = None,
+        associate: bool = False,
     ) -> None:
         self.client = client
         self.recall = recall
         self._inject = inject
         self.log = log_ if log_ is not None else SurfacedLog()
         self.enabled = enabled
-        self.associate = associate_from_env() if associate is None else associate
+        self.associate = associate
 
     def inject(self, body: Any) -> dict[str, Any]:
         try:  # an odd session id from the host must not cost the prompt its memories
