@@ -14,27 +14,28 @@ import numpy as np
 
 from keymem.protocol import fields
 from keymem.protocol.errors import BadRequest, TooLarge
+from keymem.protocol.limits import (
+    CONTENT_MAX_CHARS,
+    ID_MAX_CHARS,
+    KEY_MAX_CHARS,
+    KEYS_PER_MEMORY_MAX,
+    NAMESPACE_MAX_CHARS,
+    RELATED_MAX,
+)
 from keymem.services.graph.text import normalize_namespace, usable_key
 from keymem.store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
 
-MAX_CONTENT_CHARS = 20_000
-MAX_KEYS_PER_MEMORY = 32
-MAX_KEY_CHARS = 200
-MAX_BATCH_ITEMS = 200
 MAX_TTL_SECONDS = 100 * 365 * 86_400
-MAX_NAMESPACE_CHARS = 128
-MAX_RELATED = 64
 MAX_SOURCE_JSON_BYTES = 4_096
 MAX_IDS_PER_REQUEST = 1_000
-MAX_ID_CHARS = 64
 
 
-def opt_str(body: dict[str, Any], name: str, max_chars: int = MAX_ID_CHARS) -> str | None:
+def opt_str(body: dict[str, Any], name: str, max_chars: int = ID_MAX_CHARS) -> str | None:
     """An optional string field; the graph's fields are ids unless told otherwise."""
     return fields.opt_str(body, name, max_chars)
 
 
-def req_str(body: dict[str, Any], name: str, max_chars: int = MAX_ID_CHARS) -> str:
+def req_str(body: dict[str, Any], name: str, max_chars: int = ID_MAX_CHARS) -> str:
     return fields.req_str(body, name, max_chars)
 
 
@@ -44,12 +45,12 @@ def namespace_of(body: dict[str, Any]) -> str:
     A namespace is a boundary: an id of another namespace is ``not_found`` unless the caller
     names that namespace, so a request that leaves it out cannot reach across.
     """
-    return normalize_namespace(opt_str(body, "namespace", MAX_NAMESPACE_CHARS))
+    return normalize_namespace(opt_str(body, "namespace", NAMESPACE_MAX_CHARS))
 
 
 def namespace_filter(body: dict[str, Any]) -> str | None:
     """The namespace aggregate counts are restricted to (``None``: every namespace's totals)."""
-    raw = opt_str(body, "namespace", MAX_NAMESPACE_CHARS)
+    raw = opt_str(body, "namespace", NAMESPACE_MAX_CHARS)
     return None if raw is None or not raw.strip() else normalize_namespace(raw)
 
 
@@ -59,7 +60,7 @@ def id_list(body: dict[str, Any], name: str, max_items: int = MAX_IDS_PER_REQUES
         raise BadRequest(f"{name} must be a list of ids")
     if len(value) > max_items:
         raise TooLarge(f"{name} has more than {max_items} entries")
-    if not all(isinstance(v, str) and 0 < len(v) <= MAX_ID_CHARS for v in value):
+    if not all(isinstance(v, str) and 0 < len(v) <= ID_MAX_CHARS for v in value):
         raise BadRequest(f"{name} must contain only id strings")
     return list(dict.fromkeys(value))
 
@@ -68,10 +69,10 @@ def content_of(body: dict[str, Any]) -> str:
     value = body.get("content")
     if not isinstance(value, str) or not value.strip():
         raise BadRequest("content must be a non-empty string")
-    if len(value) > MAX_CONTENT_CHARS:
+    if len(value) > CONTENT_MAX_CHARS:
         raise TooLarge(
-            f"content has {len(value)} characters; the limit is {MAX_CONTENT_CHARS}",
-            {"limit_chars": MAX_CONTENT_CHARS},
+            f"content has {len(value)} characters; the limit is {CONTENT_MAX_CHARS}",
+            {"limit_chars": CONTENT_MAX_CHARS},
         )
     return value
 
@@ -122,7 +123,7 @@ def source_of(body: dict[str, Any]) -> dict[str, Any] | None:
 def related_of(body: dict[str, Any]) -> list[str] | None:
     if body.get("related_to") is None:
         return None
-    return id_list(body, "related_to", MAX_RELATED)
+    return id_list(body, "related_to", RELATED_MAX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,12 +177,12 @@ def keys_of(
         return None
     if not isinstance(raw, list) or not raw:
         raise BadRequest("keys must be a non-empty list of strings")
-    if len(raw) > MAX_KEYS_PER_MEMORY:
-        raise BadRequest(f"at most {MAX_KEYS_PER_MEMORY} keys per memory, got {len(raw)}")
+    if len(raw) > KEYS_PER_MEMORY_MAX:
+        raise BadRequest(f"at most {KEYS_PER_MEMORY_MAX} keys per memory, got {len(raw)}")
     if not all(isinstance(k, str) for k in raw):
         raise BadRequest("every key must be a string")
-    if any(len(k) > MAX_KEY_CHARS for k in raw):
-        raise TooLarge(f"a key is longer than {MAX_KEY_CHARS} characters")
+    if any(len(k) > KEY_MAX_CHARS for k in raw):
+        raise TooLarge(f"a key is longer than {KEY_MAX_CHARS} characters")
     vectors = body.get("key_vectors")
     if not isinstance(vectors, np.ndarray) or vectors.ndim != 2 or vectors.shape[0] != len(raw):
         raise BadRequest("key_vectors must be a float32 array of shape (len(keys), dim)")

@@ -28,6 +28,7 @@ from keymem.protocol.errors import (
     Unavailable,
 )
 from keymem.protocol.fields import body_of
+from keymem.protocol.limits import BATCH_MAX_ITEMS
 from keymem.protocol.worker import Service
 from keymem.services.config import Settings
 from keymem.services.graph import (
@@ -44,8 +45,8 @@ from keymem.services.graph import (
     writes,
 )
 from keymem.services.graph.feedback import RecallBuffer
-from keymem.services.graph.profile import Thresholds, thresholds_from_env, with_overrides
-from keymem.services.graph.requests import MAX_BATCH_ITEMS, namespace_of, req_str, source_of
+from keymem.services.graph.profile import KeyProfile, Thresholds, key_profile_of
+from keymem.services.graph.requests import namespace_of, req_str, source_of
 from keymem.services.graph.state import GraphState
 from keymem.store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
 from keymem.store.changes import Changes
@@ -120,11 +121,13 @@ BACKUP_WAIT_AT_STOP_S = 120.0
 
 
 class GraphService:
-    def __init__(self, path: Path, thresholds: Thresholds) -> None:
+    def __init__(self, path: Path, key_profile: KeyProfile | None = None) -> None:
         self.home = path.parent
-        self.thresholds = thresholds
+        self.key_profile = key_profile or KeyProfile()
         self.store = GraphStore(path)
         self.buffer = RecallBuffer()
+        # recall's scoring; the recall ablation swaps it in process (never on the wire)
+        self.scoring = hybrid.Scoring()
         self.staging: embedding.Staging | None = None
         self.backup_job: BackupJob | None = None
         self.reembed_backup: BackupJob | None = None
@@ -251,7 +254,7 @@ class GraphService:
                     "lists them); the rest of the graph serves",
                     len(self.quarantined),
                 )
-            return GraphState(loaded)
+            return GraphState(loaded, self.key_profile.hub_min_links)
         finally:
             gc.enable()
             gc.freeze()
@@ -284,6 +287,11 @@ class GraphService:
         self.wait_for_backup()
         self.store.close()
 
+    def thresholds(self, body: Any = None, fingerprint: str | None = None) -> Thresholds:
+        """Key thresholds for the graph's vectors (or a first write's), a request's on top."""
+        request = body.get("thresholds") if isinstance(body, dict) else None
+        return self.key_profile.thresholds(fingerprint or self.state.fingerprint, request)
+
     # -- writes ----------------------------------------------------------------------------
     def _claim_space(self, body: dict[str, Any], dim: int) -> None:
         claimed = embedding.check_write_fingerprint(self.state, body)
@@ -296,10 +304,10 @@ class GraphService:
 
     def prepare_remember(self, raw: Any) -> Action:
         body = body_of(raw)
-        embedding.check_write_fingerprint(self.state, body)
+        claimed = embedding.check_write_fingerprint(self.state, body)
         item = writes.parse_remember(body, self.state.dim)
         writes.check_related(self.state, item.related_to, item.namespace)
-        thresholds = with_overrides(self.thresholds, body.get("thresholds"))
+        thresholds = self.thresholds(body, claimed)
 
         def action(now: float) -> dict[str, Any]:
             self._claim_space(body, len(item.keys[0].vector))
@@ -309,12 +317,12 @@ class GraphService:
 
     def prepare_remember_batch(self, raw: Any) -> Action:
         body = body_of(raw)
-        embedding.check_write_fingerprint(self.state, body)
+        claimed = embedding.check_write_fingerprint(self.state, body)
         items_raw = body.get("items")
         if not isinstance(items_raw, list) or not items_raw:
             raise BadRequest("items must be a non-empty list")
-        if len(items_raw) > MAX_BATCH_ITEMS:
-            raise TooLarge(f"at most {MAX_BATCH_ITEMS} items per batch")
+        if len(items_raw) > BATCH_MAX_ITEMS:
+            raise TooLarge(f"at most {BATCH_MAX_ITEMS} items per batch")
         dim = self.state.dim
         items = []
         for position, item_raw in enumerate(items_raw):
@@ -327,7 +335,7 @@ class GraphService:
             dim = dim or len(item.keys[0].vector)
             writes.check_related(self.state, item.related_to, item.namespace)
             items.append(item)
-        thresholds = with_overrides(self.thresholds, body.get("thresholds"))
+        thresholds = self.thresholds(body, claimed)
         shared_source = source_of(body)
 
         def action(now: float) -> dict[str, Any]:
@@ -345,8 +353,8 @@ class GraphService:
 
     def prepare_correct(self, raw: Any) -> Action:
         body = body_of(raw)
-        embedding.check_write_fingerprint(self.state, body)
-        thresholds = with_overrides(self.thresholds, body.get("thresholds"))
+        claimed = embedding.check_write_fingerprint(self.state, body)
+        thresholds = self.thresholds(body, claimed)
         plan = writes.plan_correct(self.state, body, time.time())
         return lambda now: writes.correct(self.state, plan, thresholds, now)
 
@@ -359,7 +367,7 @@ class GraphService:
         return lambda now: {"deleted": writes.forget(self.state, memory, now)}
 
     def prepare_read_memory(self, raw: Any) -> Action:
-        floor = self.thresholds.alias_floor
+        floor = self.thresholds().alias_floor
         return lambda now: feedback.read_memory(self.state, self.buffer, raw, floor, now)
 
     def prepare_confirm_memory(self, raw: Any) -> Action:
@@ -370,7 +378,8 @@ class GraphService:
 
     def prepare_match_keys(self, raw: Any) -> Action:
         # Learned-alias hits are soft state: they ride along with this call's commit.
-        return lambda now: matching.match_keys(self.state, self.buffer, self.thresholds, raw, now)
+        thresholds = self.thresholds(raw)
+        return lambda now: matching.match_keys(self.state, self.buffer, thresholds, raw, now)
 
     def brief(self, raw: Any) -> dict[str, Any]:
         """A namespace's most durable facts for a session start (graph/session_brief.py)."""
@@ -387,17 +396,8 @@ class GraphService:
         return self.write(
             lambda body: (
                 lambda now: hybrid.recall_candidates(
-                    self.state, self.buffer, self.thresholds, body, now
+                    self.state, self.buffer, self.thresholds(body), body, now, self.scoring
                 )
-            ),
-            raw,
-        )
-
-    def navigate(self, raw: Any) -> dict[str, Any]:
-        """Key navigation's graph half (services/graph/navigate.py); a write only if it learns."""
-        return self.write(
-            lambda body: (
-                lambda now: navigate.navigate(self.state, self.buffer, self.thresholds, body, now)
             ),
             raw,
         )
@@ -425,6 +425,17 @@ class GraphService:
 
     def match_keys(self, raw: Any) -> dict[str, Any]:
         return self.write(self.prepare_match_keys, raw)
+
+    def navigate(self, raw: Any) -> dict[str, Any]:
+        """Key navigation's graph half (services/graph/navigate.py); a write only if it learns."""
+        return self.write(
+            lambda body: (
+                lambda now: navigate.navigate(
+                    self.state, self.buffer, self.thresholds(body), body, now
+                )
+            ),
+            raw,
+        )
 
     # -- embedding migration ---------------------------------------------------------------
     def reembed_begin(self, raw: Any) -> dict[str, Any]:
@@ -526,7 +537,7 @@ def build(settings: Settings) -> Service:
     # thread does it in a few ms, while a BLAS pool spinning on a shared 2-core box stalls
     # the serving loop (a 36 ms p99 of match_keys with the pool: docs/history/).
     threadpool_limits(limits=BLAS_THREADS)
-    return make_service(GraphService(graph_path(settings.home), thresholds_from_env()))
+    return make_service(GraphService(graph_path(settings.home), key_profile_of(settings.config)))
 
 
 def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INTERVAL_S) -> Service:

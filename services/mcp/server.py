@@ -19,21 +19,25 @@ from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from keymem.protocol.limits import (
+    BATCH_MAX_ITEMS,
+    CONTENT_MAX_CHARS,
+    ID_MAX_CHARS,
+    KEY_MAX_CHARS,
+    KEYS_PER_MEMORY_MAX,
+    NAMESPACE_MAX_CHARS,
+    PROMPT_MAX_CHARS,
+    RELATED_MAX,
+)
 from keymem.services.mcp import models
 from keymem.services.mcp.backend import BATCH_TIMEOUT_MS, MemoryBackend
 from keymem.services.mcp.prompt import instructions, memory_system_prompt
 from keymem.services.mcp.provenance import Provenance
 
 SERVER_NAME = "keymem"
-# Limits the graph enforces too (docs/GRAPH.md); stated here so the schema shows them.
+# The schema states the limits every layer enforces (protocol/limits.py) and the tools' own.
 RECALL_TOP_K_DEFAULT, RECALL_TOP_K_MAX = 8, 20
-QUERY_MAX_CHARS = 4_000
 PREVIEW_MAX_CHARS = 20_000
-CONTENT_MAX_CHARS = 20_000
-KEYS_MAX = 32
-KEY_MAX_CHARS = 200
-RELATED_MAX = 64
-BATCH_MAX_ITEMS = 200
 READ_KEY_LIMIT_DEFAULT, READ_KEY_LIMIT_MAX = 10, 50
 BROWSE_LIMIT_DEFAULT, BROWSE_LIMIT_MAX = 20, 100
 
@@ -41,12 +45,12 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_worl
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 
-Id = Annotated[str, Field(min_length=1, max_length=64, description="a memory id")]
-KeyId = Annotated[str, Field(min_length=1, max_length=64, description="a key id")]
+Id = Annotated[str, Field(min_length=1, max_length=ID_MAX_CHARS, description="a memory id")]
+KeyId = Annotated[str, Field(min_length=1, max_length=ID_MAX_CHARS, description="a key id")]
 Namespace = Annotated[
     str | None,
     Field(
-        max_length=200,
+        max_length=NAMESPACE_MAX_CHARS,
         description=(
             "memory namespace (trimmed, lower-cased); default 'default'. A boundary: an id "
             "of another namespace is not found unless you name it (the ns= a memory shows)"
@@ -61,7 +65,7 @@ Keys = Annotated[
     list[Key],
     Field(
         min_length=1,
-        max_length=KEYS_MAX,
+        max_length=KEYS_PER_MEMORY_MAX,
         description="3-6 diverse keys: concepts, names, and the same concept in other languages",
     ),
 ]
@@ -136,7 +140,7 @@ def build_server(
             str,
             Field(
                 min_length=1,
-                max_length=QUERY_MAX_CHARS,
+                max_length=PROMPT_MAX_CHARS,
                 description="short noun keywords, e.g. 'Newton apple'",
             ),
         ],
@@ -146,7 +150,7 @@ def build_server(
         namespace: Namespace = None,
         context: Annotated[
             str | None,
-            Field(max_length=QUERY_MAX_CHARS, description="raw context to rank the preview by"),
+            Field(max_length=PROMPT_MAX_CHARS, description="raw context to rank the preview by"),
         ] = None,
         explain: Annotated[
             bool, Field(description="add per-namespace counts and degraded services")
@@ -173,7 +177,7 @@ def build_server(
 
     @server.tool(annotations=READ_ONLY)
     async def browse_keys(
-        namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
+        namespace: Annotated[str, Field(min_length=1, max_length=NAMESPACE_MAX_CHARS)] = "default",
         hubs_only: Annotated[bool, Field(description="only keys with >= 3 memories")] = False,
         limit: Annotated[int, Field(ge=1, le=BROWSE_LIMIT_MAX)] = BROWSE_LIMIT_DEFAULT,
         offset: Annotated[int, Field(ge=0)] = 0,
@@ -187,7 +191,7 @@ def build_server(
         key_id: KeyId,
         query: Annotated[
             str | None,
-            Field(max_length=QUERY_MAX_CHARS, description="the missing fact: ranks by relevance"),
+            Field(max_length=PROMPT_MAX_CHARS, description="the missing fact: ranks by relevance"),
         ] = None,
         namespace: Namespace = None,
         limit: Annotated[int, Field(ge=1, le=READ_KEY_LIMIT_MAX)] = READ_KEY_LIMIT_DEFAULT,
@@ -205,7 +209,7 @@ def build_server(
     async def read_memory(
         memory_id: Id,
         via_key_id: Annotated[
-            str | None, Field(max_length=64, description="the key you came through")
+            str | None, Field(max_length=ID_MAX_CHARS, description="the key you came through")
         ] = None,
         namespace: Namespace = None,
     ) -> models.ReadMemoryResult:
@@ -274,7 +278,8 @@ def build_server(
         memory_id: Id,
         content: Content,
         keys: Annotated[
-            list[Key] | None, Field(min_length=1, max_length=KEYS_MAX, description="new keys")
+            list[Key] | None,
+            Field(min_length=1, max_length=KEYS_PER_MEMORY_MAX, description="new keys"),
         ] = None,
         key_types: KeyTypes = None,
         ttl_seconds: Ttl = None,
