@@ -54,7 +54,6 @@ from keymem.services.graph.profile import key_profile_of
 from keymem.services.graph.service import GraphService
 from keymem.services.graph.service import make_service as graph_service
 from keymem.services.memory import service as memory
-from keymem.services.memory.profile import EmbedderProfile
 from keymem.services.memory.search import Fusion, Search
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack
@@ -84,9 +83,8 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     "shipped": Variant(),
     "shipped_again": Variant(),  # the same search twice: a difference would mean recall has state
-    # the previous build: key path and hops min-max'd over the pool, names seed like any key
-    "before": Variant(scoring=Scoring(entity_conjunct=False), fusion=Fusion(scale="pool")),
-    "pool_scale": Variant(fusion=Fusion(scale="pool")),  # key path and hops min-max'd as before
+    # the previous build: key path and hops min-max'd over the pool
+    "before": Variant(fusion=Fusion(scale="pool")),
     "rerank_off": Variant(body={"rerank": False}),
     "hops0": Variant(body={"hops": 0}),
     "no_hop_term": Variant(fusion=Fusion(hop_weight=0.0)),
@@ -103,8 +101,6 @@ VARIANTS: dict[str, Variant] = {
     "key_max": Variant(scoring=Scoring(key_agg="max")),
     "seeds3": Variant(scoring=Scoring(seeds=3)),
     "no_fallback": Variant(scoring=Scoring(fallback=False)),
-    "no_conjunct": Variant(scoring=Scoring(entity_conjunct=False)),
-    "phrases_all_no_conjunct": Variant(scoring=Scoring(phrase_links="all", entity_conjunct=False)),
     "key_x2": Variant(fusion=Fusion(key_weight=2.0)),
     "phrases_all_key_x2": Variant(
         scoring=Scoring(phrase_links="all"), fusion=Fusion(key_weight=2.0)
@@ -176,7 +172,6 @@ class Running:
 
     client: Client
     graph: GraphService
-    profile: EmbedderProfile
 
 
 @contextlib.contextmanager
@@ -197,7 +192,7 @@ def in_process(home: Path) -> Iterator[Running]:
         for service in services:
             stack.add_worker(service)
         client = stack.client(timeout_ms=CLIENT_TIMEOUT_MS)
-        yield Running(client, graph, EmbedderProfile(client))
+        yield Running(client, graph)
 
 
 def run_variants(
@@ -209,7 +204,7 @@ def run_variants(
 ) -> Runs:
     """Every answerable query under every variant; a failed search scores as a miss."""
     runs = Runs.of(list(variants))
-    searches = {n: Search(running.client, running.profile, v.fusion) for n, v in variants.items()}
+    searches = {n: Search(running.client, v.fusion) for n, v in variants.items()}
     answerable = _answerable(benchmark)
     if answerable:
         position, first = answerable[0]

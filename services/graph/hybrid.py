@@ -66,7 +66,6 @@ RECALL_FIELDS = (
     "namespace",
     "text",
     "vector",
-    "thresholds",
     "bm25",
     "hops",
     "pool",
@@ -90,8 +89,6 @@ class Scoring:
     * ``auto_hops`` — whether a step between two auto-keys' links is a hop.
     * ``named_hops`` — the seed also steps through the keys its text names.
     * ``fallback`` — when nothing matched, the members of the nearest keys below the threshold.
-    * ``entity_conjunct`` — when the query spells out name or proper-noun keys, another key's
-      evidence and a hop reach only memories filed under one of them (``_named_entities``).
     """
 
     seeds: int = SEEDS_DEFAULT
@@ -101,7 +98,6 @@ class Scoring:
     auto_hops: bool = False
     named_hops: bool = True
     fallback: bool = True
-    entity_conjunct: bool = True
 
 
 def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
@@ -162,7 +158,6 @@ def recall_candidates(
     key_link: dict[str, float] = {}
     via_keys: dict[str, list[str]] = {}
     literal: set[str] = set()
-    named = _named_entities(state, keys) if scoring.entity_conjunct else []
     for key in keys:
         members = state.key_links.get(key["key_id"], {})
         strongest = sorted(members.values(), key=lambda link: -link.weight)[:per_key]
@@ -171,8 +166,6 @@ def recall_candidates(
             memory = state.memories.get(link.memory_id)
             if memory is None or not memory.active(now) or (word_level and not link.auto):
                 continue
-            if named and not any(link.memory_id in entity for entity in named):
-                continue  # about someone else than the query names
             evidence = key["score"] * key["idf"] * link.weight
             before = key_path.get(link.memory_id, 0.0)
             key_path[link.memory_id] = (
@@ -231,10 +224,7 @@ def recall_candidates(
         if named_hops:
             rows += _named_steps(state, namespace, seeds, per_key, auto_hops, now)
         for row, share in rows:
-            # an auto-auto step is no hop: it takes no pool place either; nor is a step to a
-            # memory about someone else than the query names
-            if named and not any(row["memory_id"] in entity for entity in named):
-                continue
+            # an auto-auto step is no hop: it takes no pool place either
             if share > 0 and row["score"] > hop_score.get(row["memory_id"], {}).get("score", 0):
                 hop_score[row["memory_id"]] = row
                 hop_link[row["memory_id"]] = share
@@ -289,20 +279,6 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
-
-
-def _named_entities(state: GraphState, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The members (memory id -> link) of every name or proper-noun key the query spells out.
-
-    Such a key is a conjunct, not a seed: on an agent-keyed store a person's name is on every
-    memory of their conversation, so as evidence it says nothing (IDF 1/n), but as a condition
-    it says a lot — "what activities does Melanie do" asks for Melanie's memories among those
-    the other keys reach, not Caroline's."""
-    return [
-        state.key_links.get(key["key_id"], {})
-        for key in keys
-        if key["match_type"] in ("concept", "alias") and state.keys[key["key_id"]].is_entity
-    ]
 
 
 def _nearest_key_members(

@@ -1,0 +1,58 @@
+"""Recall's graph half on agent-written keys (services/graph/hybrid.py): evidence through a key
+is divided by how many memories the key is on, so a person's name on every memory of their
+conversation passes on next to nothing. Real vectors (tests/vectors.py), a real graph file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keymem.services.graph import GraphService
+from tests.graph_helpers import open_graph
+from tests.vectors import remember_body, vector
+
+NAME = {"Melanie": "name", "Caroline": "name"}
+PAINTS = "Melanie paints lake sunrises on weekends."
+CAMPING = "Melanie took her kids camping in the mountains."
+HIKING = "Caroline goes hiking with her friends."
+
+
+@pytest.fixture
+def graph(tmp_path: Path) -> Iterator[GraphService]:
+    service = open_graph(tmp_path)
+    # Two people of one conversation, each on every memory of theirs, sharing topic keys.
+    for person, content, keys in [
+        ("Melanie", PAINTS, ["hobby", "lake sunrise painting"]),
+        ("Melanie", CAMPING, ["family", "camping"]),
+        ("Caroline", HIKING, ["hobby", "hiking"]),
+        ("Caroline", "Caroline is researching adoption agencies.", ["family", "adoption"]),
+    ]:
+        service.remember(remember_body(content, [person, *keys], key_types=NAME))
+    yield service
+    service.close()
+
+
+def candidates(graph: GraphService, question: str, hops: int) -> dict[str, dict[str, Any]]:
+    body = {"vector": vector(question), "text": question, "hops": hops}
+    return {c["content"]: c["components"] for c in graph.recall_candidates(body)["candidates"]}
+
+
+def test_a_names_own_evidence_is_its_idf_halved(graph: GraphService) -> None:
+    # only the name matches: IDF 1/n (n = 2 here; a LoCoMo speaker's name is on 100+
+    # memories) x the entity factor 1/2
+    found = candidates(graph, "Tell me about Melanie", hops=0)
+    assert set(found) == {PAINTS, CAMPING}
+    assert [c["key_path"] for c in found.values()] == pytest.approx([0.25, 0.25], abs=0.01)
+
+
+def test_a_hop_passes_on_its_keys_idf_so_a_name_passes_on_least(graph: GraphService) -> None:
+    # the seed is the painting memory (its own key is named); one step passes on 0.3 x IDF:
+    # through "hobby" (2 memories) 0.15 to Caroline's hiking, through "Melanie" (2 memories,
+    # a name) 0.075 to Melanie's camping
+    found = candidates(graph, "the lake sunrise painting", hops=1)
+    assert found[PAINTS]["hop"] == 0 and found[PAINTS]["key_path"] == pytest.approx(1.0, abs=0.02)
+    assert found[HIKING]["hop_share"] == pytest.approx(0.3 * 0.5, rel=0.02)
+    assert found[CAMPING]["hop_share"] == pytest.approx(0.3 * 0.25, rel=0.02)
