@@ -40,7 +40,6 @@ from keymem.services.evaluation.loader import LoadedStore, default_key_mode, loa
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.runner import InjectResult
 from keymem.services.memory.inject import TOP_K_DEFAULT, Gate, Inject, Observation, judge
-from keymem.services.memory.profile import EmbedderProfile
 from keymem.services.memory.search import Search
 
 CLIENT_TIMEOUT_MS = 60_000
@@ -96,7 +95,7 @@ def observe_file(path: Path, limit: int | None, progress: Progress) -> dict[str,
         Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
     ):
         store = load(client, benchmark, mode, progress)
-        inject = Inject(Search(client, EmbedderProfile(client)))
+        inject = Inject(Search(client))
         inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
         observed = []
         for position, query in progress.over(list(enumerate(benchmark.queries)), "observe"):

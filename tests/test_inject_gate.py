@@ -24,7 +24,6 @@ from keymem.services.memory.inject import (
     structured_tokens,
     without_entities,
 )
-from keymem.services.memory.profile import EmbedderProfile
 from keymem.services.memory.search import Search
 from tests.full_stack import FullStack, full_stack
 
@@ -236,7 +235,7 @@ def test_inject_stays_silent_when_the_prompt_pins_anothers_fact_on_someone(
     assert wrong["memories"] == [] and wrong["rejected"]["other_entity"] >= 1
     # the gates do the work: the same search with them switched off surfaces the race
     ungated = Inject(
-        Search(people.client, EmbedderProfile(people.client)),
+        Search(people.client),
         Gate(entities=False, premise=False, min_coverage=0.0),
     )
     reply = ungated.inject({"prompt": "What did Caroline realize after her charity race?",

@@ -37,13 +37,13 @@ STRAWBERRY = "The user likes strawberries"
 
 
 # -- the graph: a real graph file per scenario ------------------------------------------------
-def semantic_match(query: str, request: dict[str, Any] | None = None) -> Callable[[Any], bool]:
+def semantic_match(query: str) -> Callable[[Any], bool]:
     """Whether a query reaches the strawberry key by meaning (no shared words)."""
 
     def scenario(graph_: GraphService) -> bool:
         graph_.remember(remember_body(STRAWBERRY, ["strawberry"]))
-        body = {"vector": vector(query), **({"thresholds": request} if request else {})}
-        return any(k["concept"] == "strawberry" for k in graph_.match_keys(body)["keys"])
+        found = graph_.match_keys({"vector": vector(query)})["keys"]
+        return any(k["concept"] == "strawberry" for k in found)
 
     return scenario
 
@@ -95,13 +95,6 @@ GRAPH_EFFECTS = {
     # "berry" is at cosine 0.72 from strawberry: over the profile's 0.45, under 0.85
     "KEYMEM_KEY_RECALL": Effect(
         {"KEYMEM_KEY_RECALL": "0.85"}, semantic_match("berry"), default=True, configured=False
-    ),
-    # and a request's own thresholds cannot lower the operator's floor again
-    "KEYMEM_KEY_RECALL over a request": Effect(
-        {"KEYMEM_KEY_RECALL": "0.85"},
-        semantic_match("berry", {"key_recall": 0.1}),
-        default=True,
-        configured=False,
     ),
     # bge-m3's calibrated key recall is 0.62: "fruit" (0.555) stops matching
     "KEYMEM_KEY_PROFILE": Effect(

@@ -287,10 +287,9 @@ class GraphService:
         self.wait_for_backup()
         self.store.close()
 
-    def thresholds(self, body: Any = None, fingerprint: str | None = None) -> Thresholds:
-        """Key thresholds for the graph's vectors (or a first write's), a request's on top."""
-        request = body.get("thresholds") if isinstance(body, dict) else None
-        return self.key_profile.thresholds(fingerprint or self.state.fingerprint, request)
+    def thresholds(self, claimed: str | None = None) -> Thresholds:
+        """Key thresholds for the graph's vectors, or for the first write's (``claimed``)."""
+        return self.key_profile.thresholds(self.state.fingerprint or claimed)
 
     # -- writes ----------------------------------------------------------------------------
     def _claim_space(self, body: dict[str, Any], dim: int) -> None:
@@ -307,7 +306,7 @@ class GraphService:
         claimed = embedding.check_write_fingerprint(self.state, body)
         item = writes.parse_remember(body, self.state.dim)
         writes.check_related(self.state, item.related_to, item.namespace)
-        thresholds = self.thresholds(body, claimed)
+        thresholds = self.thresholds(claimed)
 
         def action(now: float) -> dict[str, Any]:
             self._claim_space(body, len(item.keys[0].vector))
@@ -335,7 +334,7 @@ class GraphService:
             dim = dim or len(item.keys[0].vector)
             writes.check_related(self.state, item.related_to, item.namespace)
             items.append(item)
-        thresholds = self.thresholds(body, claimed)
+        thresholds = self.thresholds(claimed)
         shared_source = source_of(body)
 
         def action(now: float) -> dict[str, Any]:
@@ -354,7 +353,7 @@ class GraphService:
     def prepare_correct(self, raw: Any) -> Action:
         body = body_of(raw)
         claimed = embedding.check_write_fingerprint(self.state, body)
-        thresholds = self.thresholds(body, claimed)
+        thresholds = self.thresholds(claimed)
         plan = writes.plan_correct(self.state, body, time.time())
         return lambda now: writes.correct(self.state, plan, thresholds, now)
 
@@ -378,7 +377,7 @@ class GraphService:
 
     def prepare_match_keys(self, raw: Any) -> Action:
         # Learned-alias hits are soft state: they ride along with this call's commit.
-        thresholds = self.thresholds(raw)
+        thresholds = self.thresholds()
         return lambda now: matching.match_keys(self.state, self.buffer, thresholds, raw, now)
 
     def brief(self, raw: Any) -> dict[str, Any]:
@@ -396,7 +395,7 @@ class GraphService:
         return self.write(
             lambda body: (
                 lambda now: hybrid.recall_candidates(
-                    self.state, self.buffer, self.thresholds(body), body, now, self.scoring
+                    self.state, self.buffer, self.thresholds(), body, now, self.scoring
                 )
             ),
             raw,
@@ -430,9 +429,7 @@ class GraphService:
         """Key navigation's graph half (services/graph/navigate.py); a write only if it learns."""
         return self.write(
             lambda body: (
-                lambda now: navigate.navigate(
-                    self.state, self.buffer, self.thresholds(body), body, now
-                )
+                lambda now: navigate.navigate(self.state, self.buffer, self.thresholds(), body, now)
             ),
             raw,
         )

@@ -53,7 +53,6 @@ from keymem.services.memory.inject import (
     structured_tokens,
     without_entities,
 )
-from keymem.services.memory.profile import EmbedderProfile
 from keymem.services.memory.search import key_summary, rerank_segments
 
 ANALYSE_SHARE = 0.4  # of the remaining time, for the embedder and the lexicon's first round
@@ -151,9 +150,8 @@ def asked_about(query: str, anchor: dict[str, Any], keys: list[dict[str, Any]]) 
 
 
 class Navigation:
-    def __init__(self, client: Client, profile: EmbedderProfile) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
-        self.profile = profile
 
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
@@ -235,9 +233,6 @@ class Navigation:
         vector = None if isinstance(embedded, KeymemError) else embedded["vectors"][0]
         if vector is not None:
             graph_body["vector"] = vector
-            thresholds = self.profile.thresholds(embedded["fingerprint"])
-            if thresholds is not None:
-                graph_body["thresholds"] = thresholds
         found = self._call("graph", "navigate", graph_body)
         keys = found["keys"]
         reply: dict[str, Any] = {"query": request.query, "namespace": request.namespace}

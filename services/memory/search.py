@@ -48,7 +48,6 @@ from keymem.protocol.limits import (
 from keymem.protocol.worker import remaining_ms
 from keymem.services.graph.matching import PHRASES_MAX
 from keymem.services.graph.text import normalize_namespace
-from keymem.services.memory.profile import EmbedderProfile
 
 ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
 RERANK_SHARE = 0.5  # of what is left after the graph, for the reranker
@@ -179,11 +178,8 @@ def is_comparison(query: str) -> bool:
 
 
 class Search:
-    def __init__(
-        self, client: Client, profile: EmbedderProfile, fusion: Fusion | None = None
-    ) -> None:
+    def __init__(self, client: Client, fusion: Fusion | None = None) -> None:
         self.client = client
-        self.profile = profile
         self.fusion = fusion or Fusion()
 
     def search(self, body: Any) -> dict[str, Any]:
@@ -195,7 +191,7 @@ class Search:
         timing = Timing()
         first = requests[0]
         degraded: dict[str, str] = {}
-        vector, thresholds, bm25, phrases = self._analyse(requests, degraded)
+        vector, bm25, phrases = self._analyse(requests, degraded)
         timing.lap("analyse")
         calls: list[tuple[str, str, Any]] = []
         for request in requests:
@@ -208,8 +204,6 @@ class Search:
             }
             if vector is not None:
                 graph_body["vector"] = vector
-            if thresholds is not None:
-                graph_body["thresholds"] = thresholds
             if phrases is not None:
                 graph_body["phrase_vectors"] = phrases
             calls.append(("graph", "recall_candidates", graph_body))
@@ -251,9 +245,9 @@ class Search:
 
     def _analyse(
         self, requests: list[SearchRequest], degraded: dict[str, str]
-    ) -> tuple[Any, dict[str, Any] | None, dict[str, list[dict[str, Any]]], Any]:
-        """The query vector with its model's thresholds, the BM25 hits per namespace and the
-        vectors of the query's own phrases (``Fusion.phrases``); any may be missing.
+    ) -> tuple[Any, dict[str, list[dict[str, Any]]], Any]:
+        """The query vector, the BM25 hits per namespace and the vectors of the query's own
+        phrases (``Fusion.phrases``); any may be missing.
 
         Vector and BM25 are fetched in parallel with the lexicon's phrases of the query; the
         phrases are embedded after (as keys: the embedder's cache serves repeated words).
@@ -281,12 +275,11 @@ class Search:
         outcomes = self.client.call_many(calls, timeout_ms=budget)
         embedded, lexical = outcomes[0], outcomes[1 : 1 + len(requests)]
         extracted = outcomes[1 + len(requests) :]
-        vector, thresholds = None, None
+        vector = None
         if isinstance(embedded, KeymemError):
             degraded["embedder"] = str(embedded)
         else:
             vector = embedded["vectors"][0]
-            thresholds = self.profile.thresholds(embedded["fingerprint"])
         bm25: dict[str, list[dict[str, Any]]] = {}
         for each, hits in zip(requests, lexical, strict=True):
             if isinstance(hits, KeymemError):
@@ -306,7 +299,7 @@ class Search:
                     phrases = found["vectors"]
                 except KeymemError as exc:  # the whole query's vector still matches keys
                     degraded["phrases"] = str(exc)
-        return vector, thresholds, bm25, phrases
+        return vector, bm25, phrases
 
     def _relevance(
         self, query: str, pools: list[list[dict[str, Any]]], degraded: dict[str, str]

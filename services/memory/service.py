@@ -28,7 +28,6 @@ from keymem.services.memory.learning import (
     TappedSearch,
 )
 from keymem.services.memory.navigation import Navigation
-from keymem.services.memory.profile import EmbedderProfile
 from keymem.services.memory.search import Search
 
 # The embedder's per-request limit on texts; larger batches are split and sent in parallel.
@@ -59,7 +58,6 @@ IDEMPOTENT = {"browse_keys", "history", "counts", "get_memories", "brief"}
 class MemoryAPI:
     def __init__(self, router_endpoint: str, horizon: WriteHorizon) -> None:
         self.client = ConsistentClient(router_endpoint, horizon)
-        self.profile = EmbedderProfile(self.client)
         self.autokeys = AutoKeys(self.client)
 
     def _call(self, service: str, method: str, body: Any) -> Any:
@@ -116,14 +114,7 @@ class MemoryAPI:
         if not usable:
             return {**item, "keys": usable}
         vectors, fingerprint = self.embed_keys(usable)
-        return self._stamped(
-            {**item, "keys": usable, "key_vectors": vectors, "fingerprint": fingerprint}
-        )
-
-    def _stamped(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The model's thresholds ride along with vectors from it (merge, short-key merge)."""
-        thresholds = self.profile.thresholds(body["fingerprint"])
-        return body if thresholds is None else {**body, "thresholds": thresholds}
+        return {**item, "keys": usable, "key_vectors": vectors, "fingerprint": fingerprint}
 
     def _warm(self, contents: list[Any]) -> None:
         """Let the reranker embed new memories now, off the recall path (not waited for)."""
@@ -184,7 +175,7 @@ class MemoryAPI:
             for i, keys in keyed:
                 items[i] = {**items[i], "keys": keys, "key_vectors": vectors[row : row + len(keys)]}
                 row += len(keys)
-            body = self._stamped({**body, "items": items, "fingerprint": fingerprint})
+            body = {**body, "items": items, "fingerprint": fingerprint}
         saved = self._write("remember_batch", body)
         self._warm([item.get("content") for item in items if isinstance(item, dict)])
         return saved
@@ -224,14 +215,14 @@ def make_service(
     config = config or load()
     api = MemoryAPI(router_endpoint, horizon if horizon is not None else WriteHorizon())
     track = api.client.horizon.tracking
-    recall = Search(api.client, api.profile)
-    navigation = Navigation(api.client, api.profile)
+    recall = Search(api.client)
+    navigation = Navigation(api.client)
     service = Service("memory")
     service.add("recall", navigation.recall, idempotent=True)
     service.add("read_key", navigation.read_key, idempotent=True)
     service.add("search", recall.search, idempotent=True)
     # Inject gets its own watched Search: the learner reads the paths off its searches.
-    tapped = TappedSearch(api.client, api.profile)
+    tapped = TappedSearch(api.client)
     learner = Learner(
         api.client,
         tapped,
