@@ -28,6 +28,8 @@ LONG_KILLS_EACH = 5
 LONG_TIMEOUT_S = 3_600
 # Load runs this long before the first kill and between kills, so each kill lands mid-traffic.
 SETTLE_S = 1.0
+# Model loading on a busy machine can take minutes; the kills are what is measured.
+UP_TIMEOUT_S = 110  # within tests.supervised.CLI_TIMEOUT_S
 
 
 @pytest.fixture
@@ -37,7 +39,7 @@ def deployment() -> Iterator[Deployment]:
     env = deployment_env(home)
     env.pop("KEYMEM_HEARTBEAT_MS", None)
     deployed = Deployment(home, env)
-    deployed.keymem("up")
+    deployed.keymem("up", "--timeout", str(UP_TIMEOUT_S))
     try:
         yield deployed
     finally:
