@@ -10,12 +10,14 @@ write missing from it is *lost*, a write the caller was told failed but that is 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import statistics
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +135,8 @@ class Figures:
     calls: int = 0
     past_deadline: int = 0
     recovery_s: dict[str, list[float]] = field(default_factory=dict)
+    # From supervisord's log: seconds from a program's death to its new process, per kill.
+    respawn_s: list[float] = field(default_factory=list)
 
     def medians(self) -> dict[str, float]:
         return {name: statistics.median(times) for name, times in self.recovery_s.items()}
@@ -143,6 +147,8 @@ class Figures:
             f"writes acknowledged: {self.writes_acked}; lost: {self.acked_lost}",
             f"writes reported failed: {self.writes_failed}; of them committed: "
             f"{self.failed_committed}",
+            f"supervisord respawned a killed program after at most "
+            f"{max(self.respawn_s, default=0.0):.3f} s",
         ]
         for name, times in self.recovery_s.items():
             shown = ", ".join(f"{t:.2f}" for t in times)
@@ -150,6 +156,26 @@ class Figures:
                 f"{name}: answers again after {statistics.median(times):.2f} s median ({shown})"
             )
         return "\n".join(lines)
+
+
+_LOG_LINE = re.compile(r"^(\S+ \S+) \w+ (exited|spawned): '?(\w+)'?")
+
+
+def respawn_gaps(log: Path) -> list[float]:
+    """Seconds between each program's exit and its next spawn, from supervisord's log."""
+    died: dict[str, datetime] = {}
+    gaps = []
+    for line in log.read_text().splitlines():
+        match = _LOG_LINE.match(line)
+        if match is None:
+            continue
+        at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        event, name = match.group(2), match.group(3)
+        if event == "exited":
+            died[name] = at
+        elif name in died:
+            gaps.append((at - died.pop(name)).total_seconds())
+    return gaps
 
 
 def figures(deployment: Deployment, load: Load, recovery_s: dict[str, list[float]]) -> Figures:
@@ -175,4 +201,5 @@ def figures(deployment: Deployment, load: Load, recovery_s: dict[str, list[float
         calls=len(load.calls),
         past_deadline=sum(1 for c in load.calls if c.late_s > DEADLINE_SLACK_S),
         recovery_s=recovery_s,
+        respawn_s=respawn_gaps(deployment.home / "logs" / "supervisord.log"),
     )
