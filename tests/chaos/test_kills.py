@@ -40,8 +40,8 @@ def deployment() -> Iterator[Deployment]:
     env = deployment_env(home)
     env.pop("KEYMEM_HEARTBEAT_MS", None)
     deployed = Deployment(home, env)
-    deployed.keymem("up", "--timeout", str(UP_TIMEOUT_S))
     try:
+        deployed.keymem("up", "--timeout", str(UP_TIMEOUT_S))
         yield deployed
     finally:
         deployed.keymem("down", check=False)
