@@ -15,6 +15,8 @@ import pytest
 
 from keymem.protocol.errors import NotFound
 from keymem.services.graph import GraphService, matching
+from keymem.services.graph.hybrid import Scoring
+from keymem.services.graph.profile import KeyProfile
 from tests.graph_helpers import active_ids, key_id_of, open_graph
 from tests.vectors import remember_body, vector, vectors
 
@@ -62,11 +64,9 @@ def test_cross_lingual_synonyms_meet_through_recall_by_default(graph: GraphServi
 def test_cross_lingual_alias_joins_one_key_and_matches_with_a_particle(
     graph: GraphService,
 ) -> None:
-    merging = {"short_key_merge": 0.9}  # a profile that merges close synonyms (bge-m3-like)
+    graph.key_profile = KeyProfile(overrides={"short_key_merge": 0.9})  # merges close synonyms
     graph.remember(remember_body("The user drinks coffee every morning", ["coffee", "morning"]))
-    second = graph.remember(
-        remember_body("커피는 에티오피아산을 좋아한다", ["커피", "에티오피아"], thresholds=merging)
-    )
+    second = graph.remember(remember_body("커피는 에티오피아산을 좋아한다", ["커피", "에티오피아"]))
     coffee = key_id_of(graph, "coffee")
     assert key_id_of(graph, "커피") == coffee
     assert "커피" in graph.read_key({"key_id": coffee})["key"]["aliases"]
@@ -76,8 +76,8 @@ def test_cross_lingual_alias_joins_one_key_and_matches_with_a_particle(
     assert [(k["key_id"], k["match_type"]) for k in hits] == [(coffee, "alias")]
     assert graph.match_keys({"text": "커피숍"})["keys"] == []
     # distinct-but-close concepts stay apart even then (Monday~Tuesday cosine 0.87)
-    graph.remember(remember_body("Standup is on Monday", ["Monday"], thresholds=merging))
-    graph.remember(remember_body("Retro is on Tuesday", ["Tuesday"], thresholds=merging))
+    graph.remember(remember_body("Standup is on Monday", ["Monday"]))
+    graph.remember(remember_body("Retro is on Tuesday", ["Tuesday"]))
     assert key_id_of(graph, "Monday") != key_id_of(graph, "Tuesday")
 
 
@@ -171,10 +171,10 @@ def test_the_querys_own_phrases_reach_keys_its_whole_vector_cannot(graph: GraphS
     assert [(k["concept"], k["match_type"]) for k in found] == [("선거", "phrase")]
     assert found[0]["score"] > 0.8
     # by default a phrase's key leads only through auto-keys' links (word-level keys)
-    plain = {**body, "text": question, "fallback": False}
-    assert graph.recall_candidates(plain)["candidates"] == []
-    everyone = {**body, "text": question, "phrase_links": "all"}
-    reached = graph.recall_candidates(everyone)["candidates"]
+    graph.scoring = Scoring(fallback=False)
+    assert graph.recall_candidates({**body, "text": question})["candidates"] == []
+    graph.scoring = Scoring(phrase_links="all")
+    reached = graph.recall_candidates({**body, "text": question})["candidates"]
     assert [c["memory_id"] for c in reached] == [saved]
     assert reached[0]["components"]["key_link"] == 1.0  # an agent's key: a whole link
 
@@ -185,15 +185,18 @@ def test_two_auto_keys_sharing_a_word_make_no_hop(graph: GraphService) -> None:
     graph.remember(seed)
     other = remember_body("Tomatoes grow in the garden", ["garden"], auto_keys=["garden"])
     reached = graph.remember(other)["saved"]
-    body = {"vector": vector("gate"), "text": "gate", "hops": 1, "fallback": False}
+    body = {"vector": vector("gate"), "text": "gate", "hops": 1}
+    graph.scoring = Scoring(fallback=False)
     assert reached not in [c["memory_id"] for c in graph.recall_candidates(body)["candidates"]]
-    walked = graph.recall_candidates({**body, "auto_hops": True})["candidates"]
+    graph.scoring = Scoring(fallback=False, auto_hops=True)
+    walked = graph.recall_candidates(body)["candidates"]
     hop = next(c for c in walked if c["memory_id"] == reached)["components"]
     assert hop["hop"] == 1 and hop["hop_link"] == 0.25  # two half-weight links
     # a link a read taught is an association, though marked auto
     link = graph.state.link(key_id_of(graph, "garden"), reached)
     assert link is not None
     link.learned = True
+    graph.scoring = Scoring(fallback=False)
     taught = graph.recall_candidates(body)["candidates"]
     assert reached in [c["memory_id"] for c in taught]
 
@@ -208,12 +211,16 @@ def test_the_seed_steps_through_keys_its_text_names_whatever_the_write_order(
     graph.remember(film)
     person = remember_body("She lives in Greenwich Village, New York", ["Adriana Trigiani"])
     director = graph.remember(person)["saved"]
-    body = {"vector": vector("Big Stone Gap"), "text": "Big Stone Gap", "fallback": False}
-    plain = graph.recall_candidates({**body, "named_hops": False})["candidates"]
+    body = {"vector": vector("Big Stone Gap"), "text": "Big Stone Gap"}
+    graph.scoring = Scoring(fallback=False, named_hops=False)
+    plain = graph.recall_candidates(body)["candidates"]
     assert director not in [c["memory_id"] for c in plain]
+    graph.scoring = Scoring(fallback=False)
     named = graph.recall_candidates(body)["candidates"]
     hop = next(c for c in named if c["memory_id"] == director)["components"]
     assert hop["hop"] == 1 and hop["hop_link"] == 0.5  # an agent's link and a named one
+    # one step passes on 0.3 of the seed's evidence (x IDF 1 x the director's link 1)
+    assert hop["hop_share"] == pytest.approx(0.3, rel=0.01)
 
 
 def test_exact_duplicate_is_deduplicated_within_a_namespace(graph: GraphService) -> None:
