@@ -129,7 +129,7 @@ def test_a_pool_larger_than_one_reranker_call_is_scored_in_pieces() -> None:
             return replies
 
     client = Reranker()
-    recall = Search(client, None)  # type: ignore[arg-type]
+    recall = Search(client)  # type: ignore[arg-type]
     pool = [{"content": f"p{i}"} for i in range(RERANK_MAX_PASSAGES + 6)]
     (relevance,) = recall._relevance("query", [pool], {})
     assert client.sizes == [RERANK_MAX_PASSAGES, 6]
