@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -154,6 +155,8 @@ def chain_cycles(next_of: Mapping[str, str | None]) -> set[str]:
 def quarantine(loaded: LoadedGraph) -> list[Quarantined]:
     """Take every unsound row out of ``loaded`` (in place); returns what was taken and why."""
     dim = int(loaded.meta["dim"]) if loaded.meta.get("dim") else None
+    if dim is None and loaded.keys:  # no dimension recorded: the one most keys have
+        dim = Counter(k.vector.size for k in loaded.keys.values()).most_common(1)[0][0]
     out: list[Quarantined] = []
     for key in list(loaded.keys.values()):
         if (reason := key_problem(key, dim, strict=False)) is not None:
