@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,15 +140,23 @@ CASES: dict[str, tuple[Callable[[Document], None], str]] = {
 }
 
 
-@pytest.fixture
-def target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home whose graph already holds memories of the same vector space."""
-    home = tmp_path / "target"
+@pytest.fixture(scope="module")
+def target_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed graph that already holds a memory of the same vector space."""
+    home = tmp_path_factory.mktemp("target")
     graph = open_graph(home)
     try:
         graph.remember(remember_body("The target's own fact", ["target", "own"]))
     finally:
         graph.close()
+    return home
+
+
+@pytest.fixture
+def target(target_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh copy of that home for one import."""
+    home = tmp_path / "target"
+    shutil.copytree(target_home, home)
     monkeypatch.setenv("KEYMEM_HOME", str(home))
     return home
 
