@@ -69,7 +69,7 @@ def full_stack(home: Path) -> Iterator[FullStack]:
             "reranker": shared_reranker(),
             "graph": graph.build(settings),
             "lexicon": lexicon.build(settings),
-            "memory": memory.make_service(stack.endpoints.frontend),
+            "memory": memory.make_service(stack.endpoints.frontend, config=settings.config),
         }
         orchestration = HeartbeatPolicy(stack.heartbeat.interval_ms, ORCHESTRATION_LIVENESS)
         workers = {

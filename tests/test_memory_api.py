@@ -44,9 +44,10 @@ class Deployed:
 def deployed(embedder: Embedder, tmp_path: Path) -> Iterator[Deployed]:
     with InprocStack() as stack:
         embedder_worker = stack.add_worker(embedder_service(embedder))
-        stack.add_worker(graph.build(stack.settings(tmp_path)))
+        settings = stack.settings(tmp_path)
+        stack.add_worker(graph.build(settings))
         stack.add_worker(
-            memory.make_service(stack.endpoints.frontend),
+            memory.make_service(stack.endpoints.frontend, config=settings.config),
             heartbeat=HeartbeatPolicy(stack.heartbeat.interval_ms, ORCHESTRATION_LIVENESS),
         )
         yield Deployed(stack, embedder_worker)
