@@ -19,7 +19,6 @@ from keymem.services.config import (
     ConfigError,
     Settings,
 )
-from keymem.services.router.process import run_router
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         if name == "router":
+            # Only the router loads the memory service: a worker's restart skips it.
+            from keymem.services.router.process import run_router
+
             run_router(settings, stop)
         else:
             Worker(
