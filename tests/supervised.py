@@ -69,6 +69,14 @@ class Deployment:
                 found.append(proc)
         return found
 
+    def teardown(self) -> None:
+        """`keymem down`, then kill whatever of this home it left (a test's home is removed
+        next: a supervisord outliving it could never be reached again)."""
+        self.keymem("down", check=False)
+        for process in self.processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+
 
 def deployment_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
@@ -85,5 +93,5 @@ def running_deployment(**extra: str) -> Iterator[Deployment]:
         deployed.keymem("up")
         yield deployed
     finally:
-        deployed.keymem("down", check=False)
+        deployed.teardown()
         shutil.rmtree(home, ignore_errors=True)

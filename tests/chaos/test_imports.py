@@ -280,4 +280,4 @@ def test_keymem_up_starts_on_a_damaged_file_and_doctor_names_the_row(short_home:
         assert check.status == "warn" and dana.id in check.detail and "dimension 7" in check.detail
         assert "quarantined" in (short_home / "logs" / "graph.log").read_text()
     finally:
-        deployment.keymem("down", check=False)
+        deployment.teardown()

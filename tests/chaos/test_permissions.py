@@ -76,5 +76,5 @@ def test_home_and_every_file_in_it_are_private_under_umask_022(usual_umask: None
         assert open_to_others(home) == []
         assert stat.S_IMODE((outside / "all.json").stat().st_mode) == 0o600
     finally:
-        deployment.keymem("down", check=False)
+        deployment.teardown()
         shutil.rmtree(parent, ignore_errors=True)
