@@ -39,7 +39,7 @@ PID_TIMEOUT_MS = 10_000
 PING_EVERY_S = 0.02
 # The promise: every service answers again within this of its kill -9 (median of its kills).
 RECOVERY_TARGET_S = 3.0
-RECOVERY_GIVE_UP_S = 60.0
+RECOVERY_GIVE_UP_S = 180.0  # a busy machine; the promise is checked on the medians
 
 
 @dataclass
