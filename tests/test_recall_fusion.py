@@ -76,16 +76,26 @@ def test_a_hub_keys_evidence_stays_small_whoever_else_is_in_the_pool() -> None:
     assert order(pooled)[0] == "hub"
 
 
-def test_a_specific_key_and_a_hop_through_it_count_on_their_own_scale() -> None:
-    # one literally named key on one memory is a whole unit; a hop carries its share
-    named = candidate("named", key=1.0)
-    bridge = candidate("bridge", hop=0.0123, hop_share=0.3)
-    fused = fuse_blend([named, bridge, candidate("none")], None, Fusion())
-    assert [(c["memory_id"], c["score"]) for c in fused] == [
-        ("named", 1.0),
-        ("bridge", 0.3),
-        ("none", 0.0),
-    ]
+def test_one_specific_key_or_one_step_between_two_memories_is_a_whole_unit() -> None:
+    # a named key on one memory (key path 1) and a hop through a key on two memories
+    # (hop share 0.3 x 1/2) each count a whole unit: the floor the pool's best is taken over
+    seed = candidate("seed", key=1.0, bm25=4.0)
+    seed["components"]["fused"] = 0.03
+    bridge = candidate("bridge", hop=0.0045, hop_share=0.15)
+    pool = [seed, bridge, candidate("none")]
+    scores = [(c["memory_id"], c["score"]) for c in fuse_blend(pool, None, Fusion())]
+    assert scores == [("seed", 2.0), ("bridge", 1.0), ("none", 0.0)]
+    # half that specific (a key on four memories): half a unit, not a whole one as min-max gives
+    bridge["components"]["hop_share"] = 0.075
+    assert fuse_blend(pool, None, Fusion())[1]["score"] == 0.5
+    assert fuse_blend(pool, None, Fusion(scale="pool"))[1]["score"] == 1.0
+
+
+def test_stronger_key_evidence_keeps_its_margins() -> None:
+    # three matched keys against one: above the unit, the pool's best sets the scale
+    pool = [candidate("three", key=3.0), candidate("one", key=1.5), candidate("hub", key=0.02)]
+    scores = [c["score"] for c in fuse_blend(pool, None, Fusion())]
+    assert scores == pytest.approx([1.0, 0.5, 0.02 / 3], abs=1e-6)
 
 
 def test_without_a_reranker_the_graph_evidence_alone_decides() -> None:

@@ -85,7 +85,12 @@ class Timing:
         return {**self.stages_ms, "total": round((time.perf_counter() - self.started) * 1000, 3)}
 
 
-SCALES = ("absolute", "pool")
+SCALES = ("floor", "pool")
+# The units of specific evidence the ``floor`` scale never divides by less than: one literally
+# named key on a single memory (key score 1 × IDF 1), and one hop step through a key on two
+# memories (hop decay 0.3 × IDF 1/2), the most specific association two memories can share.
+KEY_UNIT = 1.0
+HOP_UNIT = 0.15
 
 
 @dataclass(frozen=True)
@@ -96,13 +101,17 @@ class Fusion:
 
     * ``key_weight``, ``dense_weight``, ``hop_weight`` — the weight of those evidences (BM25's
       is 1).
-    * ``scale`` — how key path and hops enter the blend. ``absolute`` (kept): on their own
-      scale, where one literally named key on a single memory is a whole unit
-      (``key score × IDF × link weight``, at most 1) and a hop carries the share of its seed's
-      evidence the walk passed on (``hop_share``, 0.3 × IDF × link weight for one step), so a
-      hub key (IDF 1/n) adds next to nothing however the pool looks. ``pool``: min–max over the
-      pool like BM25 and relevance, which makes whatever key path or hop the pool happens to
-      hold worth a whole unit — on agent-keyed stores, a person's name on every memory.
+    * ``scale`` — how key path and hops enter the blend. ``floor`` (kept): each over the pool's
+      largest, but never over less than one unit of specific evidence — for the key path
+      (``key score × IDF × link weight``) one literally named key on a single memory (1), for a
+      hop (``hop_share``: 0.3 × IDF × link weight per step) one step through a key on two
+      memories (0.15). Strong evidence keeps its margins as under min–max, but a pool whose only
+      key path or hop comes through a hub (IDF 1/n) keeps it small. ``pool``: min–max over the
+      pool like BM25 and relevance (the build before), which makes whatever key path or hop the
+      pool holds worth a whole unit — on agent-keyed stores, a person's name on every memory.
+      Measured and not kept: the key path capped at 1 with the hop share as it is, over 0.15
+      capped, or times its seed's blended evidence — each lost two-hop questions
+      (docs/history/, recall on agent keys).
     * ``link_weighted`` — key and hop evidence count at their links' share of an agent's link.
     * ``evidence`` — comparison questions put one candidate per named entity first.
     * ``phrases`` — the query's own phrases are extracted and embedded for key matching.
@@ -112,7 +121,7 @@ class Fusion:
     key_weight: float = 1.0
     dense_weight: float = 1.0
     hop_weight: float = 1.0
-    scale: str = "absolute"
+    scale: str = "floor"
     link_weighted: bool = True
     evidence: bool = True
     phrases: bool = True
@@ -384,6 +393,14 @@ def _ordered(
     return fused
 
 
+def floored(values: list[float], unit: float) -> list[float]:
+    """Values over the pool's largest, but never over less than ``unit``: the pool's best
+    evidence counts whole only when it is at least one unit's worth, so a pool whose only key
+    or hop evidence comes through a hub keeps it small (min-max would make it whole)."""
+    top = max(max(values, default=0.0), unit)
+    return [v / top for v in values]
+
+
 def min_max(values: list[float]) -> list[float]:
     """Values mapped onto [0, 1] by the pool's own range (all 0 when they are all equal)."""
     low, high = min(values, default=0.0), max(values, default=0.0)
@@ -408,11 +425,11 @@ def fuse_blend(
     margins (the convex combination that beat RRF in Bruch et al., "An Analysis of Fusion
     Functions for Hybrid Retrieval", 2023).
 
-    Key path and hops have a scale of their own (``Fusion.scale``): the graph's evidence is
-    specificity-weighted already (IDF 1/n per key), so it enters as it is — a memory on one
-    specific key the query names counts fully, one reached only through a hub counts next to
-    nothing — instead of the pool's best key path or hop counting a whole unit whatever it
-    is. Depth and freshness scale the sum as they scale the graph's own fusion.
+    Key path and hops keep a scale of their own (``Fusion.scale``, ``floored``): the graph's
+    evidence is specificity-weighted already (IDF 1/n per key), so the pool's best counts a
+    whole unit only when it is at least one specific key's (or one pair step's) worth — a
+    memory reached only through a hub counts next to nothing instead of a whole unit. Depth
+    and freshness scale the sum as they scale the graph's own fusion.
     """
     parts = [c["components"] for c in candidates]
     bm25 = min_max([p.get("bm25_score", 0.0) for p in parts])
@@ -421,8 +438,8 @@ def fuse_blend(
         key = min_max([p["key_path"] for p in parts])
         hop = min_max([p["hop_score"] for p in parts])
     else:
-        key = [min(1.0, p["key_path"]) for p in parts]
-        hop = [min(1.0, p.get("hop_share", 0.0)) for p in parts]
+        key = floored([p["key_path"] for p in parts], KEY_UNIT)
+        hop = floored([p.get("hop_share", 0.0) for p in parts], HOP_UNIT)
     key_links = [_link_share(p, "key_link", fusion) for p in parts]
     hop_links = [_link_share(p, "hop_link", fusion) for p in parts]
     scored = []
