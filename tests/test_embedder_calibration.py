@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from keymem.services.embedder.backends.usem3 import MODEL_ID, Usem3Backend
+from keymem.services.embedder.backends.usem3 import MODEL_ID
 from keymem.services.embedder.calibrate import PairSet, choose, fixture_sets, score_sets
 from keymem.services.embedder.thresholds import FALLBACK, PROFILES, profile_for
+from tests.full_stack import scoring_model
 
 
 @pytest.fixture(scope="module")
 def sets() -> dict[str, PairSet]:
     scored = fixture_sets()
-    score_sets(Usem3Backend(threads=2), scored)
+    score_sets(scoring_model(), scored)
     return {s.name: s for s in scored}
 
 

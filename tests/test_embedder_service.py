@@ -1,6 +1,7 @@
 """The embedder service on the offline default model (USE-m), through the router.
 
-One model load per module; each test puts a fresh service around it into a fresh stack.
+The model is the test process's shared one; each module gets a fresh embedder (cache and
+counters) around it, and each test puts a fresh service around that into a fresh stack.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import pytest
 from keymem.protocol import envelope
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError, TooLarge
-from keymem.services.config import Settings, load
+from keymem.services.config import load
 from keymem.services.embedder.backends.usem3 import MAX_CHARS as USEM3_MAX_CHARS
 from keymem.services.embedder.requests import MAX_REQUEST_CHARS, MAX_TEXTS
-from keymem.services.embedder.service import Embedder, load_embedder, make_service
+from keymem.services.embedder.service import Embedder, make_service
 from keymem.services.embedder.settings import EmbedderSettings
 from keymem.services.stack import InprocStack
+from tests.full_stack import fresh_embedder
 from tests.wire import direct_reply
 
 
@@ -35,8 +37,7 @@ def stack() -> Iterator[InprocStack]:
 
 @pytest.fixture(scope="module")
 def embedder() -> Iterator[Embedder]:
-    settings = Settings.from_env()
-    yield load_embedder(settings, EmbedderSettings(threads=2))
+    yield fresh_embedder()
 
 
 @pytest.fixture

@@ -12,18 +12,17 @@ from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, Unavailable
 from keymem.protocol.worker import HeartbeatPolicy
 from keymem.services import graph
-from keymem.services.config import Settings
-from keymem.services.embedder.service import Embedder, load_embedder
+from keymem.services.embedder.service import Embedder
 from keymem.services.embedder.service import make_service as embedder_service
-from keymem.services.embedder.settings import EmbedderSettings
 from keymem.services.memory import service as memory
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack, RunningWorker
+from tests.full_stack import fresh_embedder
 
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return load_embedder(Settings.from_env(), EmbedderSettings(threads=2))
+    return fresh_embedder()
 
 
 class Deployed:

@@ -18,11 +18,12 @@ from keymem.services.reranker.scorers import COSINE_READ_CHARS, EmbeddingCosineS
 from keymem.services.reranker.service import Reranker, build, make_service
 from keymem.services.reranker.settings import RerankerSettings
 from keymem.services.stack import InprocStack
+from tests.full_stack import scoring_model
 
 
 @pytest.fixture(scope="module")
 def backend() -> Usem3Backend:
-    return Usem3Backend(threads=2)
+    return scoring_model()
 
 
 @pytest.fixture
