@@ -37,7 +37,8 @@ def assert_prompt_hook(config: dict[str, Any]) -> None:
 def test_the_commands_the_configs_run_exist() -> None:
     assert {"keymem", "keymem-hook"} <= set(scripts())
     args = build_parser().parse_args(["mcp"])
-    assert args.command == "mcp" and args.timeout > 0
+    assert args.command == "mcp" and args.timeout is None  # KEYMEM_UP_TIMEOUT_S applies
+    assert build_parser().parse_args(["mcp", "--timeout", "5"]).timeout == 5
 
 
 def test_claude_code_marketplace_and_plugin() -> None:
