@@ -36,7 +36,6 @@ from threadpoolctl import threadpool_limits
 
 from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
 from keymem.services.graph import GraphService, matching
-from keymem.services.graph.profile import DEFAULT_MODEL, thresholds_for
 from keymem.services.graph.service import BLAS_THREADS
 from keymem.services.stack import InprocStack
 from keymem.store.database import graph_path
@@ -131,7 +130,7 @@ def _local(seconds: float, call: Callable[[], Any]) -> dict[str, float]:
 
 
 def build(home: Path, data: Synthetic, memories: int) -> dict[str, Any]:
-    graph = GraphService(graph_path(home), thresholds_for(DEFAULT_MODEL))
+    graph = GraphService(graph_path(home))
     started = time.perf_counter()
     for start in range(0, memories, LOAD_BATCH):
         items = [data.item() for _ in range(min(LOAD_BATCH, memories - start))]
@@ -174,7 +173,7 @@ def _timed_writes(graph: GraphService, data: Synthetic) -> dict[str, Any]:
 
 def in_process(home: Path, data: Synthetic, seconds: float) -> dict[str, Any]:
     started, cpu_started = time.perf_counter(), time.process_time()
-    graph = GraphService(graph_path(home), thresholds_for(DEFAULT_MODEL))
+    graph = GraphService(graph_path(home))
     reopen_s = time.perf_counter() - started
     reopen_cpu_s = time.process_time() - cpu_started
     try:
