@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from keymem.services.config import load
+from keymem.services.config import HOME, load
 from keymem.services.embedder.backends import EmbeddingBackend, Kind, fingerprint, load_backend
 from keymem.services.embedder.settings import EmbedderSettings
 
@@ -280,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="benchmark files")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
-    backend = load_backend(EmbedderSettings.from_config(load()), Path("."))
+    config = load()
+    backend = load_backend(EmbedderSettings.from_config(config), config[HOME])
     sets = fixture_sets() + benchmark_sets(args.data)
     if len(sets) == len(fixture_sets()):
         print(f"note: no benchmark files under {args.data}; fixture pairs only", file=sys.stderr)

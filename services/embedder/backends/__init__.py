@@ -14,8 +14,9 @@ def load_backend(settings: EmbedderSettings, home: Path) -> EmbeddingBackend:
     """Load the model now (seconds), so a worker registers only once it can answer."""
     if settings.backend == "usem3":
         from keymem.services.embedder.backends.usem3 import Usem3Backend
+        from keymem.services.embedder.backends.usem3_cache import cache_dir
 
-        return Usem3Backend(settings.threads)
+        return Usem3Backend(settings.threads, cache_dir(home))
     if settings.backend == "onnx":
         from keymem.services.embedder.models.runtime import require_models_extra
 
