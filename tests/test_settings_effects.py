@@ -20,15 +20,12 @@ import pytest
 
 from keymem.protocol.endpoints import Endpoints, inproc_endpoints
 from keymem.protocol.worker import HeartbeatPolicy
-from keymem.services import graph, lexicon, reranker
+from keymem.services import reranker
 from keymem.services.config import REGISTRY, Settings, load
-from keymem.services.embedder.service import make_service as embedder_service
 from keymem.services.graph import GraphService
 from keymem.services.graph.profile import key_profile_of
-from keymem.services.memory import service as memory
-from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack
-from tests.full_stack import FullStack, shared_embedder, shared_reranker
+from tests.full_stack import FullStack, start_services
 from tests.graph_helpers import GRAPH_FILE
 from tests.vectors import remember_body, vector
 
@@ -152,19 +149,9 @@ def configured_stack(home: Path, env: dict[str, str]) -> Iterator[FullStack]:
     settings = Settings(home, *_inproc(), load(env, home=home))
     with InprocStack(endpoints=settings.endpoints) as stack:
         own_reranker = any(name.startswith("KEYMEM_RERANK") for name in env)
-        services = {
-            "embedder": embedder_service(shared_embedder()),
-            "reranker": reranker.build(settings) if own_reranker else shared_reranker(),
-            "graph": graph.build(settings),
-            "lexicon": lexicon.build(settings),
-            "memory": memory.make_service(stack.endpoints.frontend, config=settings.config),
-        }
-        orchestration = HeartbeatPolicy(stack.heartbeat.interval_ms, ORCHESTRATION_LIVENESS)
-        workers = {
-            name: stack.add_worker(service, heartbeat=orchestration if name == "memory" else None)
-            for name, service in services.items()
-        }
-        running = FullStack(stack, workers, stack.client(timeout_ms=10_000))
+        running = start_services(
+            stack, settings, reranker.build(settings) if own_reranker else None
+        )
         running.remember(NEWTON, ["Newton", "apple", "gravity"])
         yield running
 
