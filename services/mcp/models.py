@@ -65,6 +65,8 @@ class Preview(BaseModel):
 
     id: str
     content: str
+    truncated: bool = Field(description="content was cut to max_chars")
+    content_chars: int = Field(description="the memory's full length in characters")
     evidence: Literal["passive_preview"]
     reinforced: bool = Field(description="always false: a preview changes nothing")
     namespace: str
