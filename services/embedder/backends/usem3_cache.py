@@ -148,7 +148,7 @@ def _write(path: Path, fill: Callable[[IO[bytes]], object]) -> bool:
     """Write ``path`` whole or not at all; False (and a warning) when the disk refuses."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}")
     try:
-        path.parent.mkdir(mode=CACHE_DIR_MODE, parents=True, exist_ok=True)
+        _make_directories(path.parent)
         _remove_leftovers(path)
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, CACHE_FILE_MODE)
         with open(descriptor, "wb") as out:
@@ -162,6 +162,13 @@ def _write(path: Path, fill: Callable[[IO[bytes]], object]) -> bool:
             temporary.unlink()
         log.warning("usem3 cache %s not written (%s); the next start parses again", path, exc)
         return False
+
+
+def _make_directories(directory: Path) -> None:
+    """``directory`` and its missing parents, each 0700 (``mkdir -p`` would use the umask)."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for each in reversed(missing):
+        each.mkdir(mode=CACHE_DIR_MODE, exist_ok=True)
 
 
 def _remove_leftovers(path: Path) -> None:
