@@ -254,7 +254,7 @@ def test_two_concurrent_clients_writing_at_once_lose_nothing(running: Deployment
     assert len(set(saved)) == 2 * WRITES_PER_CLIENT
     with router(running) as client:
         counts = client.call("memory", "counts", {})
-        found = client.call("memory", "get_memories", {"ids": saved})
+        found = client.call("memory", "get_memories", {"ids": saved, "namespace": "concurrent"})
     assert counts["namespaces"]["concurrent"]["memories"] == 2 * WRITES_PER_CLIENT
     assert found["missing"] == [] and len(found["memories"]) == 2 * WRITES_PER_CLIENT
 

@@ -4,12 +4,14 @@ Every tool goes through ``MemoryBackend.ask``: one request to the router, the re
 into the tool's output model, and any failure turned into a ``ToolError`` whose text an agent
 can act on (the SDK returns it as an ``is_error`` result; the server never crashes). Failures
 of keymem itself (unavailable, timeout, internal) also name the logs to read. When the services
-could not be started, each call first probes the router briefly, so a tool answers the start-up
-failure at once instead of waiting out a deadline — and works again once someone starts them.
+could not be started, each call first pings them briefly (ready as ``keymem up`` means it), so a
+tool answers the start-up failure at once instead of waiting out a deadline — and works again
+once someone starts them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,12 +22,13 @@ from pydantic import BaseModel, ValidationError
 from keymem.protocol.async_client import AsyncClient
 from keymem.protocol.client import with_idempotency_key
 from keymem.protocol.errors import ErrorCode, KeymemError
+from keymem.services.config import ALL_PROGRAMS
 
 log = logging.getLogger(__name__)
 
 TOOL_TIMEOUT_MS = 20_000  # one tool call, end to end through the router
 BATCH_TIMEOUT_MS = 60_000  # remember_batch: up to 200 items' keys to embed
-PROBE_TIMEOUT_MS = 1_000  # is the router there at all (after a failed start)
+PROBE_TIMEOUT_MS = 1_000  # does every service answer (after a failed start)
 # Tools that change memories: each call carries an idempotency key, so sending it again after
 # the router or the graph died commits it once and reports the commit (docs/RELIABILITY.md).
 WRITES = {"remember", "remember_batch", "correct", "forget", "dismiss", "confirm_memory"}
@@ -85,12 +88,13 @@ class MemoryBackend:
             ) from exc
 
     async def _probe(self) -> None:
-        try:
-            await self.client.call("router", "ping", timeout_ms=PROBE_TIMEOUT_MS)
-        except KeymemError:
-            raise ToolError(
-                f"unavailable: keymem could not be started. {self.launch_error}"
-            ) from None
+        """Ready as ``keymem up`` means it: the router and every service answer ``ping``."""
+        pings = [
+            self.client.call(name, "ping", timeout_ms=PROBE_TIMEOUT_MS) for name in ALL_PROGRAMS
+        ]
+        outcomes = await asyncio.gather(*pings, return_exceptions=True)
+        if any(isinstance(outcome, BaseException) for outcome in outcomes):
+            raise ToolError(f"unavailable: keymem could not be started. {self.launch_error}")
         log.info("keymem's services answer now; the start-up failure is over")
         self.launch_error = None
 
