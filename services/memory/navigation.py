@@ -21,8 +21,11 @@ The preview is held to the gates inject uses for what it shows unasked
 * a key reached only through content is no anchor: its memory is previewed only when its
   relevance alone is strong ("metal" must not preview "shared metal device control panel");
 * it holds what the query asks about the key and the entities it names: the query without
-  their words must be covered (``MIN_COVERAGE``) unless the relevance is strong — "what does
-  Donggyun drink at night?" does not preview "Donggyun likes coffee";
+  their words (and without the other keys it names literally) must be covered
+  (``MIN_COVERAGE``) unless the relevance is strong — "what does Donggyun drink at night?" does
+  not preview "Donggyun likes coffee";
+* across scripts (query and memory share no script, so no word) the relevance alone is the
+  judge, at inject's cross-script floor — "딸기" previews "the user likes strawberries";
 * with the reranker's not-found gate set (``KEYMEM_RERANK_MIN_SCORE``), a pool whose best
   score is below it previews nothing.
 
@@ -45,11 +48,13 @@ from keymem.protocol.limits import DEFAULT_BUDGET_MS, PROMPT_MAX_CHARS
 from keymem.protocol.worker import remaining_ms
 from keymem.services.graph.text import normalize_namespace
 from keymem.services.memory.inject import (
+    CROSS_SCRIPT_RELEVANCE_BY_KIND,
     ENTITY_KEY_TYPES,
     MIN_COVERAGE,
     STRONG_COVERAGE,
     STRONG_RELEVANCE_BY_KIND,
     Entity,
+    scripts_of,
     structured_tokens,
     without_entities,
 )
@@ -65,6 +70,8 @@ PREVIEW_MAX_CHARS_DEFAULT = 2_000
 # at which inject admits a memory on its words alone.
 CONTENT_GATE = STRONG_COVERAGE
 CONTENT_HITS = 5  # BM25 hits per text whose coverage is asked
+# Keys the query names in its own words: what it asks about them is the rest of the query.
+LITERAL_MATCHES = frozenset({"concept", "alias"})
 MISS_NOTE = (
     "No key matched. nearest_keys are the closest concepts; try one of them with read_key, "
     "or recall with different words."
@@ -74,6 +81,7 @@ WITHHELD = {
     "no_anchor": "it was reached only through its memories' words, and none is close enough "
     "in meaning to show unasked",
     "low_coverage": "none of its memories holds what the query asks about it",
+    "low_relevance": "none of its memories, written in another script, is close enough in meaning",
     "not_found": "the reranker's not-found gate (KEYMEM_RERANK_MIN_SCORE) finds none relevant",
 }
 
@@ -140,8 +148,13 @@ class Scored:
 
 
 def asked_about(query: str, anchor: dict[str, Any], keys: list[dict[str, Any]]) -> str:
-    """The query without the anchor key's words and the entities it names: what it asks."""
-    named = [anchor] + [k for k in keys if k.get("key_type") in ENTITY_KEY_TYPES]
+    """The query without the anchor key's words, the entities it names and the keys it names
+    literally (the key path already accounts for those words): what it asks."""
+    named = [anchor] + [
+        k
+        for k in keys
+        if k.get("key_type") in ENTITY_KEY_TYPES or k.get("match_type") in LITERAL_MATCHES
+    ]
     entities = [
         Entity(str(k["key_id"]), tuple(s for s in [k["concept"], *(k.get("aliases") or [])] if s))
         for k in named
@@ -313,14 +326,19 @@ class Navigation:
         on_query = _scored(ids, outcomes[0])
         on_context = _scored(ids, outcomes[1]) if request.context else on_query
         coverage: dict[str, float] | None = None
-        if calls[-1][0] == "lexicon" and not isinstance(outcomes[-1], KeymemError):
+        # Terms left after the lexicon drops function words: none means nothing is asked.
+        if (
+            calls[-1][0] == "lexicon"
+            and not isinstance(outcomes[-1], KeymemError)
+            and outcomes[-1]["terms"]
+        ):
             shares = zip(ids, outcomes[-1]["coverage"], strict=True)
             coverage = {i: share for i, share in shares if share is not None}
         tokens = structured_tokens(request.query)
         reasons: list[str] = []
         passing = []
         for member in members:
-            reason = _withheld(member, anchor, tokens, on_query, coverage)
+            reason = _withheld(member, anchor, tokens, on_query, coverage, request.query)
             if reason is None:
                 passing.append(member)
             else:
@@ -351,6 +369,7 @@ def _withheld(
     tokens: list[str],
     scored: Scored | None,
     coverage: dict[str, float] | None,
+    query: str,
 ) -> str | None:
     """Why ``member`` may not be previewed under ``anchor`` (None: it may). Without the
     reranker or the lexicon, the gates that need them stand aside."""
@@ -360,6 +379,15 @@ def _withheld(
     strong = scored is not None and scored.strong(member["id"])
     if anchor.get("match_type") == "content" and scored is not None and not strong:
         return "no_anchor"
+    if not scripts_of(query) & scripts_of(content):
+        # No word can be shared across scripts: the relevance is the judge, as in inject.
+        if scored is not None and member["id"] in scored.relevance:
+            floor = CROSS_SCRIPT_RELEVANCE_BY_KIND.get(scored.kind)
+            if floor is not None and scored.relevance[member["id"]] < relevance_of(
+                floor, scored.kind
+            ):
+                return "low_relevance"
+        return None
     share = None if coverage is None else coverage.get(member["id"])
     if share is not None and share < MIN_COVERAGE and not strong:
         return "low_coverage"
