@@ -65,8 +65,8 @@ def deployed(
 
     home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))
     deployment = Deployment(home, deployment_env(home))
-    deployment.keymem("up")
     try:
+        deployment.keymem("up")
         with Client(ipc_endpoints(home).frontend, timeout_ms=10_000) as client:
             ids = {
                 "strawberry": client.call(
@@ -92,7 +92,7 @@ def deployed(
         (home / "namespaces.json").write_text(json.dumps({"/work/projects/shop": "shop"}))
         yield deployment, ids
     finally:
-        deployment.keymem("down", check=False)
+        deployment.teardown()  # also when `up` failed half-way: nothing of the home outlives it
         shutil.rmtree(home, ignore_errors=True)
 
 
