@@ -25,7 +25,9 @@ The preview is held to the gates inject uses for what it shows unasked
   (``MIN_COVERAGE``) unless the relevance is strong — "what does Donggyun drink at night?" does
   not preview "Donggyun likes coffee";
 * across scripts (query and memory share no script, so no word) the relevance alone is the
-  judge, at inject's cross-script floor — "딸기" previews "the user likes strawberries";
+  judge when the key was reached by meaning, at inject's cross-script floor — "딸기" previews
+  "the user likes strawberries"; a key the query names (an alias learned from a near miss) is
+  the anchor itself;
 * with the reranker's not-found gate set (``KEYMEM_RERANK_MIN_SCORE``), a pool whose best
   score is below it previews nothing.
 
@@ -380,7 +382,11 @@ def _withheld(
     if anchor.get("match_type") == "content" and scored is not None and not strong:
         return "no_anchor"
     if not scripts_of(query) & scripts_of(content):
-        # No word can be shared across scripts: the relevance is the judge, as in inject.
+        # No word can be shared across scripts: a key the query names (concept or alias) is
+        # the anchor the memory was filed under; one reached by meaning is judged by the
+        # relevance, as in inject.
+        if anchor.get("match_type") in LITERAL_MATCHES:
+            return None
         if scored is not None and member["id"] in scored.relevance:
             floor = CROSS_SCRIPT_RELEVANCE_BY_KIND.get(scored.kind)
             if floor is not None and scored.relevance[member["id"]] < relevance_of(
