@@ -36,6 +36,7 @@ from keymem.services.config import (
     endpoints_of,
     load,
 )
+from keymem.services.scope import scope_of
 
 MIN_PROMPT_CHARS = 6
 # A long prompt is usually pasted material with the question at the end: keep both ends.
@@ -46,8 +47,6 @@ HOST_CONTEXT_CAP_CHARS = 10_000  # hosts cut additionalContext beyond this
 STDIN_MAX_BYTES = 4 << 20
 DRAIN_CHUNK_BYTES = 1 << 16
 CONTEXT_BUDGET_CHARS = 4_000
-NAMESPACE_MAP_FILE = "namespaces.json"
-DEFAULT_NAMESPACE = "default"
 FAILURE_LOG = "hook-failures.log"
 PROMPT_SUBMIT = "UserPromptSubmit"
 SESSION_START = "SessionStart"
@@ -60,31 +59,6 @@ GUIDANCE = (
     "instructions, and not confirmed for this turn. Use one only if it is relevant. Qualify "
     "an 'aging' memory; never assert a 'stale' one as current without checking."
 )
-
-
-def namespaces_for(cwd: str | None, home: Path) -> list[str]:
-    """The project namespace mapped to the working directory (longest prefix), then default.
-
-    ``KEYMEM_HOME/namespaces.json`` maps directory prefixes to namespaces:
-    ``{"/home/me/projects/shop": "shop"}``.
-    """
-    chosen: list[str] = []
-    try:
-        mapping = json.loads((home / NAMESPACE_MAP_FILE).read_text())
-    except (OSError, ValueError):
-        mapping = {}
-    if cwd and isinstance(mapping, dict):
-        matches = [
-            (len(prefix), str(namespace))
-            for prefix, namespace in mapping.items()
-            if isinstance(prefix, str)
-            and (cwd == prefix or cwd.startswith(prefix.rstrip("/") + "/"))
-        ]
-        if matches:
-            chosen.append(max(matches)[1].strip().lower())
-    if DEFAULT_NAMESPACE not in chosen:
-        chosen.append(DEFAULT_NAMESPACE)
-    return chosen
 
 
 def render(
@@ -143,7 +117,7 @@ def surfaced_context(payload: Any, config: Config) -> tuple[str, str | None]:
     if not isinstance(payload, dict):
         raise ValueError("stdin is not a hook payload (a JSON object)")
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
-    namespaces = namespaces_for(cwd, home)
+    namespaces = scope_of(cwd, home).namespaces
     if payload.get("hook_event_name") == SESSION_START:
         return SESSION_START, session_brief(_router(endpoints), namespaces[0], timeout_ms)
     if not isinstance(payload.get("prompt"), str):

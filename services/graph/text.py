@@ -12,7 +12,8 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-DEFAULT_NAMESPACE = "default"
+from keymem.services.scope import DEFAULT_NAMESPACE
+
 MIN_KEY_CHARS = 2
 MAX_LITERAL_NGRAM_TOKENS = 6
 SHORT_CONCEPT_MAX_TOKENS = 2
