@@ -472,6 +472,29 @@ CODEX_THREAD_ID = optional(
     in_file=False,
 )
 
+# Where the agent hosts keep their configuration (`keymem install`, `keymem doctor`).
+CLAUDE_CONFIG_DIR = optional(
+    "CLAUDE_CONFIG_DIR",
+    PATH,
+    "Claude Code's own: the folder of its settings.json and .claude.json (unset: ~/.claude, ~)",
+    (CLI,),
+    in_file=False,
+)
+CODEX_HOME = optional(
+    "CODEX_HOME",
+    PATH,
+    "Codex's own: the folder of its config.toml and hooks.json (unset: ~/.codex)",
+    (CLI,),
+    in_file=False,
+)
+XDG_CONFIG_HOME = optional(
+    "XDG_CONFIG_HOME",
+    PATH,
+    "on Linux, the folder holding Claude Desktop's Claude/ (unset: ~/.config)",
+    (CLI,),
+    in_file=False,
+)
+
 
 # -- settings as a process holds them ---------------------------------------------------------
 @dataclass(frozen=True)
