@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LATENCY_WINDOW_SAMPLES = 1024
+# Every service's liveness probe (``keymem up`` sends dozens while the services start): its
+# answers, ``unavailable`` included, are counted apart so they never read as errors or latency.
+PROBE_METHOD = "ping"
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -43,8 +46,14 @@ class RequestStats:
     errors: Counter[str] = field(default_factory=Counter)
     expired: int = 0
     latency: LatencyWindow = field(default_factory=LatencyWindow)
+    probes: int = 0
+    probes_failed: int = 0
 
-    def record(self, micros: float, error_code: str | None = None) -> None:
+    def record(self, micros: float, error_code: str | None = None, method: str = "") -> None:
+        if method == PROBE_METHOD:
+            self.probes += 1
+            self.probes_failed += int(error_code is not None)
+            return
         self.requests += 1
         self.latency.add(micros)
         if error_code is not None:
@@ -56,5 +65,7 @@ class RequestStats:
             "errors": sum(self.errors.values()),
             "errors_by_code": dict(self.errors),
             "expired": self.expired,
+            "probes": self.probes,
+            "probes_failed": self.probes_failed,
             **self.latency.summary(),
         }

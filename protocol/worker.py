@@ -500,7 +500,7 @@ class Worker:
             )
         finally:
             _deadline_ms.reset(deadline_token)
-        self.stats.record((time.perf_counter() - started) * 1e6, error_code)
+        self.stats.record((time.perf_counter() - started) * 1e6, error_code, request.method)
         return reply
 
     def _dispatch(self, method: str, body: Any) -> Any:

@@ -74,9 +74,10 @@ def test_request_reply_builtins_and_stats(stack: InprocStack) -> None:
     assert client.call("svc", "ping")["pong"] is True
     assert client.call("router", "ping")["service"] == "router"
     stats = client.call("router", "stats")
-    assert stats["services"]["svc"]["requests"] == 2
+    assert stats["services"]["svc"]["requests"] == 1  # the ping is a probe, counted apart
+    assert stats["services"]["svc"]["probes"] == 1
     assert len(stats["services"]["svc"]["workers"]) == 1
-    assert client.call("svc", "stats")["requests"] >= 2
+    assert client.call("svc", "stats")["requests"] >= 1
 
 
 def test_handler_errors_arrive_typed_and_the_worker_keeps_serving(stack: InprocStack) -> None:
@@ -110,6 +111,26 @@ def test_a_known_service_with_no_live_worker_fails_fast() -> None:
         with pytest.raises(Unavailable, match="no live graph worker"):
             client.call("graph", "ping")
         assert time.monotonic() - started < 2.5  # answered, not left to hit the 5 s deadline
+
+
+def test_probes_of_a_service_still_starting_are_not_errors_but_real_failures_are() -> None:
+    with InprocStack(known_services=["svc"]) as stack:
+        client = stack.client()
+        for _ in range(3):  # what `keymem up` does while the service loads
+            with pytest.raises(Unavailable):
+                client.call("svc", "ping")
+        stack.add_worker(tagged_service("a"))
+        client.call("svc", "ping")
+        with pytest.raises(BadRequest):
+            client.call("svc", "nope")
+        with pytest.raises(InternalError):
+            client.call("svc", "fail")
+        stats = client.call("router", "stats")
+    svc = stats["services"]["svc"]
+    assert (svc["probes"], svc["probes_failed"]) == (4, 3)
+    assert (svc["requests"], svc["errors"]) == (2, 2)
+    assert svc["errors_by_code"] == {"bad_request": 1, "internal": 1}
+    assert stats["router"]["errors"] == 2
 
 
 def test_a_late_reply_becomes_a_typed_timeout_and_is_then_discarded(stack: InprocStack) -> None:

@@ -67,6 +67,10 @@ def test_up_status_down_leaves_nothing_behind(deployment: Deployment) -> None:
     for name, service in report["services"].items():
         assert service["workers"] == 1, name
         assert Path(service["log"]).is_file(), name
+        assert service["errors"] == 0, name  # up's readiness probes are not errors
+    with Client(frontend(deployment)) as client, pytest.raises(KeymemError):
+        client.call("graph", "no_such_method")
+    assert deployment.status()["services"]["graph"]["errors"] == 1  # a real one is counted
     text = deployment.keymem("status").stdout
     for name in ALL_PROGRAMS:
         assert name in text and "RUNNING" in text

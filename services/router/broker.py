@@ -434,10 +434,11 @@ class Broker:
             del self.pending[token]
         micros = (time.perf_counter() - pending.received_at) * 1e6
         error_code = None if status == envelope.STATUS_OK else status.decode("ascii", "replace")
-        self.stats.record(micros, error_code)
+        method = pending.request.method
+        self.stats.record(micros, error_code, method)
         record = self.services.get(pending.request.service)
         if record is not None:
-            record.stats.record(micros, error_code)
+            record.stats.record(micros, error_code, method)
         self._reply(pending.client, envelope.Reply(pending.request.request_id, status, body))
 
     def _answer_error(self, token: bytes, error: KeymemError) -> None:
