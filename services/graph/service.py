@@ -75,6 +75,7 @@ WRITE_METHODS = (
     "reembed_put",
     "reembed_commit",
     "backup",
+    "drop_namespace",
 )
 # Writes whose concurrent requests share one transaction (group commit): the worker hands
 # everything already queued for one of these methods to a single handler call.
@@ -110,6 +111,7 @@ READ_METHODS = (
     "reembed_keys",
     "backup_status",
     "quarantine",
+    "list_memories",
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
@@ -404,6 +406,18 @@ class GraphService:
     def remember(self, raw: Any) -> dict[str, Any]:
         return self.write(self.prepare_remember, raw)
 
+    def drop_namespace(self, raw: Any) -> dict[str, Any]:
+        """Delete one named namespace whole (``keymem namespaces drop``); it must be named:
+        an omitted namespace is ``default`` everywhere else, too easy to drop by mistake."""
+        body = body_of(raw)
+        named = body.get("namespace")
+        if not isinstance(named, str) or not named.strip():
+            raise BadRequest("drop_namespace needs the namespace named")
+        namespace = namespace_of(body)
+        return self.write(
+            lambda _: lambda now: writes.drop_namespace(self.state, namespace, now), body
+        )
+
     def remember_batch(self, raw: Any) -> dict[str, Any]:
         return self.write(self.prepare_remember_batch, raw)
 
@@ -483,6 +497,9 @@ class GraphService:
 
     def counts(self, raw: Any) -> dict[str, Any]:
         return views.counts(self.state, raw, time.time())
+
+    def list_memories(self, raw: Any) -> dict[str, Any]:
+        return views.list_memories(self.state, raw, time.time())
 
     def memory_keys(self, raw: Any) -> dict[str, Any]:
         return matching.memory_keys(self.state, raw, time.time())

@@ -1,4 +1,4 @@
-"""Read-only views: key and memory payloads, read_key, browse_keys, history, counts.
+"""Read-only views: key and memory payloads, read_key, browse_keys, history, counts, lists.
 
 Nothing here changes state. Counts are of ACTIVE memories (not superseded, not expired), which
 is what hub status, specificity and IDF describe.
@@ -12,9 +12,16 @@ from typing import Any
 
 from keymem.protocol.errors import BadRequest, NotFound
 from keymem.protocol.fields import body_of, opt_bool, opt_int
+from keymem.protocol.limits import CONTENT_MAX_CHARS
 from keymem.services.graph.requests import id_list, namespace_filter, namespace_of, req_str
 from keymem.services.graph.state import GraphState
-from keymem.services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
+from keymem.services.graph.validity import (
+    depth_factor,
+    freshness,
+    freshness_factor,
+    status_of,
+    validity_view,
+)
 from keymem.store.records import KeyRecord, MemoryRecord, from_json
 
 SCORE_DIGITS = 3
@@ -214,29 +221,92 @@ def get_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     return {"memories": found, "missing": missing}
 
 
+COUNT_FIELDS = ("memories", "versions", "keys", "links")
+DETAIL_FIELDS = ("hubs", "stale", "bytes")
+LIST_MAX_LIMIT = 200
+LIST_PREVIEW_CHARS = 200
+VECTOR_ITEM_BYTES = 4  # float32
+
+
 def counts(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    """Per-namespace sizes; with ``detail``, also hubs, stale memories and the bytes stored
+    (every version's text and every key's vector), which cost a pass over each memory."""
     body = body_of(raw)
     namespace = namespace_filter(body)
+    detail = opt_bool(body, "detail", False)
+    fields = COUNT_FIELDS + (DETAIL_FIELDS if detail else ())
     per_namespace: dict[str, dict[str, int]] = {}
+
+    def row_of(ns: str) -> dict[str, int]:
+        return per_namespace.setdefault(ns, dict.fromkeys(fields, 0))
+
     for memory in state.memories.values():
-        row = per_namespace.setdefault(
-            memory.namespace, {"memories": 0, "versions": 0, "keys": 0, "links": 0}
-        )
+        row = row_of(memory.namespace)
         row["versions"] += 1
-        if memory.active(now):
+        active = memory.active(now)
+        if active:
             row["memories"] += 1
         row["links"] += len(state.mem_links.get(memory.id, {}))
+        if detail:
+            row["bytes"] += len(memory.content.encode())
+            if active and status_of(freshness(memory, now)) == "stale":
+                row["stale"] += 1
     for ns, index in state.indexes.items():
-        per_namespace.setdefault(ns, {"memories": 0, "versions": 0, "keys": 0, "links": 0})
-        per_namespace[ns]["keys"] = len(index)
-    if namespace is not None:
-        per_namespace = {
-            namespace: per_namespace.get(
-                namespace, {"memories": 0, "versions": 0, "keys": 0, "links": 0}
+        row = row_of(ns)
+        row["keys"] = len(index)
+        if detail:
+            row["bytes"] += len(index) * (state.dim or 0) * VECTOR_ITEM_BYTES
+            row["hubs"] = sum(
+                1
+                for key_id in index.ids
+                if state.active_count.get(key_id, 0) >= state.hub_min_links
             )
-        }
-    totals = {
-        name: sum(row[name] for row in per_namespace.values())
-        for name in ("memories", "versions", "keys", "links")
-    }
+    per_namespace = {ns: row for ns, row in per_namespace.items() if any(row.values())}
+    if namespace is not None:
+        per_namespace = {namespace: per_namespace.get(namespace, dict.fromkeys(fields, 0))}
+    totals = {name: sum(row[name] for row in per_namespace.values()) for name in fields}
     return {**totals, "namespaces": per_namespace, "seq": state.head_seq, "epoch": state.epoch}
+
+
+def list_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
+    """One namespace's memories, newest first, a page at a time, their text cut to
+    ``max_chars`` (``content_chars`` tells the whole length)."""
+    body = body_of(raw)
+    namespace = namespace_of(body)
+    include_inactive = opt_bool(body, "include_inactive", False)
+    limit = opt_int(body, "limit", 20, 1, LIST_MAX_LIMIT)
+    offset = opt_int(body, "offset", 0, 0, 10_000_000)
+    max_chars = opt_int(body, "max_chars", LIST_PREVIEW_CHARS, 1, CONTENT_MAX_CHARS)
+    chosen = [
+        m
+        for m in state.memories.values()
+        if m.namespace == namespace and (include_inactive or m.active(now))
+    ]
+    page = heapq.nlargest(offset + limit, chosen, key=lambda m: (m.created_at, m.id))[offset:]
+    rows = []
+    for memory in page:
+        links = state.mem_links.get(memory.id, {})
+        concepts = [
+            state.keys[key_id].concept
+            for key_id, _ in sorted(links.items(), key=lambda item: -item[1].weight)
+        ]
+        rows.append(
+            {
+                "id": memory.id,
+                "content": memory.content[:max_chars],
+                "content_chars": len(memory.content),
+                "created_at": memory.created_at,
+                "active": memory.active(now),
+                "depth": round(memory.depth, SCORE_DIGITS),
+                "access_count": memory.access_count,
+                "validity": validity_view(memory, now),
+                "keys": concepts,
+            }
+        )
+    total = len(chosen)
+    return {
+        "namespace": namespace,
+        "total": total,
+        "memories": rows,
+        "next_offset": offset + limit if offset + limit < total else None,
+    }

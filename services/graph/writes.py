@@ -452,3 +452,17 @@ def sweep_expired(state: GraphState, now: float) -> int:
         state.delete_memory(memory, now)
         swept += 1
     return swept
+
+
+def drop_namespace(state: GraphState, namespace: str, now: float) -> dict[str, Any]:
+    """Delete every memory (every version) and every key of one namespace; other namespaces
+    are untouched (links and related_to never cross a namespace)."""
+    victims = [m for m in state.memories.values() if m.namespace == namespace]
+    keys_before = sum(1 for k in state.keys.values() if k.namespace == namespace)
+    for memory in victims:
+        _drop_references(state, memory.id)
+        state.delete_memory(memory, now)
+    for key in [k for k in state.keys.values() if k.namespace == namespace]:
+        state.delete_key(key)
+    state.dedup.pop(namespace, None)
+    return {"namespace": namespace, "memories": len(victims), "keys": keys_before}
