@@ -610,6 +610,11 @@ def configured_home() -> Path:
     return home
 
 
+def use_home(home: Path) -> None:
+    """``keymem --home``: KEYMEM_HOME for this process and every process it starts."""
+    os.environ[HOME.name] = str(home.expanduser().absolute())
+
+
 def _value(declared: Setting[Any], raw: str | None, source: str) -> Value:
     if raw is None:
         return Value(declared, declared.default, SOURCE_DEFAULT)
