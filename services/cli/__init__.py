@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version
+from pathlib import Path
 
 from keymem.protocol.endpoints import make_private
 from keymem.services.cli import (
@@ -15,22 +17,37 @@ from keymem.services.cli import (
     doctor,
     down,
     export,
+    forget,
     import_,
+    install,
+    list_,
     mcp,
     migrate,
+    namespaces,
+    search,
+    show,
+    stats,
     status,
+    ui,
     up,
 )
 from keymem.services.cli import eval as eval_
-from keymem.services.config import EXIT_CLI_CONFIG, ConfigError
+from keymem.services.config import EXIT_CLI_CONFIG, ConfigError, use_home
 
 COMMANDS = (
     up,
     down,
     status,
+    list_,
+    show,
+    search,
+    forget,
+    stats,
+    namespaces,
     config,
     demo,
     doctor,
+    install,
     mcp,
     bench,
     migrate,
@@ -38,12 +55,17 @@ COMMANDS = (
     export,
     import_,
     eval_,
+    ui,
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keymem", description="Associative memory for LLM agents: supervised services."
+    )
+    parser.add_argument("--version", action="version", version=f"keymem {version('keymem')}")
+    parser.add_argument(
+        "--home", type=Path, help="KEYMEM_HOME for this command and the services it starts"
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
@@ -54,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     make_private()
     args = build_parser().parse_args(argv)
+    if args.home is not None:
+        use_home(args.home)
     try:
         code: int = args.run(args)
     except ConfigError as exc:

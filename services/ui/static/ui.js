@@ -1,0 +1,264 @@
+// keymem ui: key space on the left, value (memory) space on the right. A memory's keys are
+// chips; a chip opens that key's other memories, so a walk is one click per step. Text from
+// the store is only ever set as textContent (never parsed as HTML).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  ns: null,
+  keys: [], keysTitle: "Keys", selected: null, keysNext: null,
+  trail: [], reload: null,
+};
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(props)) {
+    if (name === "class") node.className = value;
+    else if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (name.startsWith("data-")) node.setAttribute(name, value);
+    else node[name] = value;
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+async function api(path, params = {}, post = null) {
+  const url = new URL(path, location.origin);
+  if (state.ns) url.searchParams.set("ns", state.ns);
+  for (const [name, value] of Object.entries(params)) url.searchParams.set(name, value);
+  const init = post === null ? {} : {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(post),
+  };
+  const response = await fetch(url, init);
+  if (response.status === 401) throw new Error(await response.text());
+  const body = await response.json();
+  if (!response.ok) throw new Error(`${body.error}: ${body.message}`);
+  return body;
+}
+
+function notify(text, isError = false) {
+  const notice = $("notice");
+  notice.textContent = text;
+  notice.className = isError ? "error" : "";
+  notice.hidden = !text;
+}
+
+// Run a page action; a failure shows in the notice bar instead of vanishing in the console.
+async function guarded(action) {
+  try {
+    await action();
+  } catch (error) {
+    notify(error.message, true);
+  }
+}
+
+function validityOf(memory) {
+  if (memory.superseded_by || memory.active === false) return "superseded";
+  return memory.validity.status === "fresh" ? "current" : memory.validity.status;
+}
+
+function badges(key) {
+  return [
+    el("span", { class: "count", text: String(key.memory_count), title: "active memories" }),
+    key.is_hub ? el("span", { class: "hub", text: "hub", title: "a hub: many memories" }) : null,
+  ];
+}
+
+// ---- the trail: each step of the walk, clickable to go back ------------------------------
+
+function step(label, load) {
+  const at = state.trail.findIndex((s) => s.label === label);
+  if (at >= 0) state.trail = state.trail.slice(0, at);
+  state.trail.push({ label, load });
+  state.reload = load;
+  $("trail").replaceChildren(...state.trail.map((s) => el("li", {},
+    el("button", { type: "button", text: s.label, onclick: () => guarded(s.load) }))));
+}
+
+function restart(label, load) {
+  state.trail = [];
+  step(label, load);
+}
+
+// ---- key space ---------------------------------------------------------------------------
+
+function renderKeys() {
+  $("keys-title").textContent = state.keysTitle;
+  const items = state.keys.map((key) => el("li", {},
+    el("button", {
+      type: "button",
+      class: key.key_id === state.selected ? "key selected" : "key",
+      "data-key-id": key.key_id,
+      "data-concept": key.concept,
+      title: key.aliases && key.aliases.length ? `aliases: ${key.aliases.join(", ")}` : key.key_type,
+      onclick: () => guarded(() => openKey(key)),
+    },
+    el("span", { class: "concept", text: key.concept }),
+    key.match_type ? el("span", { class: "how", text: key.match_type }) : null,
+    ...badges(key))));
+  $("keys").replaceChildren(...(items.length ? items : [el("li", { class: "empty", text: "no keys" })]));
+  $("more-keys").hidden = state.keysNext === null;
+}
+
+function showKeys(title, keys, next = null) {
+  Object.assign(state, { keysTitle: title, keys, keysNext: next, selected: null });
+  renderKeys();
+}
+
+async function browse() {
+  const reply = await api("/api/keys", { hubs: $("hubs-only").checked ? "1" : "0" });
+  showKeys(`Keys in ${reply.namespace}: ${reply.key_count}`, reply.keys, reply.next_offset);
+  showMemories("Memories", [], null, "Pick a key to see its memories, or search.");
+}
+
+async function moreKeys() {
+  const reply = await api("/api/keys", {
+    hubs: $("hubs-only").checked ? "1" : "0", offset: state.keysNext,
+  });
+  state.keys = state.keys.concat(reply.keys);
+  state.keysNext = reply.next_offset;
+  renderKeys();
+}
+
+async function search(query) {
+  const reply = await api("/api/search", { q: query });
+  showKeys(`Keys for “${query}”`, reply.keys);
+  const note = reply.keys.length ? "" :
+    `No key matches; nearest: ${reply.nearest_keys.map((k) => k.concept).join(", ") || "none"}`;
+  showMemories(`Memories for “${query}”`, reply.memories, null, "No memory matches.");
+  notify(note);
+}
+
+// ---- value space -------------------------------------------------------------------------
+
+async function openKey(key) {
+  const reply = await api(`/api/keys/${encodeURIComponent(key.key_id)}`);
+  const shown = reply.key;
+  if (!state.keys.some((k) => k.key_id === shown.key_id)) state.keys = [shown, ...state.keys];
+  state.selected = shown.key_id;
+  renderKeys();
+  step(shown.concept, () => openKey(shown));
+  showMemories(`Memories under “${shown.concept}”: ${reply.total}`, reply.memories, shown,
+    "No active memory under this key.");
+  notify("");
+}
+
+function showMemories(title, memories, viaKey, emptyText) {
+  $("memories-title").textContent = title;
+  const cards = memories.map((memory) => memoryCard(memory, viaKey));
+  $("memories").replaceChildren(...(cards.length ? cards : [el("p", { class: "empty", text: emptyText })]));
+}
+
+function memoryCard(memory, viaKey) {
+  const validity = validityOf(memory);
+  const card = el("article", { class: `memory v-${validity}`, "data-memory-id": memory.id });
+  const age = memory.validity.age_days;
+  const meta = el("div", { class: "meta" },
+    el("span", { class: "validity", text: validity }),
+    el("span", { text: `${age < 1 ? "today" : `${Math.round(age)} days old`}` }),
+    el("span", { text: `depth ${memory.depth}` }),
+    memory.via_link_weight !== undefined ? el("span", { text: `link ${memory.via_link_weight}` }) : null,
+    memory.hop !== undefined ? el("span", { text: memory.hop ? `hop ${memory.hop}` : "direct" }) : null,
+    el("span", { text: `id ${memory.id}` }));
+  const chips = el("div", { class: "chips" }, ...memory.keys.map((key) => {
+    const classes = ["key-chip"];
+    if (viaKey && key.key_id === viaKey.key_id) classes.push("here");
+    if (key.is_hub) classes.push("is-hub");
+    return el("button", {
+      type: "button", class: classes.join(" "), "data-key-id": key.key_id,
+      "data-concept": key.concept, title: `link weight ${key.link_weight}`,
+      onclick: () => guarded(() => openKey(key)),
+    }, el("span", { text: key.concept }), ...badges(key));
+  }));
+  const panel = el("div");
+  const actions = el("div", { class: "actions" },
+    el("button", { type: "button", text: "Confirm", title: "you checked it: it is current",
+      onclick: () => guarded(() => change(memory, "confirm", {}, "confirmed")) }),
+    el("button", { type: "button", text: "Correct…", onclick: () => editor(memory, panel) }),
+    viaKey ? el("button", {
+      type: "button", text: `Dismiss from “${viaKey.concept}”`,
+      title: "this key led to an irrelevant memory: weaken that one link",
+      onclick: () => guarded(() => change(memory, "dismiss", { key_id: viaKey.key_id }, "dismissed")),
+    }) : null,
+    el("button", { type: "button", text: "History", onclick: () => guarded(() => history(memory, panel)) }),
+    el("button", { type: "button", class: "danger", text: "Forget…", onclick: () => askForget(memory, panel) }));
+  card.append(el("p", { class: "content", text: memory.content }), meta, chips, actions, panel);
+  return card;
+}
+
+// ---- the four changes, each behind an explicit click ------------------------------------
+
+async function change(memory, action, body, done) {
+  const reply = await api(`/api/memories/${encodeURIComponent(memory.id)}/${action}`, {}, body);
+  try {
+    await state.reload();
+  } catch {  // what was shown is gone (a forgotten memory's last key): back to the key list
+    await home();
+  }
+  const extra = reply.new_id ? `: new version ${reply.new_id}` : "";
+  notify(`Memory ${memory.id} ${done}${extra}.`);
+}
+
+function editor(memory, panel) {
+  const text = el("textarea", { value: memory.content, "aria-label": "corrected content" });
+  panel.replaceChildren(el("div", { class: "editor" }, text, el("div", { class: "actions" },
+    el("button", { type: "button", text: "Save correction",
+      onclick: () => guarded(() => change(memory, "correct", { content: text.value }, "corrected")) }),
+    el("button", { type: "button", text: "Cancel", onclick: () => panel.replaceChildren() }))));
+  text.focus();
+}
+
+function askForget(memory, panel) {
+  panel.replaceChildren(el("div", { class: "ask" },
+    el("span", { text: "Forget this memory and its older versions for good? " }),
+    el("button", { type: "button", class: "danger", text: "Yes, forget it",
+      onclick: () => guarded(() => change(memory, "forget", {}, "forgotten")) }),
+    el("button", { type: "button", text: "Cancel", onclick: () => panel.replaceChildren() })));
+}
+
+async function history(memory, panel) {
+  const reply = await api(`/api/memories/${encodeURIComponent(memory.id)}`);
+  panel.replaceChildren(el("ol", { class: "versions" }, ...reply.versions.map((version) =>
+    el("li", { class: `v-${validityOf(version)}`, "data-memory-id": version.id,
+      text: `${version.content} (${validityOf(version)}, ${version.id})` }))));
+}
+
+// ---- start -------------------------------------------------------------------------------
+
+async function namespaces() {
+  const reply = await api("/api/overview");
+  const names = Object.keys(reply.namespaces).sort();
+  const wanted = new URLSearchParams(location.search).get("ns");
+  const busiest = names.reduce((a, b) =>
+    (reply.namespaces[b].memories > (reply.namespaces[a]?.memories ?? -1) ? b : a), names[0]);
+  state.ns = names.includes(wanted) ? wanted : names.includes("default") ? "default" : busiest || null;
+  $("namespace").replaceChildren(...names.map((name) => el("option", {
+    value: name, selected: name === state.ns,
+    text: `${name} (${reply.namespaces[name].memories})`,
+  })));
+}
+
+function home() {
+  restart(`keys in ${state.ns || "default"}`, browse);
+  return browse();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("search").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = $("query").value.trim();
+    if (query) guarded(() => { restart(`search “${query}”`, () => search(query)); return search(query); });
+  });
+  $("namespace").addEventListener("change", (event) => {
+    state.ns = event.target.value;
+    guarded(home);
+  });
+  $("browse").addEventListener("click", () => guarded(home));
+  $("hubs-only").addEventListener("change", () => guarded(home));
+  $("more-keys").addEventListener("click", () => guarded(moreKeys));
+  guarded(async () => {
+    await namespaces();
+    await home();
+  });
+});
