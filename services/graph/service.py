@@ -30,6 +30,7 @@ from keymem.protocol.errors import (
 from keymem.protocol.fields import body_of
 from keymem.protocol.limits import BATCH_MAX_ITEMS
 from keymem.protocol.worker import Service
+from keymem.services import journal
 from keymem.services.config import Settings
 from keymem.services.graph import (
     embedding,
@@ -37,8 +38,10 @@ from keymem.services.graph import (
     feedback,
     hybrid,
     idempotency,
+    journaling,
     matching,
     navigate,
+    overview,
     rows,
     session_brief,
     views,
@@ -48,6 +51,7 @@ from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.profile import KeyProfile, Thresholds, key_profile_of
 from keymem.services.graph.requests import namespace_of, req_str, source_of
 from keymem.services.graph.state import GraphState
+from keymem.services.journal import Journal
 from keymem.store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
 from keymem.store.changes import Changes
 from keymem.store.database import GraphStore, disk_full, graph_path
@@ -103,6 +107,7 @@ READ_METHODS = (
     "history",
     "get_memories",
     "counts",
+    "overview",
     "memory_keys",
     "feed_head",
     "feed_snapshot",
@@ -137,6 +142,7 @@ class GraphService:
         self.dirty_since_checkpoint = False
         self.ledger = idempotency.Ledger(self.store)
         self.quarantined: list[rows.Quarantined] = []
+        self.journal = Journal(self.home, "graph")
         started = time.perf_counter()
         self.state = self._load_state()
         self.load_seconds = time.perf_counter() - started
@@ -153,7 +159,11 @@ class GraphService:
 
     # -- the unit of work ------------------------------------------------------------------
     def write_group(
-        self, prepare: Prepare, bodies: list[Any], method: str | None = None
+        self,
+        prepare: Prepare,
+        bodies: list[Any],
+        method: str | None = None,
+        journal_as: str | None = None,
     ) -> list[Any]:
         """Apply several write requests and commit them in ONE transaction (group commit).
 
@@ -162,11 +172,13 @@ class GraphService:
         validation gets its own error; the others are still committed. Results carry ``seq``,
         the feed head after the commit. With ``method`` named, a body's ``idempotency_key``
         makes the write happen once: a repeat gets the first commit's result (idempotency.py).
+        Committed results are recorded in the journal as ``journal_as`` (default ``method``).
         """
         state = self.state
         state.changes = Changes()
         now = time.time()
         results: list[Any] = []
+        replayed: set[int] = set()  # positions answered with an earlier commit's result
         staged: dict[str, dict[str, Any]] = {}  # keyed results of this group, by key
         for body in bodies:
             before = state.changes.mutations
@@ -177,7 +189,9 @@ class GraphService:
                     continue
                 assert method is not None
                 done = staged.get(key) or self.ledger.replay(method, key)
-                if done is None:
+                if done is not None:
+                    replayed.add(len(results))
+                else:
                     done = prepare(body)(now)
                     self.ledger.stage(state.changes, method, key, done, now)
                     staged[key] = done
@@ -212,6 +226,9 @@ class GraphService:
             self.ledger.committed(changes)
             self.last_write = time.monotonic()
             self.dirty_since_checkpoint = True
+        journal_as = journal_as or method
+        if journal_as is not None:
+            journaling.record_results(self.journal, state, journal_as, results, replayed)
         return self._stamp_seq(results)
 
     def _stamp_seq(self, results: list[Any]) -> list[Any]:
@@ -226,8 +243,8 @@ class GraphService:
 
         return handle
 
-    def write(self, prepare: Prepare, body: Any) -> dict[str, Any]:
-        (result,) = self.write_group(prepare, [body])
+    def write(self, prepare: Prepare, body: Any, journal_as: str | None = None) -> dict[str, Any]:
+        (result,) = self.write_group(prepare, [body], journal_as=journal_as)
         if isinstance(result, KeymemError):
             raise result
         assert isinstance(result, dict)
@@ -264,9 +281,11 @@ class GraphService:
     # -- periodic work ---------------------------------------------------------------------
     def sweep(self) -> None:
         if self.state.ttl_heap and self.state.ttl_heap[0][0] <= time.time():
-            self.write(
+            swept = self.write(
                 lambda _: lambda now: {"expired": writes.sweep_expired(self.state, now)}, None
             )
+            if swept["expired"]:
+                self.journal.record("sweep", expired=swept["expired"])
 
     def idle_checkpoint(self) -> None:
         if self.backup_job is not None and self.backup_job.status == "running":
@@ -278,15 +297,19 @@ class GraphService:
             self.dirty_since_checkpoint = False
 
     def maintenance(self) -> None:
-        self.write(
+        pruned = self.write(
             lambda _: lambda now: {"pruned": feedback.prune_learned_aliases(self.state, now)},
             None,
         )
+        if pruned["pruned"]:
+            self.journal.record("alias_prune", pruned=pruned["pruned"])
         self.state.first_seq = self.store.prune_events(feed.RETAINED_EVENTS, self.state.head_seq)
         self.ledger.prune(time.time())
+        journal.prune(self.home, time.time())
 
     def close(self) -> None:
         self.wait_for_backup()
+        self.journal.flush()
         self.store.close()
 
     def thresholds(self, claimed: str | None = None) -> Thresholds:
@@ -389,7 +412,9 @@ class GraphService:
     def reinforce_path(self, raw: Any) -> dict[str, Any]:
         """Hebbian learning from a surfaced-then-read memory (services/graph/feedback.py)."""
         return self.write(
-            lambda body: feedback.prepare_reinforce_path(self.state, body, time.time()), raw
+            lambda body: feedback.prepare_reinforce_path(self.state, body, time.time()),
+            raw,
+            journal_as="reinforce_path",
         )
 
     def recall_candidates(self, raw: Any) -> dict[str, Any]:
@@ -404,7 +429,7 @@ class GraphService:
         )
 
     def remember(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_remember, raw)
+        return self.write(self.prepare_remember, raw, journal_as="remember")
 
     def drop_namespace(self, raw: Any) -> dict[str, Any]:
         """Delete one named namespace whole (``keymem namespaces drop``); it must be named:
@@ -419,22 +444,22 @@ class GraphService:
         )
 
     def remember_batch(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_remember_batch, raw)
+        return self.write(self.prepare_remember_batch, raw, journal_as="remember_batch")
 
     def correct(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_correct, raw)
+        return self.write(self.prepare_correct, raw, journal_as="correct")
 
     def forget(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_forget, raw)
+        return self.write(self.prepare_forget, raw, journal_as="forget")
 
     def read_memory(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_read_memory, raw)
+        return self.write(self.prepare_read_memory, raw, journal_as="read_memory")
 
     def confirm_memory(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_confirm_memory, raw)
+        return self.write(self.prepare_confirm_memory, raw, journal_as="confirm_memory")
 
     def dismiss(self, raw: Any) -> dict[str, Any]:
-        return self.write(self.prepare_dismiss, raw)
+        return self.write(self.prepare_dismiss, raw, journal_as="dismiss")
 
     def match_keys(self, raw: Any) -> dict[str, Any]:
         return self.write(self.prepare_match_keys, raw)
@@ -500,6 +525,10 @@ class GraphService:
 
     def list_memories(self, raw: Any) -> dict[str, Any]:
         return views.list_memories(self.state, raw, time.time())
+
+    def overview(self, raw: Any) -> dict[str, Any]:
+        """Growth, validity and hubs of the store, for ``keymem report`` (graph/overview.py)."""
+        return overview.overview(self.state, raw, time.time())
 
     def memory_keys(self, raw: Any) -> dict[str, Any]:
         return matching.memory_keys(self.state, raw, time.time())
@@ -572,5 +601,6 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
     service.every(sweep_interval_s, graph.sweep)
     service.every(IDLE_CHECK_INTERVAL_S, graph.idle_checkpoint)
     service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
+    service.every(journal.FLUSH_INTERVAL_S, graph.journal.flush)
     service.on_stop.append(graph.close)
     return service

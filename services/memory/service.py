@@ -19,9 +19,11 @@ from keymem.protocol.worker import Service, remaining_ms
 from keymem.services import config as cfg
 from keymem.services.config import Config, load
 from keymem.services.graph.text import usable_key
+from keymem.services.journal import FLUSH_INTERVAL_S, Journal
 from keymem.services.memory.autokeys import AutoKeys
 from keymem.services.memory.horizon import ConsistentClient, WriteHorizon
 from keymem.services.memory.inject import Gate, Inject
+from keymem.services.memory.journaled import journaled
 from keymem.services.memory.learning import (
     Learner,
     SurfacedLog,
@@ -207,20 +209,23 @@ def make_service(
     surfaced: SurfacedLog | None = None,
     horizon: WriteHorizon | None = None,
     config: Config | None = None,
+    journal: Journal | None = None,
 ) -> Service:
     """One worker's service. Workers of one process must share ``surfaced`` (what inject
     showed) and ``horizon`` (the newest acknowledged write), or a read served by another
     thread than the inject would teach nothing, and one served by another thread than the
-    write could miss it. ``config``: the process's settings (read now if not given)."""
+    write could miss it. ``config``: the process's settings (read now if not given);
+    ``journal``: where recall, search and inject are recorded (one per process)."""
     config = config or load()
+    journal = journal or Journal(config[cfg.HOME], "memory")
     api = MemoryAPI(router_endpoint, horizon if horizon is not None else WriteHorizon())
     track = api.client.horizon.tracking
     recall = Search(api.client)
     navigation = Navigation(api.client)
     service = Service("memory")
-    service.add("recall", navigation.recall, idempotent=True)
+    service.add("recall", journaled(journal, "recall", navigation.recall), idempotent=True)
     service.add("read_key", navigation.read_key, idempotent=True)
-    service.add("search", recall.search, idempotent=True)
+    service.add("search", journaled(journal, "search", recall.search), idempotent=True)
     # Inject gets its own watched Search: the learner reads the paths off its searches.
     tapped = TappedSearch(api.client)
     learner = Learner(
@@ -231,7 +236,7 @@ def make_service(
         enabled=config[cfg.LEARN_FROM_READS],
         associate=config[cfg.LEARN_ASSOCIATE],
     )
-    service.add("inject", learner.inject, idempotent=True)
+    service.add("inject", journaled(journal, "inject", learner.inject), idempotent=True)
     service.add("remember", track(api.remember))
     service.add("remember_batch", track(api.remember_batch))
     service.add("correct", track(api.correct))
@@ -240,4 +245,6 @@ def make_service(
         idempotent = method in IDEMPOTENT
         handler = api.passthrough(method)
         service.add(method, handler if idempotent else track(handler), idempotent=idempotent)
+    service.every(FLUSH_INTERVAL_S, journal.flush)
+    service.on_stop.append(journal.flush)
     return service

@@ -14,6 +14,7 @@ from keymem.protocol.endpoints import inproc_endpoints
 from keymem.protocol.worker import HeartbeatPolicy, Worker
 from keymem.services.catalog import BUILDERS
 from keymem.services.config import LEARN_TTL_S, Settings
+from keymem.services.journal import Journal
 from keymem.services.memory import service as memory
 from keymem.services.memory.horizon import WriteHorizon
 from keymem.services.memory.learning import SurfacedLog
@@ -32,6 +33,7 @@ def orchestration_heartbeat(settings: Settings) -> HeartbeatPolicy:
 def run_router(settings: Settings, stop: threading.Event) -> None:
     surfaced = SurfacedLog(settings.config[LEARN_TTL_S])  # one for all workers: learning.py
     horizon = WriteHorizon()  # one for all workers: horizon.py
+    journal = Journal(settings.home, "memory")  # one for all workers: services/journal.py
     local = inproc_endpoints("router")
     broker = Broker(
         settings.endpoints.frontend,
@@ -44,7 +46,7 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     threads = [
         threading.Thread(
             target=Worker(
-                memory.make_service(local.frontend, surfaced, horizon, settings.config),
+                memory.make_service(local.frontend, surfaced, horizon, settings.config, journal),
                 local.backend,
                 heartbeat=orchestration_heartbeat(settings),
                 stop=stop,
