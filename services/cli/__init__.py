@@ -19,7 +19,6 @@ from keymem.services.cli import (
     export,
     forget,
     import_,
-    install,
     list_,
     mcp,
     migrate,
@@ -28,7 +27,6 @@ from keymem.services.cli import (
     show,
     stats,
     status,
-    ui,
     up,
 )
 from keymem.services.cli import eval as eval_
@@ -47,7 +45,6 @@ COMMANDS = (
     config,
     demo,
     doctor,
-    install,
     mcp,
     bench,
     migrate,
@@ -55,7 +52,6 @@ COMMANDS = (
     export,
     import_,
     eval_,
-    ui,
 )
 
 
