@@ -9,13 +9,14 @@ server as a real subprocess over stdio against supervised services.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from mcp import Client
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, RequestParamsMeta
 
 from keymem.services.config import load
 from keymem.services.mcp.backend import MemoryBackend
@@ -348,3 +349,162 @@ def test_the_claude_code_skill_carries_the_same_protocol() -> None:
     skill = " ".join(SKILL.read_text().split())
     for rule in [*RULES, memory_system_prompt(hook=True).splitlines()[1]]:
         assert " ".join(rule.split()) in skill, rule
+
+
+def described(schema: dict[str, Any]) -> dict[str, bool]:
+    """Every parameter of an input schema (and of the models it refers to): described?"""
+    found = {name: bool(p.get("description")) for name, p in schema["properties"].items()}
+    for model, definition in schema.get("$defs", {}).items():
+        for name, p in definition.get("properties", {}).items():
+            found[f"{model}.{name}"] = bool(p.get("description"))
+    return found
+
+
+def test_what_an_llm_reads_of_the_tools_is_described_and_titled(stack: FullStack) -> None:
+    async def work(client: Client) -> Any:
+        return (await client.list_tools()).tools
+
+    tools = session(stack, work)
+    undescribed = [
+        f"{tool.name}.{name}"
+        for tool in tools
+        for name, ok_ in described(tool.input_schema).items()
+        if not ok_
+    ]
+    assert undescribed == []
+    assert all(tool.title for tool in tools), [t.name for t in tools if not t.title]
+    assert len({tool.title for tool in tools}) == len(tools)
+    namespaces = [
+        tool.input_schema["properties"]["namespace"]
+        for tool in tools
+        if "namespace" in tool.input_schema["properties"]
+    ]
+    assert len(namespaces) == len(tools) - 1  # all but remember_batch (per item)
+    assert all(n == namespaces[0] for n in namespaces) and namespaces[0]["default"] is None
+
+
+def test_argument_errors_read_as_plain_words(stack: FullStack) -> None:
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("recall", {"query": "x", "top_k": 21}),
+        ("browse_keys", {"limit": 0, "offset": -1}),
+        ("remember_batch", {"items": [{"content": "c", "keys": []}]}),
+        ("read_memory", {}),
+    ]
+
+    async def work(client: Client) -> list[str]:
+        return [error_text(await client.call_tool(name, args)) for name, args in calls]
+
+    texts = session(stack, work)
+    for text in texts:
+        assert "pydantic" not in text and "https://" not in text, text
+        assert "invalid arguments: " in text
+    assert "top_k: Input should be less than or equal to 20" in texts[0]
+    assert "limit: " in texts[1] and "offset: " in texts[1]
+    assert "items.0.keys: List should have at least 1 item" in texts[2]
+    assert "memory_id: Field required" in texts[3]
+
+
+def test_the_text_is_the_structured_result_compact(stack: FullStack) -> None:
+    stack.memory(
+        "remember",
+        {
+            "content": "Seoul is the capital of South Korea",
+            "keys": ["Seoul", "서울", "capital"],
+            "namespace": "compact",
+        },
+    )
+
+    async def work(client: Client) -> CallToolResult:
+        return await client.call_tool("recall", {"query": "서울", "namespace": "compact"})
+
+    result = session(stack, work)
+    assert result.structured_content is not None
+    (text,) = result.content
+    body = getattr(text, "text", "")
+    assert json.loads(body) == result.structured_content
+    assert "서울" in body and "\n" not in body  # non-ASCII as is, no indentation
+    indented = json.dumps(result.structured_content, indent=2)
+    assert len(body) < 0.8 * len(indented), (len(body), len(indented))
+
+
+def test_one_memory_with_five_keys_is_one_recall_cluster(stack: FullStack) -> None:
+    keys = ["violin", "daughter", "Sunday lesson", "music school", "바이올린"]
+    saved = stack.memory(
+        "remember",
+        {
+            "content": "the user's daughter takes violin lessons at the music school on Sundays",
+            "keys": keys,
+            "namespace": "cluster",
+        },
+    )["saved"]
+    stack.memory(
+        "remember",
+        {"content": "the music school is closed in August", "keys": ["music school", "August"]},
+    )
+
+    async def work(client: Client) -> dict[str, Any]:
+        return ok(
+            await client.call_tool(
+                "recall", {"query": "daughter violin lessons", "namespace": "cluster"}
+            )
+        )
+
+    recalled = session(stack, work)
+    assert recalled["memories"][0]["id"] == saved
+    (cluster,) = recalled["keys"]  # not one cluster per key of the same memory
+    assert {cluster["concept"], *(k["concept"] for k in cluster["merged_keys"])} == set(keys)
+
+
+def test_read_memory_reaches_another_namespace_only_when_named(stack: FullStack) -> None:
+    saved = stack.memory(
+        "remember",
+        {"content": "the other namespace's fact", "keys": ["elsewhere"], "namespace": "ns-b"},
+    )["saved"]
+
+    async def work(client: Client) -> tuple[str, dict[str, Any]]:
+        missing = error_text(await client.call_tool("read_memory", {"memory_id": saved}))
+        named = ok(
+            await client.call_tool("read_memory", {"memory_id": saved, "namespace": "NS-B "})
+        )
+        return missing, named
+
+    missing, named = session(stack, work)
+    assert f"not_found: memory {saved} not found" in missing
+    assert named["memory"]["content"] == "the other namespace's fact"
+    assert named["memory"]["namespace"] == "ns-b"
+
+
+def test_codex_turn_id_becomes_host_turn(stack: FullStack) -> None:
+    codex = Provenance("codex-test", "codex", "thread-1")
+
+    def turn(turn_id: str) -> RequestParamsMeta:
+        meta = {"x-codex-turn-metadata": {"session_id": "thread-1", "turn_id": turn_id}}
+        return cast(RequestParamsMeta, meta)  # an open map: hosts add their own keys
+
+    async def work(client: Client) -> list[dict[str, Any]]:
+        saved = ok(
+            await client.call_tool(
+                "remember",
+                {
+                    "content": "codex turn fact",
+                    "keys": ["codex turn"],
+                    "source": {"host_turn": "x"},
+                },
+                meta=turn("t-7"),
+            )
+        )["saved"]
+        source = ok(await client.call_tool("read_memory", {"memory_id": saved}))["memory"]
+        confirms = [
+            ok(
+                await client.call_tool(
+                    "confirm_memory", {"memory_id": saved, "evidence": "user"}, meta=turn(t)
+                )
+            )
+            for t in ("t-8", "t-8", "t-9")
+        ]
+        return [source["source"], *confirms]
+
+    source, first, again, later = session(stack, work, provenance=codex)
+    assert (source["host_agent"], source["host_session"]) == ("codex", "thread-1")
+    assert source["host_turn"] == "t-7"  # the host's word, not the agent's "x"
+    assert [first["duplicate"], again["duplicate"], later["duplicate"]] == [False, True, False]

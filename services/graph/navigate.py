@@ -6,11 +6,16 @@ coverage), and one passive preview under the strongest key. Everything here is t
 state, so one request answers it — the key match, the content keys, the strongest key's members
 with their content and their keys' cosines to the query (for the router's reranker and gates),
 the nearest keys on a miss and, when asked, the per-namespace counts.
+
+A cluster is a set of memories, not a key: keys that lead to exactly the same active memories
+(the five keys of one memory a content query reached) are one cluster, the best-ranked key
+carrying the others in ``merged_keys``, so ``top_k`` counts distinct places to look.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from typing import Any
 
 from keymem.protocol.errors import BadRequest
@@ -105,6 +110,31 @@ def _members(
     return members
 
 
+def _clusters(state: GraphState, keys: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """``keys`` (best first) with each key whose active memories are those of a better one
+    folded into it as a ``merged_keys`` entry. Only keys of equal counts are compared."""
+    counts = Counter(state.active_count.get(k["key_id"], 0) for k in keys)
+    clusters: list[dict[str, Any]] = []
+    by_members: dict[frozenset[str], dict[str, Any]] = {}
+    for key in keys:
+        key["merged_keys"] = []
+        count = state.active_count.get(key["key_id"], 0)
+        if count <= 0 or counts[count] == 1:
+            clusters.append(key)
+            continue
+        members = frozenset(
+            memory_id
+            for memory_id in state.key_links.get(key["key_id"], {})
+            if state.memories[memory_id].active(now)
+        )
+        first = by_members.setdefault(members, key) if members else key
+        if first is key:
+            clusters.append(key)
+        else:
+            first["merged_keys"].append({"key_id": key["key_id"], "concept": key["concept"]})
+    return clusters
+
+
 def _vector_only(body: dict[str, Any]) -> dict[str, Any]:
     return {"vector": body["vector"]} if body.get("vector") is not None else {}
 
@@ -121,7 +151,7 @@ def navigate(
     hits = _content_hits(body)
     matched = matching.match_keys(state, buffer, thresholds, {**body, "top_k": top_k}, now)["keys"]
     seen = {k["key_id"] for k in matched}
-    keys = (matched + _content_keys(state, namespace, hits, seen))[:top_k]
+    keys = _clusters(state, matched + _content_keys(state, namespace, hits, seen), now)[:top_k]
     reply: dict[str, Any] = {"namespace": namespace, "keys": keys, "members": []}
     if keys:
         reply["members"] = _members(state, keys[0]["key_id"], body, pool, now)

@@ -34,8 +34,13 @@ class Validity(BaseModel):
     verification_required: bool
 
 
+class KeyRef(BaseModel):
+    key_id: str
+    concept: str
+
+
 class KeyCluster(BaseModel):
-    """A key that matched a recall query."""
+    """A key that matched a recall query, with the keys that lead to the same memories."""
 
     key_id: str
     concept: str
@@ -46,11 +51,10 @@ class KeyCluster(BaseModel):
     memory_count: int
     is_hub: bool
     specificity: float = Field(description="1 / memory_count")
-
-
-class KeyRef(BaseModel):
-    key_id: str
-    concept: str
+    merged_keys: list[KeyRef] = Field(
+        default_factory=list,
+        description="other matched keys that lead to exactly these memories (one cluster)",
+    )
 
 
 class ConnectedKey(KeyRef):

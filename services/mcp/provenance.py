@@ -8,7 +8,9 @@ name) are the owner's local history, so KEYMEM_TRANSCRIPT_ACCESS=false drops the
 under a host. Its heuristic for hosts without a session id (the most recently modified
 transcript, enabled by KEYMEM_TRANSCRIPT_ACCESS=true) is deliberately not implemented: a guess
 can tie a memory to the wrong conversation, and reading transcripts only to guess is not worth
-the exposure. Nothing here is reachable through a tool.
+the exposure. Codex also names the turn of each tool call (``turn_id`` in the request's
+``_meta["x-codex-turn-metadata"]``): it becomes ``host_turn``, which makes ``confirm_memory``
+idempotent per turn. Nothing here is reachable through a tool.
 """
 
 from __future__ import annotations
@@ -27,6 +29,18 @@ HOST_SESSIONS = (
     (cfg.CLAUDE_CODE_SESSION_ID, "claude-code"),
     (cfg.CODEX_THREAD_ID, "codex"),
 )
+# The request _meta entry in which Codex describes the turn a tool call belongs to.
+CODEX_TURN_META = "x-codex-turn-metadata"
+HOST_TURN_MAX_CHARS = 200
+
+
+def host_turn_of(meta: Mapping[str, Any] | None) -> str | None:
+    """The host's turn id in a tool call's ``_meta``, or None when the host sent none."""
+    turn = (meta or {}).get(CODEX_TURN_META)
+    turn_id = turn.get("turn_id") if isinstance(turn, Mapping) else None
+    if isinstance(turn_id, str | int) and not isinstance(turn_id, bool):
+        return str(turn_id)[:HOST_TURN_MAX_CHARS] or None
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,8 +60,11 @@ class Provenance:
                 return cls(session, agent, value)
         return cls(session)
 
-    def stamp(self, tool: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """``given`` (the agent's own source fields) with this process's provenance on top."""
+    def stamp(
+        self, tool: str, given: Mapping[str, Any] | None = None, host_turn: str | None = None
+    ) -> dict[str, Any]:
+        """``given`` (the agent's own source fields) with this process's provenance on top;
+        the turn the host named (``host_turn``) outranks one the agent wrote."""
         source: dict[str, Any] = dict(given or {})
         source.update(
             session=self.session,
@@ -56,6 +73,8 @@ class Provenance:
         )
         if self.host_session is not None:
             source.update(host_agent=self.host_agent, host_session=self.host_session)
+            if host_turn is not None:
+                source["host_turn"] = host_turn
         else:  # an agent cannot claim a host conversation the host did not vouch for
             source.pop("host_agent", None)
             source.pop("host_session", None)

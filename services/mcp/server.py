@@ -16,6 +16,7 @@ from importlib.metadata import version
 from typing import Annotated, Any
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -31,8 +32,9 @@ from keymem.protocol.limits import (
 )
 from keymem.services.mcp import models
 from keymem.services.mcp.backend import BATCH_TIMEOUT_MS, MemoryBackend
+from keymem.services.mcp.presentation import KeymemServer
 from keymem.services.mcp.prompt import instructions, memory_system_prompt
-from keymem.services.mcp.provenance import Provenance
+from keymem.services.mcp.provenance import Provenance, host_turn_of
 
 SERVER_NAME = "keymem"
 # The schema states the limits every layer enforces (protocol/limits.py) and the tools' own.
@@ -60,7 +62,7 @@ Namespace = Annotated[
 Content = Annotated[
     str, Field(min_length=1, max_length=CONTENT_MAX_CHARS, description="the fact, self-contained")
 ]
-Key = Annotated[str, Field(min_length=1, max_length=KEY_MAX_CHARS)]
+Key = Annotated[str, Field(min_length=1, max_length=KEY_MAX_CHARS, description="one key")]
 Keys = Annotated[
     list[Key],
     Field(
@@ -90,6 +92,13 @@ Source = Annotated[
     dict[str, Any] | None,
     Field(description="extra provenance (e.g. host_turn); the host session is added for you"),
 ]
+Offset = Annotated[
+    int, Field(ge=0, description="skip this many (pass the previous page's next_offset)")
+]
+BrowseLimit = Annotated[int, Field(ge=1, le=BROWSE_LIMIT_MAX, description="keys per page")]
+ReadKeyLimit = Annotated[
+    int, Field(ge=1, le=READ_KEY_LIMIT_MAX, description="memory handles per page")
+]
 
 
 class RememberItem(BaseModel):
@@ -103,6 +112,10 @@ class RememberItem(BaseModel):
     decay_profile: Profile = None
     related_to: Related = None
     source: Source = None
+
+
+def _host_turn(ctx: Context[None, Any]) -> str | None:
+    return host_turn_of(ctx.request_context.meta)
 
 
 def _body(**fields: Any) -> dict[str, Any]:
@@ -126,7 +139,7 @@ def build_server(
         finally:
             await backend.close()
 
-    server: MCPServer[None] = MCPServer(
+    server = KeymemServer(
         SERVER_NAME,
         version=version("keymem"),
         log_level="WARNING",
@@ -134,7 +147,7 @@ def build_server(
         lifespan=lifespan,
     )
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Recall memories by keywords", annotations=READ_ONLY)
     async def recall(
         query: Annotated[
             str,
@@ -145,7 +158,12 @@ def build_server(
             ),
         ],
         top_k: Annotated[
-            int, Field(ge=1, le=RECALL_TOP_K_MAX, description="key clusters to return")
+            int,
+            Field(
+                ge=1,
+                le=RECALL_TOP_K_MAX,
+                description="key clusters to return (keys leading to the same memories are one)",
+            ),
         ] = RECALL_TOP_K_DEFAULT,
         namespace: Namespace = None,
         context: Annotated[
@@ -175,18 +193,18 @@ def build_server(
         )
         return await backend.ask("recall", body, models.RecallResult)
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="Browse a namespace's keys", annotations=READ_ONLY)
     async def browse_keys(
-        namespace: Annotated[str, Field(min_length=1, max_length=NAMESPACE_MAX_CHARS)] = "default",
+        namespace: Namespace = None,
         hubs_only: Annotated[bool, Field(description="only keys with >= 3 memories")] = False,
-        limit: Annotated[int, Field(ge=1, le=BROWSE_LIMIT_MAX)] = BROWSE_LIMIT_DEFAULT,
-        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: BrowseLimit = BROWSE_LIMIT_DEFAULT,
+        offset: Offset = 0,
     ) -> models.BrowseResult:
         """List a namespace's keys, hubs first, with memory counts (pages with next_offset)."""
         body = _body(namespace=namespace, hubs_only=hubs_only, limit=limit, offset=offset)
         return await backend.ask("browse_keys", body, models.BrowseResult)
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="List the memories under a key", annotations=READ_ONLY)
     async def read_key(
         key_id: KeyId,
         query: Annotated[
@@ -194,8 +212,8 @@ def build_server(
             Field(max_length=PROMPT_MAX_CHARS, description="the missing fact: ranks by relevance"),
         ] = None,
         namespace: Namespace = None,
-        limit: Annotated[int, Field(ge=1, le=READ_KEY_LIMIT_MAX)] = READ_KEY_LIMIT_DEFAULT,
-        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: ReadKeyLimit = READ_KEY_LIMIT_DEFAULT,
+        offset: Offset = 0,
     ) -> models.ReadKeyResult:
         """Ranked handles of the memories under one key (ids and scores, no content).
 
@@ -205,7 +223,7 @@ def build_server(
         body = _body(key_id=key_id, query=query, namespace=namespace, limit=limit, offset=offset)
         return await backend.ask("read_key", body, models.ReadKeyResult)
 
-    @server.tool(annotations=WRITES)
+    @server.tool(title="Read a memory in full", annotations=WRITES)
     async def read_memory(
         memory_id: Id,
         via_key_id: Annotated[
@@ -221,13 +239,14 @@ def build_server(
         body = _body(memory_id=memory_id, via_key_id=via_key_id, namespace=namespace)
         return await backend.ask("read_memory", body, models.ReadMemoryResult)
 
-    @server.tool(annotations=WRITES)
+    @server.tool(title="Confirm a memory is still true", annotations=WRITES)
     async def confirm_memory(
         memory_id: Id,
         evidence: Annotated[
             models.Evidence,
             Field(description="an explicit current user assertion, a source, or observation"),
         ],
+        ctx: Context[None, Any],
         namespace: Namespace = None,
         source: Source = None,
     ) -> models.ConfirmResult:
@@ -240,14 +259,15 @@ def build_server(
             memory_id=memory_id,
             evidence=evidence,
             namespace=namespace,
-            source=provenance.stamp("confirm_memory", source),
+            source=provenance.stamp("confirm_memory", source, _host_turn(ctx)),
         )
         return await backend.ask("confirm_memory", body, models.ConfirmResult)
 
-    @server.tool(annotations=WRITES)
+    @server.tool(title="Save a durable fact", annotations=WRITES)
     async def remember(
         content: Content,
         keys: Keys,
+        ctx: Context[None, Any],
         key_types: KeyTypes = None,
         namespace: Namespace = None,
         ttl_seconds: Ttl = None,
@@ -269,14 +289,15 @@ def build_server(
             ttl_seconds=ttl_seconds,
             decay_profile=decay_profile,
             related_to=related_to,
-            source=provenance.stamp("remember", source),
+            source=provenance.stamp("remember", source, _host_turn(ctx)),
         )
         return await backend.ask("remember", body, models.RememberResult)
 
-    @server.tool(annotations=WRITES)
+    @server.tool(title="Correct a fact that changed", annotations=WRITES)
     async def correct(
         memory_id: Id,
         content: Content,
+        ctx: Context[None, Any],
         keys: Annotated[
             list[Key] | None,
             Field(min_length=1, max_length=KEYS_PER_MEMORY_MAX, description="new keys"),
@@ -301,11 +322,11 @@ def build_server(
             decay_profile=decay_profile,
             related_to=related_to,
             namespace=namespace,
-            source=provenance.stamp("correct"),
+            source=provenance.stamp("correct", None, _host_turn(ctx)),
         )
         return await backend.ask("correct", body, models.CorrectResult)
 
-    @server.tool(annotations=WRITES)
+    @server.tool(title="Weaken a key that misled", annotations=WRITES)
     async def dismiss(
         memory_id: Id, key_id: KeyId, namespace: Namespace = None
     ) -> models.DismissResult:
@@ -313,22 +334,31 @@ def build_server(
         body = _body(memory_id=memory_id, key_id=key_id, namespace=namespace)
         return await backend.ask("dismiss", body, models.DismissResult)
 
-    @server.tool(annotations=DESTRUCTIVE)
+    @server.tool(title="Delete a memory for good", annotations=DESTRUCTIVE)
     async def forget(memory_id: Id, namespace: Namespace = None) -> models.ForgetResult:
         """Delete a memory for good, with the older versions it superseded and orphan keys."""
         body = _body(memory_id=memory_id, namespace=namespace)
         return await backend.ask("forget", body, models.ForgetResult)
 
-    @server.tool(annotations=WRITES)
+    @server.tool(title="Save several facts at once", annotations=WRITES)
     async def remember_batch(
-        items: Annotated[list[RememberItem], Field(min_length=1, max_length=BATCH_MAX_ITEMS)],
+        items: Annotated[
+            list[RememberItem],
+            Field(
+                min_length=1,
+                max_length=BATCH_MAX_ITEMS,
+                description="the facts, each with remember's parameters; one bad item rejects all",
+            ),
+        ],
+        ctx: Context[None, Any],
     ) -> models.BatchResult:
         """Save several facts at once (all or none); they share a batch_id."""
+        turn = _host_turn(ctx)
         body = {
             "items": [
                 _body(
                     **item.model_dump(exclude_none=True, exclude={"source"}),
-                    source=provenance.stamp("remember_batch", item.source),
+                    source=provenance.stamp("remember_batch", item.source, turn),
                 )
                 for item in items
             ]
@@ -337,7 +367,7 @@ def build_server(
             "remember_batch", body, models.BatchResult, timeout_ms=BATCH_TIMEOUT_MS
         )
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(title="A memory's versions", annotations=READ_ONLY)
     async def history(memory_id: Id, namespace: Namespace = None) -> models.HistoryResult:
         """Every version of a memory's correction chain, oldest first, and the current head."""
         body = _body(memory_id=memory_id, namespace=namespace)

@@ -271,7 +271,7 @@ class Navigation:
         answer = {
             **reply,
             "status": "found",
-            "keys": [key_summary(k) for k in keys],
+            "keys": [{**key_summary(k), "merged_keys": k["merged_keys"]} for k in keys],
             "memories": [] if preview is None else [preview],
         }
         if withheld is not None:
