@@ -1,5 +1,5 @@
 import sys
 
-from keymem.services.serve import main
+from keymem.services.entry import service
 
-sys.exit(main())
+sys.exit(service())

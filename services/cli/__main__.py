@@ -1,5 +1,5 @@
 import sys
 
-from keymem.services.cli import main
+from keymem.services.entry import keymem
 
-sys.exit(main())
+sys.exit(keymem())
