@@ -27,6 +27,7 @@ from keymem.services.cli import (
     show,
     stats,
     status,
+    ui,
     up,
 )
 from keymem.services.cli import eval as eval_
@@ -52,6 +53,7 @@ COMMANDS = (
     export,
     import_,
     eval_,
+    ui,
 )
 
 
