@@ -18,10 +18,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
+from keymem.services.cli.hosts import Host, HostConfigError, hosts, is_executable
 from keymem.services.cli.status import hook_failures
 from keymem.services.config import ALL_PROGRAMS, Settings
 from keymem.services.supervision import Supervision
@@ -293,6 +295,43 @@ def _hook(settings: Settings) -> list[Check]:
     ]
 
 
+def _hosts(settings: Settings) -> list[Check]:
+    """Every command an agent host's config runs for keymem exists and is executable."""
+    checks = []
+    for host in hosts(settings.config).values():
+        for host_file in host.files:
+            if not host_file.path.exists():
+                continue
+            try:
+                found = host_file.commands(host_file.load())
+            except HostConfigError as exc:
+                checks.append(Check(f"{host.name} config", "warn", str(exc)))
+                continue
+            checks += [_host_command(host, host_file.path, *command) for command in found]
+    return checks or [Check("agent hosts", "ok", "none configured (keymem install HOST)")]
+
+
+def _host_command(host: Host, path: Path, what: str, program: str) -> Check:
+    name = f"{host.name} {what}"
+    fix = f"keymem install {host.name} (writes this installation's absolute paths)"
+    if os.path.isabs(program):
+        if is_executable(Path(program)):
+            return Check(name, "ok", f"{program} ({path})")
+        return Check(name, "fail", f"{path} runs {program}: missing or not executable", fix)
+    on_path = shutil.which(program)
+    if on_path is None:
+        return Check(name, "fail", f"{path} runs {program!r}, which is not on PATH", fix)
+    if not host.from_shell:
+        return Check(
+            name,
+            "warn",
+            f"{path} runs {program!r} from PATH ({on_path} here); a desktop app's PATH "
+            "rarely holds it",
+            fix,
+        )
+    return Check(name, "ok", f"{program!r} from PATH: {on_path}")
+
+
 CHECKS: tuple[Callable[[Settings], list[Check]], ...] = (
     _python,
     _dependencies,
@@ -303,6 +342,7 @@ CHECKS: tuple[Callable[[Settings], list[Check]], ...] = (
     _services,
     _quarantine,
     _hook,
+    _hosts,
 )
 
 
