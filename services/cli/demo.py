@@ -4,6 +4,8 @@ It starts the services if needed, saves the Newton → apple → fruit → straw
 English and Korean in its own namespace, and shows the three ways an agent meets it: the key
 walk an MCP agent takes, a hybrid recall with hops, and exactly what the hook would inject.
 Saving the same text again supersedes the earlier copy (exact dedup), so it can be rerun.
+It writes into the user's own store (KEYMEM_HOME, or ``--home``), in the ``demo`` namespace
+only, and says so; ``keymem demo --clean`` drops exactly that namespace.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ WIDTH = 92
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("demo", help="show keymem's associative recall on a tiny story")
+    parser.add_argument(
+        "--clean", action="store_true", help=f"remove the demo's namespace ('{NAMESPACE}') only"
+    )
     parser.set_defaults(run=run)
 
 
@@ -113,6 +118,14 @@ def hook(client: Client) -> None:
     say(f'prompt: "{unrelated}" → {len(nothing["memories"])} memories (it stays silent)')
 
 
+def clean(client: Client) -> None:
+    dropped = client.call("graph", "drop_namespace", {"namespace": NAMESPACE})
+    print(
+        f"Removed the demo's namespace '{NAMESPACE}': {dropped['memories']} memories, "
+        f"{dropped['keys']} keys. Nothing else was touched."
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     code = up.run(argparse.Namespace(timeout=None, restart=False))
@@ -120,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
         return code
     try:
         with Client(settings.endpoints.frontend, timeout_ms=30_000) as client:
+            if args.clean:
+                clean(client)
+                return 0
+            print(
+                f"The demo writes into your store at {settings.home}, in namespace "
+                f"'{NAMESPACE}' only; `keymem demo --clean` removes exactly that namespace."
+            )
             title(f"Saving a small bilingual story in namespace '{NAMESPACE}'")
             result = client.call(
                 "memory",
@@ -139,5 +159,8 @@ def run(args: argparse.Namespace) -> int:
     except KeymemError as exc:
         print(f"keymem demo: {exc}", file=sys.stderr)
         return 1
-    print(f"\nServices keep running (keymem status; keymem down). Home: {settings.home}")
+    print(
+        f"\nServices keep running (keymem status; keymem down). Home: {settings.home}\n"
+        f"The story stays in namespace '{NAMESPACE}' until `keymem demo --clean`."
+    )
     return 0
