@@ -121,7 +121,7 @@ def hook(client: Client) -> None:
 def clean(client: Client) -> None:
     dropped = client.call("graph", "drop_namespace", {"namespace": NAMESPACE})
     print(
-        f"Removed the demo's namespace '{NAMESPACE}': {dropped['memories']} memories, "
+        f"Removed the demo's namespace '{NAMESPACE}': {dropped['versions']} memory versions, "
         f"{dropped['keys']} keys. Nothing else was touched."
     )
 

@@ -458,6 +458,7 @@ def drop_namespace(state: GraphState, namespace: str, now: float) -> dict[str, A
     """Delete every memory (every version) and every key of one namespace; other namespaces
     are untouched (links and related_to never cross a namespace)."""
     victims = [m for m in state.memories.values() if m.namespace == namespace]
+    active = sum(1 for m in victims if m.active(now))
     keys_before = sum(1 for k in state.keys.values() if k.namespace == namespace)
     for memory in victims:
         _drop_references(state, memory.id)
@@ -465,4 +466,9 @@ def drop_namespace(state: GraphState, namespace: str, now: float) -> dict[str, A
     for key in [k for k in state.keys.values() if k.namespace == namespace]:
         state.delete_key(key)
     state.dedup.pop(namespace, None)
-    return {"namespace": namespace, "memories": len(victims), "keys": keys_before}
+    return {
+        "namespace": namespace,
+        "memories": active,
+        "versions": len(victims),
+        "keys": keys_before,
+    }
