@@ -48,7 +48,6 @@ def test_an_installed_keymem_does_not_shadow_a_users_packages(tmp_path: Path) ->
 def test_host_files_ship_inside_the_package() -> None:
     hooks = resources.files("keymem.hooks")
     for name in (
-        ".claude-plugin/marketplace.json",
         "claude-code/.mcp.json",
         "claude-code/.claude-plugin/plugin.json",
         "claude-code/hooks/hooks.json",
