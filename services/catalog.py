@@ -2,7 +2,9 @@
 
 A service process imports only its own module (each builder imports it when called): a
 worker restarted after a crash pays for its own model and libraries, not for every other
-service's (kill-to-answer time, docs/RELIABILITY.md).
+service's (kill-to-answer time, docs/RELIABILITY.md). A service in ``PRELOADERS`` runs as a
+parent that loads its model once and forks the worker (services/prefork.py): its ``preload``
+returns what builds the service in the forked child.
 """
 
 from __future__ import annotations
@@ -23,3 +25,19 @@ def _builder(name: str) -> Callable[[Settings], Service]:
 
 
 BUILDERS: dict[str, Callable[[Settings], Service]] = {n: _builder(n) for n in WORKER_SERVICES}
+
+
+def _preloader(name: str) -> Callable[[Settings], Callable[[], Service]]:
+    def preload(settings: Settings) -> Callable[[], Service]:
+        build: Callable[[], Service] = importlib.import_module(f"keymem.services.{name}").preload(
+            settings
+        )
+        return build
+
+    return preload
+
+
+# The lexicon's start is Kiwi's model load (seconds); its index is rebuilt in the child.
+PRELOADERS: dict[str, Callable[[Settings], Callable[[], Service]]] = {
+    "lexicon": _preloader("lexicon")
+}

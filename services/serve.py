@@ -7,11 +7,13 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from keymem.protocol.endpoints import make_private, prepare_run_dir
-from keymem.protocol.worker import Worker
-from keymem.services.catalog import BUILDERS
+from keymem.protocol.worker import Service, Worker
+from keymem.services import prefork
+from keymem.services.catalog import BUILDERS, PRELOADERS
 from keymem.services.config import (
     ALL_PROGRAMS,
     EXIT_SERVICE_CONFIG,
@@ -47,21 +49,42 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    try:
-        if name == "router":
-            # Only the router loads the memory service: a worker's restart skips it.
-            from keymem.services.router.process import run_router
+    return _configured(name, lambda: _run(name, settings, stop))
 
-            run_router(settings, stop)
-        else:
-            Worker(
-                BUILDERS[name](settings),
-                settings.endpoints.backend,
-                direct_endpoint=settings.endpoints.direct(name, os.getpid()),
-                heartbeat=settings.heartbeat,
-                stop=stop,
-            ).run()
+
+def _configured(name: str, start: Callable[[], int]) -> int:
+    """``start``'s exit code, or 78 with one line for a service's own configuration check."""
+    try:
+        return start()
     except ConfigError as exc:  # a service's own check, made as it is built
         print(f"keymem {name}: configuration error: {exc}", file=sys.stderr)
         return EXIT_SERVICE_CONFIG
+
+
+def _run(name: str, settings: Settings, stop: threading.Event) -> int:
+    if name == "router":
+        # Only the router loads the memory service: a worker's restart skips it.
+        from keymem.services.router.process import run_router
+
+        run_router(settings, stop)
+        return 0
+    if name in PRELOADERS:
+        build = PRELOADERS[name](settings)  # the model, loaded once for every forked worker
+        return prefork.run(
+            lambda child_stop: _configured(
+                name, lambda: _serve_worker(settings, build(), child_stop)
+            ),
+            stop,
+        )
+    return _serve_worker(settings, BUILDERS[name](settings), stop)
+
+
+def _serve_worker(settings: Settings, service: Service, stop: threading.Event) -> int:
+    Worker(
+        service,
+        settings.endpoints.backend,
+        direct_endpoint=settings.endpoints.direct(service.name, os.getpid()),
+        heartbeat=settings.heartbeat,
+        stop=stop,
+    ).run()
     return 0

@@ -7,6 +7,6 @@ Modules: ``tokenizer`` (text to terms), ``index`` (incremental BM25 per namespac
 
 from __future__ import annotations
 
-from keymem.services.lexicon.service import build
+from keymem.services.lexicon.service import build, preload
 
-__all__ = ["build"]
+__all__ = ["build", "preload"]

@@ -1,7 +1,8 @@
 """The lexicon worker: search, tokenize and extract_keys over the index the feed keeps current.
 
-``build`` loads and warms Kiwi and loads the term cache before the worker registers, so the
-first request pays neither. Sync work runs from the serving loop in slices sized from the
+``preload`` loads and warms Kiwi, once per supervised process (its workers are forked from
+it, services/prefork.py); the service it then builds loads the term cache before the worker
+registers, so the first request pays neither. Sync work runs from the serving loop in slices sized from the
 heartbeat policy: a slice (or a read-your-writes wait inside ``search``) never holds the loop
 long enough for the router to declare the worker dead. docs/LEXICON.md documents the methods.
 """
@@ -12,6 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from keymem.protocol.client import Client
@@ -266,5 +268,12 @@ def make_service(lexicon: Lexicon) -> Service:
     return service
 
 
+def preload(settings: Settings) -> Callable[[], Service]:
+    """Kiwi, loaded and warmed once; what it returns builds the service around it (in a worker
+    forked from this process, services/prefork.py, each one loads the index afresh)."""
+    tokenizer = shared_tokenizer()
+    return lambda: make_service(Lexicon(settings, tokenizer))
+
+
 def build(settings: Settings) -> Service:
-    return make_service(Lexicon(settings, shared_tokenizer()))
+    return preload(settings)()
