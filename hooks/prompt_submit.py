@@ -5,7 +5,9 @@ The host runs this once per prompt and waits for it, so it must be quick and mus
 in the way: it imports only the thin client (pyzmq + msgpack), asks the router's ``inject`` with
 a short deadline, and on any failure — services down, timeout, bad input — prints nothing and
 exits 0 (exit 2 would block the prompt). Failures are appended to ``logs/hook-failures.log``
-under KEYMEM_HOME, where ``keymem status`` counts them.
+under KEYMEM_HOME (kept to a bounded size, one older generation beside it), where ``keymem
+status`` and ``keymem doctor`` count the recent ones; a home never set up (no ``logs/``, which
+``keymem up`` creates) is left untouched.
 
 Output, when something relevant is found::
 
@@ -18,6 +20,7 @@ Wired to SessionStart as well, it prints a brief of the project's most durable f
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -48,6 +51,10 @@ STDIN_MAX_BYTES = 4 << 20
 DRAIN_CHUNK_BYTES = 1 << 16
 CONTEXT_BUDGET_CHARS = 4_000
 FAILURE_LOG = "hook-failures.log"
+FAILURE_LOG_BACKUP = FAILURE_LOG + ".1"
+# Past this size the log becomes the backup (replacing the older one) and a new log starts.
+FAILURE_LOG_MAX_BYTES = 256 * 1024
+FAILURE_REASON_MAX_CHARS = 300
 PROMPT_SUBMIT = "UserPromptSubmit"
 SESSION_START = "SessionStart"
 BRIEF_GUIDANCE = (
@@ -91,13 +98,22 @@ def shorten(prompt: str) -> str:
 
 
 def record_failure(home: Path, reason: str) -> None:
-    """One line per failure; O_APPEND keeps concurrent hooks from clobbering each other."""
+    """One line per failure, in a home that was set up. O_APPEND keeps concurrent hooks from
+    clobbering each other; the one that pushes the log past its size rotates it, under a lock
+    on the file so that two of them never rotate twice."""
+    logs = home / "logs"
+    if not logs.is_dir():
+        return
+    path = logs / FAILURE_LOG
+    line = json.dumps({"at": round(time.time(), 3), "reason": reason[:FAILURE_REASON_MAX_CHARS]})
     try:
-        (home / "logs").mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"at": round(time.time(), 3), "reason": reason[:300]}) + "\n"
-        fd = os.open(home / "logs" / FAILURE_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            os.write(fd, line.encode())
+            os.write(fd, f"{line}\n".encode())
+            if os.fstat(fd).st_size > FAILURE_LOG_MAX_BYTES:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:  # nobody rotated it meanwhile
+                    os.replace(path, logs / FAILURE_LOG_BACKUP)
         finally:
             os.close(fd)
     except OSError:

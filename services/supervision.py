@@ -102,8 +102,14 @@ def render_environment(values: dict[str, str]) -> str:
                 f"{name} cannot be handed to the services through supervisord.conf "
                 "(a quote at an end, both kinds of quotes, or a line break)"
             )
-        pairs.append(pair.replace("%", "%%"))  # supervisord %-expands the line
+        pairs.append(_literal(pair, expansions=2))
     return ",".join(pairs)
+
+
+def _literal(text: str, expansions: int = 1) -> str:
+    """``text`` spelled so that supervisord reads it back: it %-expands most values once, and
+    [supervisord]'s ``environment`` and a program's log file twice."""
+    return text.replace("%", "%" * 2**expansions)
 
 
 def written_environment(config_path: Path) -> dict[str, str] | None:
@@ -114,7 +120,7 @@ def written_environment(config_path: Path) -> dict[str, str] | None:
     if not parser.read(config_path):
         return None
     raw = parser.get("supervisord", "environment", fallback="")
-    found: dict[str, str] = dict_of_key_value_pairs(raw.replace("%%", "%"))
+    found: dict[str, str] = dict_of_key_value_pairs(raw.replace("%%%%", "%"))
     return found
 
 
@@ -140,15 +146,23 @@ class Supervision:
         templates = resources.files("keymem.deploy")
         program = string.Template(templates.joinpath("program.conf.template").read_text())
         main = string.Template(templates.joinpath("supervisord.conf.template").read_text())
-        common = {
-            "home": str(self.settings.home),
-            "run_dir": str(self.settings.run_dir),
-            "log_dir": str(self.settings.log_dir),
+        paths = {
+            "home": self.settings.home,
+            "run_dir": self.settings.run_dir,
+            "log_dir": self.settings.log_dir,
             "python": sys.executable,
+        }
+        common = {
+            **{name: _literal(str(path)) for name, path in paths.items()},
             "environment": render_environment(services_environment(self.settings.config)),
         }
         sections = [
-            program.substitute(common, name=name, priority=10 * (i + 1))
+            program.substitute(
+                common,
+                name=name,
+                priority=10 * (i + 1),
+                log=_literal(str(self.log_path(name)), expansions=2),
+            )
             for i, name in enumerate(ALL_PROGRAMS)
         ]
         text = main.substitute(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,18 @@ from typing import Any
 
 import pytest
 
+from keymem.hooks.prompt_submit import (
+    FAILURE_LOG,
+    FAILURE_LOG_BACKUP,
+    FAILURE_LOG_MAX_BYTES,
+    FAILURE_REASON_MAX_CHARS,
+    record_failure,
+)
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
+from keymem.services.cli.doctor import _hook as doctor_hook_check
+from keymem.services.cli.status import HOOK_FAILURE_WINDOW_S, hook_failures
+from keymem.services.config import Settings, load
 from tests.supervised import Deployment, deployment_env
 
 HOOK_TIMEOUT_MS = 3_000
@@ -169,9 +180,16 @@ def test_a_huge_prompt_is_cut_to_its_ends_and_still_answered(
     assert elapsed < HOOK_TIMEOUT_MS / 1000 + 2  # process start + reading 1 MB, then the call
 
 
+def set_up(home: Path) -> Path:
+    """A home keymem ran in before (``keymem up`` creates its logs/), now down."""
+    (home / "logs").mkdir()
+    return home
+
+
 def test_with_keymem_down_the_hook_is_silent_fast_and_counts_the_failure(
     short_home: Path,
 ) -> None:
+    set_up(short_home)
     completed, elapsed = run_hook(short_home, host_payload("any snack ideas? strawberries?"))
     assert completed.returncode == 0 and completed.stdout == b""
     assert elapsed < HOOK_TIMEOUT_MS / 1000
@@ -192,6 +210,7 @@ PEAK_RSS_OF_HOOK = (
 
 
 def test_a_50_mb_prompt_is_skipped_silently_without_holding_it(short_home: Path) -> None:
+    set_up(short_home)
     payload = host_payload("x" * OVERSIZE_PROMPT_BYTES)
     completed = subprocess.run(
         [sys.executable, "-c", PEAK_RSS_OF_HOOK],
@@ -206,6 +225,66 @@ def test_a_50_mb_prompt_is_skipped_silently_without_holding_it(short_home: Path)
     assert int(peak_kb) / 1024 < OVERSIZE_PEAK_RSS_MAX_MB
     status = Deployment(short_home, deployment_env(short_home)).status()
     assert "larger than" in status["hook"]["last"]["reason"]
+
+
+def test_in_a_home_never_set_up_the_hook_creates_nothing(tmp_path: Path) -> None:
+    user = tmp_path / "user"  # a fresh HOME: KEYMEM_HOME defaults to ~/.keymem, absent
+    user.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    for home_env in ({"HOME": str(user)}, {"HOME": str(user), "KEYMEM_HOME": str(user)}):
+        completed = subprocess.run(
+            [sys.executable, "-m", "keymem.hooks.prompt_submit"],
+            input=host_payload("any snack ideas? strawberries?"),
+            capture_output=True,
+            env={**env, **home_env},
+            timeout=30,
+        )
+        assert completed.returncode == 0 and completed.stdout == b""
+        assert list(user.rglob("*")) == []
+
+
+def test_the_failure_log_stays_bounded_and_keeps_the_newest(short_home: Path) -> None:
+    logs = set_up(short_home) / "logs"
+    line_bytes = len(json.dumps({"at": time.time(), "reason": "x" * FAILURE_REASON_MAX_CHARS}))
+    lines = 3 * FAILURE_LOG_MAX_BYTES // line_bytes
+    for n in range(lines):
+        record_failure(short_home, f"failure {n} " + "x" * FAILURE_REASON_MAX_CHARS)
+    current, backup = logs / FAILURE_LOG, logs / FAILURE_LOG_BACKUP
+    assert sorted(p.name for p in logs.iterdir()) == sorted([current.name, backup.name])
+    for path in (current, backup):
+        assert path.stat().st_size <= FAILURE_LOG_MAX_BYTES + line_bytes + 1
+        assert path.stat().st_mode & 0o777 == 0o600
+    newest = json.loads(current.read_text().splitlines()[-1])
+    assert newest["reason"].startswith(f"failure {lines - 1} ")
+    settings = Settings.from_config(load({}, home=short_home))
+    counted = hook_failures(settings)
+    assert counted["last"] == newest
+    kept = len(current.read_text().splitlines()) + len(backup.read_text().splitlines())
+    assert counted["failures"] == kept < lines
+
+
+def test_doctor_and_status_count_only_recent_hook_failures(short_home: Path) -> None:
+    logs = set_up(short_home) / "logs"
+    now = time.time()
+    old = [{"at": now - HOOK_FAILURE_WINDOW_S - 3600 * d, "reason": f"old {d}"} for d in (9, 2)]
+    recent = {"at": now - 60, "reason": "ConnectionError: keymem is not running"}
+    (logs / FAILURE_LOG_BACKUP).write_text("".join(json.dumps(e) + "\n" for e in old))
+    (logs / FAILURE_LOG).write_text("not json, cut by a crash\n" + json.dumps(recent) + "\n")
+    deployment = Deployment(short_home, deployment_env(short_home))
+    assert deployment.status()["hook"] == {
+        "failures": 1,
+        "window_s": HOOK_FAILURE_WINDOW_S,
+        "last": recent,
+    }
+    settings = Settings.from_config(load({}, home=short_home))
+    [check] = doctor_hook_check(settings)  # doctor's other checks load models: seconds
+    assert (check.status, check.detail) == (
+        "warn",
+        f"1 failed call(s) in the last 24 h; last: {recent['reason']}",
+    )
+    (logs / FAILURE_LOG).write_text(json.dumps(old[1]) + "\n")
+    assert deployment.status()["hook"]["failures"] == 0
+    assert doctor_hook_check(settings)[0].status == "ok"
 
 
 def test_the_hook_imports_only_the_thin_client() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.services.cli.hosts import Host, HostConfigError, hosts, is_executable
-from keymem.services.cli.status import hook_failures
+from keymem.services.cli.status import hook_failures, window_text
 from keymem.services.config import ALL_PROGRAMS, Settings
 from keymem.services.supervision import Supervision
 
@@ -282,14 +282,15 @@ def _transport(settings: Settings) -> list[Check]:
 
 def _hook(settings: Settings) -> list[Check]:
     failures = hook_failures(settings)
+    window = window_text(failures["window_s"])
     if not failures["failures"]:
-        return [Check("hook", "ok", "no failed calls recorded")]
+        return [Check("hook", "ok", f"no failed calls {window}")]
     last = failures["last"] or {}
     return [
         Check(
             "hook",
             "warn",
-            f"{failures['failures']} failed call(s); last: {last.get('reason', '?')}",
+            f"{failures['failures']} failed call(s) {window}; last: {last.get('reason', '?')}",
             "if keymem was down then, keymem up; the log is logs/hook-failures.log",
         )
     ]
@@ -314,6 +315,8 @@ def _hosts(settings: Settings) -> list[Check]:
 def _host_command(host: Host, path: Path, what: str, program: str) -> Check:
     name = f"{host.name} {what}"
     fix = f"keymem install {host.name} (writes this installation's absolute paths)"
+    if what.startswith("plugin"):
+        fix = "put keymem on PATH (pipx or uv tool install), or disable the plugin for " + fix
     if os.path.isabs(program):
         if is_executable(Path(program)):
             return Check(name, "ok", f"{program} ({path})")

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any
 
-from keymem.hooks.prompt_submit import FAILURE_LOG
+from keymem.hooks.prompt_submit import FAILURE_LOG, FAILURE_LOG_BACKUP
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import ALL_PROGRAMS, Settings
 from keymem.services.supervision import Supervision
 
 STATS_TIMEOUT_MS = 1_000
+# The hook's failures older than this are history, not a problem to report.
+HOOK_FAILURE_WINDOW_S = 24 * 3600
 COLUMNS = (
     ("service", 9),
     ("state", 9),
@@ -74,19 +77,29 @@ def collect(settings: Settings) -> dict[str, Any]:
     return report
 
 
-def hook_failures(settings: Settings) -> dict[str, Any]:
-    """How often the prompt-submit hook gave up (it prints nothing then, by design)."""
-    try:
-        lines = (settings.log_dir / FAILURE_LOG).read_text().splitlines()
-    except OSError:
-        return {"failures": 0, "last": None}
-    last = None
-    if lines:
+def hook_failures(settings: Settings, window_s: float = HOOK_FAILURE_WINDOW_S) -> dict[str, Any]:
+    """How often the prompt-submit hook gave up (it prints nothing then, by design) in the
+    last ``window_s`` seconds, and the latest of those failures."""
+    since = time.time() - window_s
+    recent = []
+    for name in (FAILURE_LOG_BACKUP, FAILURE_LOG):  # oldest first
         try:
-            last = json.loads(lines[-1])
-        except ValueError:
-            last = {"reason": lines[-1]}
-    return {"failures": len(lines), "last": last}
+            lines = (settings.log_dir / name).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                at = float(entry["at"])
+            except (ValueError, TypeError, KeyError):
+                continue  # a line cut by a full disk or a crash
+            if at >= since:
+                recent.append(entry)
+    return {
+        "failures": len(recent),
+        "window_s": window_s,
+        "last": recent[-1] if recent else None,
+    }
 
 
 def _uptime(seconds: float) -> str:
@@ -95,6 +108,10 @@ def _uptime(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def window_text(seconds: float) -> str:
+    return f"in the last {seconds / 3600:.0f} h"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -120,7 +137,10 @@ def render(report: dict[str, Any]) -> str:
     hook = report["hook"]
     if hook["failures"]:
         last = hook["last"] or {}
-        lines.append(f"hook: {hook['failures']} failed call(s); last: {last.get('reason', '?')}")
+        lines.append(
+            f"hook: {hook['failures']} failed call(s) {window_text(hook['window_s'])}; "
+            f"last: {last.get('reason', '?')}"
+        )
     if "router_error" in report:
         lines.append(f"router did not answer: {report['router_error']}")
     return "\n".join(lines)
