@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from importlib import metadata, resources
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 TOP_FOLDERS = ("deploy", "hooks", "protocol", "services", "store")
+HOST_FILES = (
+    "HOSTS.md",
+    "claude-code/.mcp.json",
+    "claude-code/.claude-plugin/plugin.json",
+    "claude-code/hooks/hooks.json",
+    "claude-code/skills/keymem/SKILL.md",
+    "claude-desktop/claude_desktop_config.json",
+    "codex/config.toml",
+    "codex/hooks.json",
+)
 
 
 def _listed_packages() -> set[str]:
@@ -47,14 +61,36 @@ def test_an_installed_keymem_does_not_shadow_a_users_packages(tmp_path: Path) ->
 
 def test_host_files_ship_inside_the_package() -> None:
     hooks = resources.files("keymem.hooks")
-    for name in (
-        "claude-code/.mcp.json",
-        "claude-code/.claude-plugin/plugin.json",
-        "claude-code/hooks/hooks.json",
-        "claude-code/skills/keymem/SKILL.md",
-        "claude-desktop/claude_desktop_config.json",
-        "codex/config.toml",
-        "codex/hooks.json",
-    ):
+    for name in HOST_FILES:
         assert hooks.joinpath(name).is_file(), name
     assert resources.files("keymem.deploy").joinpath("supervisord.conf.template").is_file()
+
+
+@pytest.mark.slow
+def test_a_wheel_built_from_the_tree_carries_the_host_files_and_the_license(
+    tmp_path: Path,
+) -> None:
+    """What pipx, uv tool and uvx install: the tracked files built as a wheel (in a copy, so
+    the build leaves nothing in the working tree)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    source = tmp_path / "source"
+    for name in filter(None, tracked.split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+        check=True,
+        timeout=600,
+    )
+    (wheel,) = tmp_path.glob("keymem-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for host_file in HOST_FILES:
+        assert f"keymem/hooks/{host_file}" in names, host_file
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "keymem = keymem.services.entry:keymem" in scripts
+    assert "keymem-hook = keymem.services.entry:keymem_hook" in scripts

@@ -318,7 +318,10 @@ class HooksFile(HostFile):
         if isinstance(enabled, Mapping):
             for plugin, on in enabled.items():
                 if on is True and str(plugin).startswith(PLUGIN_PREFIX):
-                    found += [(f"plugin {plugin}", CLI_SCRIPT), (f"plugin {plugin}", HOOK_SCRIPT)]
+                    found += [
+                        (f"plugin {plugin} MCP server", CLI_SCRIPT),
+                        (f"plugin {plugin} hooks", HOOK_SCRIPT),
+                    ]
         return found
 
 
