@@ -14,10 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import KeymemError
-from keymem.services.config import AUTO_MIGRATE, Settings
+from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.services.config import AUTO_MIGRATE, UP_TIMEOUT_S, Settings
+from keymem.services.identity import Identity, this_install
 from keymem.services.memory.migration import migrate_if_needed, spaces
-from keymem.services.supervision import Difference, Supervision, SupervisionError
+from keymem.services.supervision import (
+    PING_TIMEOUT_MS,
+    Difference,
+    Supervision,
+    SupervisionError,
+)
+
+IDENTITY_POLL_S = 0.05
 
 
 class ModelMismatch(SupervisionError):
@@ -30,6 +38,8 @@ class Launch:
     elapsed_s: float
     # Settings the (already) running services read with other values than this launcher's.
     differences: list[Difference]
+    # Set when this call restarted services that ran another keymem: what they ran, and this.
+    replaced: str | None = None
 
     def describe_differences(self) -> str:
         return "\n".join(
@@ -47,13 +57,16 @@ def ensure_up(
     timeout_s: float | None = None,
     announce: Callable[[str], None] | None = None,
     restart: bool = False,
+    identity: Identity | None = None,
 ) -> Launch:
     """Start the supervised services unless running, wait until ready, check the model space.
 
     ``restart`` stops running services first, so they start with this launcher's settings;
     otherwise the ones they run with and differ are reported in ``Launch.differences``.
     ``timeout_s`` defaults to KEYMEM_UP_TIMEOUT_S. ``announce`` is told, once, when this call
-    is the one that starts the services (callers print it on stderr). Raises
+    is the one that starts the services (callers print it on stderr). Services of another
+    keymem than ``identity`` (this install's when None: version and path) are restarted from
+    this one (``Launch.replaced``; ``announce`` is told). Raises
     ``SupervisionError`` (a ``ModelMismatch`` for the model check) with a message naming the
     log to read; a keymem error during the model check is wrapped.
     """
@@ -68,6 +81,18 @@ def ensure_up(
                 f"logs in {settings.log_dir})"
             )
         started = supervision.start()
+        here = identity or this_install()
+        other = None if started else _other_keymem(settings, here, timeout_s)
+        replaced = None
+        if other is not None:
+            replaced = (
+                f"the running services were {other.describe()}; this is {here.describe()}: "
+                "restarted them from here"
+            )
+            if announce is not None:
+                announce(f"keymem: {replaced}")
+            supervision.shutdown()
+            started = supervision.start()
         differences = [] if started else supervision.differences()
         supervision.wait_ready(timeout_s)
         try:
@@ -84,4 +109,22 @@ def ensure_up(
                 f"services are up but the model check failed: {exc}; "
                 f"see {supervision.log_path('router')}"
             ) from exc
-    return Launch(started, time.monotonic() - begun, differences)
+    return Launch(started, time.monotonic() - begun, differences, replaced)
+
+
+def _other_keymem(settings: Settings, here: Identity, timeout_s: float | None) -> Identity | None:
+    """The running router's identity if it is not ``here`` (a router too old to have the
+    ``version`` method counts as another); None when it is, or when the router does not
+    answer in time (``wait_ready`` then reports why)."""
+    give_up = time.monotonic() + (settings.config[UP_TIMEOUT_S] if timeout_s is None else timeout_s)
+    with Client(settings.endpoints.frontend, timeout_ms=PING_TIMEOUT_MS) as client:
+        while time.monotonic() < give_up:
+            try:
+                running = Identity.from_wire(client.call("router", "version"))
+            except BadRequest:
+                running = Identity.from_wire(None)
+            except KeymemError:
+                time.sleep(IDENTITY_POLL_S)
+                continue
+            return None if running == here else running
+    return None

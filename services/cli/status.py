@@ -11,6 +11,7 @@ from keymem.hooks.prompt_submit import FAILURE_LOG, FAILURE_LOG_BACKUP
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import ALL_PROGRAMS, Settings
+from keymem.services.identity import Identity
 from keymem.services.supervision import Supervision
 
 STATS_TIMEOUT_MS = 1_000
@@ -55,6 +56,8 @@ def collect(settings: Settings) -> dict[str, Any]:
         except KeymemError as exc:
             report["router_error"] = str(exc)
     report["hook"] = hook_failures(settings)
+    if router:
+        report["keymem"] = Identity.from_wire(router.get("router")).to_wire()
     routed = router.get("services", {})
     for name in ALL_PROGRAMS:
         process = processes.get(name)
@@ -116,6 +119,8 @@ def window_text(seconds: float) -> str:
 
 def render(report: dict[str, Any]) -> str:
     lines = [f"keymem home {report['home']}: " + ("running" if report["running"] else "stopped")]
+    if "keymem" in report:
+        lines[0] += f" ({Identity.from_wire(report['keymem']).describe()})"
     lines.append("  ".join(title.ljust(width) for title, width in COLUMNS).rstrip())
     for name, s in report["services"].items():
         rss = s["rss_bytes"]

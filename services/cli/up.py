@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     verb = "started" if launch.started else "already running"
     print(f"keymem {verb}: all services ready in {launch.elapsed_s:.2f} s (home {settings.home})")
+    if launch.replaced:
+        print(f"keymem up: {launch.replaced}", file=sys.stderr)
     if launch.differences:
         print(f"keymem up: {launch.describe_differences()}", file=sys.stderr)
     return 0

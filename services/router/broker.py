@@ -39,6 +39,7 @@ from keymem.protocol.errors import (
 from keymem.protocol.sockets import send_frames
 from keymem.protocol.stats import RequestStats
 from keymem.protocol.worker import DEFAULT_HEARTBEAT, STOP_CHECK_MS, HeartbeatPolicy
+from keymem.services.identity import this_install
 
 log = logging.getLogger("keymem.router")
 
@@ -121,6 +122,7 @@ class Broker:
         self.stats = RequestStats()
         self.malformed = 0
         self.started_at = time.time()
+        self.identity = this_install()
         self.ready = threading.Event()
         self._deadlines: list[tuple[int, bytes]] = []
         self._tokens = itertools.count(1)
@@ -457,7 +459,9 @@ class Broker:
             return {"pong": True, "service": ROUTER_SERVICE, "pid": os.getpid()}
         if request.method == "stats":
             return self.describe()
-        raise BadRequest(f"router has no method {request.method!r} (known: ping, stats)")
+        if request.method == "version":
+            return {**self.identity.to_wire(), "pid": os.getpid()}
+        raise BadRequest(f"router has no method {request.method!r} (known: ping, stats, version)")
 
     def describe(self) -> dict[str, Any]:
         import psutil
@@ -485,6 +489,7 @@ class Broker:
                 "pid": os.getpid(),
                 "started_at": self.started_at,
                 "uptime_s": round(time.time() - self.started_at, 1),
+                **self.identity.to_wire(),
                 "rss_bytes": psutil.Process().memory_info().rss,
                 "malformed": self.malformed,
                 "pending": len(self.pending),
