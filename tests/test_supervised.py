@@ -191,6 +191,18 @@ def _wait_for(predicate: Any, what: str) -> None:
         time.sleep(0.1)
 
 
+def _serving_pid(endpoint: str, name: str) -> int:
+    """The process that answers for ``name``: the supervised one, except for a preforked
+    service (the lexicon), whose supervised parent only forks the worker that serves."""
+    stats = _router_stats(endpoint)
+    if name == "router":
+        pid: int = stats["router"]["pid"]
+        return pid
+    (worker,) = stats["services"][name]["workers"]
+    pid = worker["pid"]
+    return pid
+
+
 def _every_service_has_one_worker(endpoint: str) -> bool:
     services = _router_stats(endpoint)["services"]
     return all(len(services[name]["workers"]) == 1 for name in WORKER_SERVICES)
@@ -201,7 +213,7 @@ def test_kill_9_is_restarted_routed_again_and_nothing_hangs(
     running: Deployment, victim: str
 ) -> None:
     endpoint = frontend(running)
-    old_pid = running.status()["services"][victim]["pid"]
+    old_pid = _serving_pid(endpoint, victim)
     caller = Caller(endpoint, victim)
     caller.start()
     time.sleep(0.2)
@@ -223,7 +235,7 @@ def test_kill_9_is_restarted_routed_again_and_nothing_hangs(
     caller.halt.set()
     caller.join(5)
 
-    new_pid = running.status()["services"][victim]["pid"]
+    new_pid = _serving_pid(endpoint, victim)
     assert new_pid != old_pid
     outcomes = {outcome for outcome, _ in caller.outcomes}
     assert outcomes <= {"ok", "unavailable", "timeout"}
@@ -262,6 +274,7 @@ def _garbage(rng: random.Random) -> list[bytes]:
 def test_fuzzing_every_socket_leaves_every_service_up(running: Deployment) -> None:
     endpoint = frontend(running)
     pids_before = {n: s["pid"] for n, s in running.status()["services"].items()}
+    serving_before = {n: _serving_pid(endpoint, n) for n in ALL_PROGRAMS}
     stats = _router_stats(endpoint)
     targets = [endpoint, ipc_endpoints(running.home).backend]
     targets += [w["direct"] for n in WORKER_SERVICES for w in stats["services"][n]["workers"]]
@@ -292,6 +305,7 @@ def test_fuzzing_every_socket_leaves_every_service_up(running: Deployment) -> No
             assert client.call(name, "ping")["pong"] is True
     after = running.status()["services"]
     assert {n: s["pid"] for n, s in after.items()} == pids_before  # nothing crashed
+    assert {n: _serving_pid(endpoint, n) for n in ALL_PROGRAMS} == serving_before  # nor forked
     assert _router_stats(endpoint)["router"]["malformed"] > 0
 
 
