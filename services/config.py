@@ -361,6 +361,14 @@ RERANK_CACHE = setting(
     "passage vectors cached by the cosine default, in entries; 0 disables it",
     ("reranker",),
 )
+SHARED_MODEL = setting(
+    "KEYMEM_SHARED_MODEL",
+    BOOLEAN,
+    True,
+    "run the embedder and the reranker in one process sharing one model when the reranker "
+    "scores with the embedding model (the default); false: a process and a model each",
+    ("embedder", "reranker", *LAUNCHERS),
+)
 
 # The graph's key thresholds (docs/GRAPH.md): the calibrated profile of the embedding model,
 # single values overridable.
