@@ -24,6 +24,8 @@ from keymem.services.report.collect import (
 
 NO_VALUE = "-"
 TERMINAL_COLUMNS = 100  # the terminal form's widest
+# Short column names, so the learning table fits the terminal without cutting a cell.
+LEARNING_LABELS = {"strengthened": "grown", "associated": "new links", "learned_aliases": "aliases"}
 SLEEP_TIME_BUCKET_S = 60  # a sleep pass is shown to the minute
 
 
@@ -174,8 +176,10 @@ def activity_tables(report: dict[str, Any]) -> list[Table]:
         ),
         Table(
             "Learning from reads",
-            ("bucket", *(name.replace("_", " ") for name in LEARNING_SERIES)),
+            ("bucket", *(LEARNING_LABELS.get(name, name) for name in LEARNING_SERIES)),
             [[label, *map(count, values)] for label, *values in learning],
+            "grown, decayed: link weights Hebbian learning moved; new links: associations a "
+            "read taught; aliases: queries promoted to learned key aliases",
         ),
     ]
 
