@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -23,6 +24,7 @@ from keymem.services.mcp.backend import MemoryBackend
 from keymem.services.mcp.prompt import RULES, memory_system_prompt
 from keymem.services.mcp.provenance import Provenance
 from keymem.services.mcp.server import build_server
+from keymem.services.mcp.startup import Startup, StartupFailed
 from tests.full_stack import FullStack, full_stack
 
 TOOLS = {
@@ -59,7 +61,9 @@ def session(
 ) -> T:
     """Run ``work`` in one MCP session with a freshly built server."""
     backend = MemoryBackend(
-        endpoint or stack.stack.endpoints.frontend, Path("/km/logs"), launch_error=launch_error
+        endpoint or stack.stack.endpoints.frontend,
+        Path("/km/logs"),
+        startup=None if launch_error is None else Startup(failing(launch_error)),
     )
     counts = None if launch_error else stack.memory("counts", {})
     server = build_server(
@@ -74,6 +78,15 @@ def session(
             return await work(client)
 
     return asyncio.run(run())
+
+
+def failing(message: str) -> Callable[[], None]:
+    """A start-up that fails with ``message``."""
+
+    def launch() -> None:
+        raise StartupFailed(message)
+
+    return launch
 
 
 def ok(result: CallToolResult) -> dict[str, Any]:
@@ -317,7 +330,7 @@ def test_services_down_every_tool_names_the_log(stack: FullStack) -> None:
     instructions, texts = session(
         stack, work, launch_error=failure, endpoint="ipc:///tmp/km-nothing-listens-here.sock"
     )
-    assert instructions is not None and "not available" in instructions
+    assert instructions is not None and "starting in the background" in instructions
     for text in texts:
         assert "unavailable: keymem could not be started" in text and "router.log" in text
 
@@ -508,3 +521,32 @@ def test_codex_turn_id_becomes_host_turn(stack: FullStack) -> None:
     assert (source["host_agent"], source["host_session"]) == ("codex", "thread-1")
     assert source["host_turn"] == "t-7"  # the host's word, not the agent's "x"
     assert [first["duplicate"], again["duplicate"], later["duplicate"]] == [False, True, False]
+
+
+def test_a_tool_waits_for_the_start_up_within_its_deadline(stack: FullStack) -> None:
+    """The handshake does not wait for the services; a tool call does, up to its deadline."""
+    release = threading.Event()
+
+    def services_come_up() -> None:
+        release.wait(60)
+
+    startup = Startup(services_come_up)
+    backend = MemoryBackend(
+        stack.stack.endpoints.frontend, Path("/km/logs"), startup=startup, timeout_ms=500
+    )
+    server = build_server(backend, counts=None, provenance=Provenance("t"), hook=False)
+
+    async def work() -> tuple[str | None, int, str, dict[str, Any]]:
+        async with Client(server) as client:
+            tools = (await client.list_tools()).tools
+            waiting = error_text(await client.call_tool("recall", {"query": "anything"}))
+            release.set()  # the services are up now
+            later = ok(await client.call_tool("recall", {"query": "anything"}))
+            return client.instructions, len(tools), waiting, later
+
+    instructions, tools, waiting, later = asyncio.run(work())
+    assert instructions is not None and "starting in the background" in instructions
+    assert tools == len(TOOLS)
+    assert "unavailable: keymem's services are still starting" in waiting
+    assert "waited its 0.5 s deadline" in waiting and "/km/logs" in waiting
+    assert later["status"] in ("found", "no_match")

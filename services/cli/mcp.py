@@ -1,17 +1,19 @@
 """``keymem mcp``: the stdio MCP server an agent host spawns.
 
 stdout belongs to the protocol, so everything else (start-up notes, logs, a model migration's
-progress) goes to stderr — during start-up stdout is even redirected there, so a stray print
-cannot corrupt the stream. The background services are started if they are not running (one
-supervisord however many agents start at once); if they cannot be, the server still runs and
-every tool answers the start-up failure, naming the log to read.
+progress) goes to stderr; while serving, the SDK points file descriptor 1 at stderr too, so a
+stray print or a child process cannot corrupt the stream. The server answers ``initialize``
+and ``tools/list`` at once: the background services are started (or found running; one
+supervisord however many agents start at once) in a thread, and a tool call waits for them
+within its deadline. If they cannot be started, the server still runs and every tool answers
+the start-up failure, naming the log to read.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
+import os
 import subprocess
 import sys
 from typing import Any
@@ -20,9 +22,11 @@ from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import HOOK_INSTALLED, Settings
 from keymem.services.launcher import ensure_up
-from keymem.services.supervision import SupervisionError
+from keymem.services.scope import scope_of
+from keymem.services.supervision import Supervision, SupervisionError
 
-COUNTS_TIMEOUT_MS = 5_000
+# The store's size for the instructions, asked only when the services already run.
+COUNTS_TIMEOUT_MS = 1_000
 LOG_FORMAT = "%(asctime)s keymem-mcp %(levelname)s %(name)s: %(message)s"
 
 
@@ -40,6 +44,31 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def running_counts(settings: Settings) -> dict[str, Any] | None:
+    """memory.counts when the services already run (a warm start), else None at once."""
+    if Supervision(settings).supervisord_pid() is None:
+        return None
+    try:
+        with Client(settings.endpoints.frontend, timeout_ms=COUNTS_TIMEOUT_MS) as client:
+            counts: dict[str, Any] = client.call("memory", "counts", {})
+            return counts
+    except (KeymemError, OSError):
+        return None
+
+
+def launch(settings: Settings, timeout_s: float | None) -> None:
+    """Start the services unless running and wait until ready; ``StartupFailed`` says why not."""
+    from keymem.services.mcp.startup import StartupFailed
+
+    try:
+        started = ensure_up(settings, timeout_s=timeout_s, announce=say)
+    except (SupervisionError, KeymemError, OSError, subprocess.SubprocessError) as exc:
+        say(f"keymem mcp: the services are not available; every tool will say so.\n{exc}")
+        raise StartupFailed(f"{exc} (logs in {settings.log_dir})") from exc
+    if started.differences:
+        say(f"keymem mcp: {started.describe_differences()}")
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=LOG_FORMAT)
     # Imported here: the SDK is heavy and only this command needs it.
@@ -48,29 +77,20 @@ def run(args: argparse.Namespace) -> int:
     from keymem.services.mcp.backend import MemoryBackend
     from keymem.services.mcp.provenance import Provenance
     from keymem.services.mcp.server import build_server
+    from keymem.services.mcp.startup import Startup
     from keymem.services.mcp.stdio import serve
 
     settings = Settings.from_env()
-    launch_error: str | None = None
-    counts: dict[str, Any] | None = None
-    with contextlib.redirect_stdout(sys.stderr):
-        try:
-            launch = ensure_up(settings, timeout_s=args.timeout, announce=say)
-            if launch.differences:
-                say(f"keymem mcp: {launch.describe_differences()}")
-            with Client(settings.endpoints.frontend, timeout_ms=COUNTS_TIMEOUT_MS) as client:
-                counts = client.call("memory", "counts", {})
-        except (SupervisionError, KeymemError, OSError, subprocess.SubprocessError) as exc:
-            launch_error = f"{exc} (logs in {settings.log_dir})"
-            say(f"keymem mcp: the services are not available; every tool will say so.\n{exc}")
-    backend = MemoryBackend(
-        settings.endpoints.frontend, settings.log_dir, launch_error=launch_error
-    )
+    # Asked before the start-up begins: a router that is still starting would hold it up.
+    counts = running_counts(settings)
+    startup = Startup(lambda: launch(settings, args.timeout))
+    backend = MemoryBackend(settings.endpoints.frontend, settings.log_dir, startup=startup)
     server = build_server(
         backend,
         counts=counts,
         provenance=Provenance.from_config(settings.config),
         hook=settings.config[HOOK_INSTALLED],
+        project=scope_of(os.getcwd(), settings.home).project,
     )
     anyio.run(serve, server)
     return 0

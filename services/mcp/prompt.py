@@ -54,19 +54,34 @@ def memory_system_prompt(*, hook: bool) -> str:
     return "\n".join(lines)
 
 
-def instructions(counts: Mapping[str, Any] | None, *, unavailable: str | None = None) -> str:
-    """Server instructions: what keymem is, its live size, and the short protocol."""
+def instructions(counts: Mapping[str, Any] | None) -> str:
+    """Server instructions: what keymem is, its live size (None: still starting), and the
+    short protocol."""
     if counts is not None:
         size = (
             f"The store holds {counts['memories']} memories under {counts['keys']} keys "
             f"({counts['links']} links) in {len(counts.get('namespaces', {}))} namespace(s)."
         )
     else:
-        size = f"keymem's services are not available: {unavailable or 'unknown reason'}"
+        size = (
+            "keymem's services are starting in the background; the first tool call waits for them."
+        )
     return (
         "keymem: associative memory for this agent. "
         f"{size} Recall before answering (recall -> read_key -> read_memory), save durable facts "
         "with remember and 3-6 diverse keys, correct changed facts, never assert stale memories, "
         "and never mention the memory system to the user. The memory_system_prompt prompt has "
         "the full protocol."
+    )
+
+
+def scope_instructions(project: str | None) -> str:
+    """Where facts go when the host runs in a project (services/scope.py); empty outside one."""
+    if not project:
+        return ""
+    return (
+        f" This session's project is namespace {project!r}: save facts about the project with "
+        f"namespace={project!r}, facts about the user (who they are, their preferences) without "
+        "a namespace (default). recall without a namespace searches both; pass the namespace a "
+        "key or memory shows to read_key and read_memory."
     )

@@ -33,8 +33,9 @@ from keymem.protocol.limits import (
 from keymem.services.mcp import models
 from keymem.services.mcp.backend import BATCH_TIMEOUT_MS, MemoryBackend
 from keymem.services.mcp.presentation import KeymemServer
-from keymem.services.mcp.prompt import instructions, memory_system_prompt
+from keymem.services.mcp.prompt import instructions, memory_system_prompt, scope_instructions
 from keymem.services.mcp.provenance import Provenance, host_turn_of
+from keymem.services.scope import DEFAULT_NAMESPACE
 
 SERVER_NAME = "keymem"
 # The schema states the limits every layer enforces (protocol/limits.py) and the tools' own.
@@ -129,8 +130,10 @@ def build_server(
     counts: Mapping[str, Any] | None,
     provenance: Provenance,
     hook: bool,
+    project: str | None = None,
 ) -> MCPServer[None]:
-    """The MCP server over ``backend``; ``counts`` (memory.counts) go into its instructions."""
+    """The MCP server over ``backend``; ``counts`` (memory.counts, None while the services
+    start) go into its instructions."""
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[None]) -> AsyncIterator[None]:
@@ -143,7 +146,7 @@ def build_server(
         SERVER_NAME,
         version=version("keymem"),
         log_level="WARNING",
-        instructions=instructions(counts, unavailable=backend.launch_error),
+        instructions=instructions(counts) + scope_instructions(project),
         lifespan=lifespan,
     )
 
@@ -183,10 +186,13 @@ def build_server(
         from it, or follow a connected key with read_key. Changes nothing (no reinforcement, no
         confirmation). On a miss: status no_match, nearest_keys and a note.
         """
+        # Without a namespace, the project's (if the host runs in one) and default.
+        spaces = [project, DEFAULT_NAMESPACE] if project and namespace is None else None
         body = _body(
             query=query,
             top_k=top_k,
             namespace=namespace,
+            namespaces=spaces,
             context=context,
             explain=explain or None,
             max_chars=max_chars,
