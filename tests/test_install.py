@@ -29,7 +29,7 @@ from keymem.services.cli.hosts import (
 from keymem.services.config import Settings, load
 from keymem.services.entry import UNSUPPORTED_PLATFORM
 
-USER_SETTINGS = {
+USER_SETTINGS: dict[str, Any] = {
     "model": "opus",
     "hooks": {
         "UserPromptSubmit": [
@@ -38,7 +38,7 @@ USER_SETTINGS = {
         "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "audit"}]}],
     },
 }
-USER_CLAUDE_JSON = {
+USER_CLAUDE_JSON: dict[str, Any] = {
     "numStartups": 7,
     "mcpServers": {"other": {"type": "stdio", "command": "/bin/other", "args": []}},
     "projects": {"/src/app": {"mcpServers": {}}},
