@@ -3,20 +3,25 @@ project's namespace and `default`, never another project's; namespaces.json stil
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp import Client as McpClient
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.limits import NAMESPACE_MAX_CHARS
 from keymem.services.scope import DEFAULT_NAMESPACE, project_namespace, scope_of
-from tests.supervised import running_deployment
+from tests.supervised import deployment_env, running_deployment
 from tests.test_hook import context_of, host_payload, run_hook
 
 SHOP_FACT = "The checkout service retries card payments three times before failing"
@@ -97,3 +102,32 @@ def test_the_hook_in_a_repository_surfaces_its_project_and_default_not_another_p
     completed, _ = run_hook(home, host_payload(prompt, cwd=str(roots["billing"])))
     context = context_of(completed)
     assert ids["billing"] in context and ids["shop"] not in context
+
+
+@pytest.mark.supervised
+def test_the_mcp_server_in_a_repository_names_its_project_and_recalls_it_with_default(
+    projects: tuple[Path, dict[str, Path], dict[str, str]],
+) -> None:
+    home, roots, ids = projects
+    project = project_namespace(roots["shop"])
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "keymem.services.cli", "mcp"],
+        env=deployment_env(home),
+        cwd=str(roots["shop"] / "src"),
+    )
+
+    async def session() -> tuple[str | None, dict[str, Any]]:
+        with tempfile.TemporaryFile("w+") as errlog:
+            async with McpClient(stdio_client(params, errlog=errlog)) as client:
+                recalled = await client.call_tool("recall", {"query": "card payments retries"})
+                assert not recalled.is_error, recalled.content
+                assert recalled.structured_content is not None
+                return client.instructions, recalled.structured_content
+
+    instructions, recalled = asyncio.run(session())
+    assert instructions is not None and f"namespace={project!r}" in instructions
+    assert recalled["namespaces"] == [project, DEFAULT_NAMESPACE]
+    spaces = {key["namespace"] for key in recalled["keys"]}
+    assert project in spaces and spaces <= {project, DEFAULT_NAMESPACE}
+    assert [m["id"] for m in recalled["memories"]] == [ids["shop"]]

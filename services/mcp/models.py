@@ -46,6 +46,7 @@ class KeyCluster(BaseModel):
     concept: str
     aliases: list[str]
     key_type: KeyType
+    namespace: str = Field(description="pass it to read_key with this key_id")
     score: float = Field(description="1.0 for a literal name, else key cosine or content relevance")
     match_type: str = Field(description="concept | alias | semantic | content")
     memory_count: int
@@ -99,6 +100,9 @@ class RecallResult(BaseModel):
     status: Literal["found", "no_match"]
     query: str
     namespace: str
+    namespaces: list[str] | None = Field(
+        default=None, description="every namespace searched (the project's and default)"
+    )
     keys: list[KeyCluster]
     memories: list[Preview] = Field(description="at most one passive preview")
     nearest_keys: list[KeyCluster] = Field(default_factory=list, description="on a miss only")

@@ -41,17 +41,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError
-from keymem.protocol.limits import DEFAULT_BUDGET_MS, PROMPT_MAX_CHARS
+from keymem.protocol.limits import DEFAULT_BUDGET_MS, NAMESPACE_MAX_CHARS, PROMPT_MAX_CHARS
 from keymem.protocol.worker import remaining_ms
 from keymem.services.graph.text import normalize_namespace
 from keymem.services.memory.inject import (
     CROSS_SCRIPT_RELEVANCE_BY_KIND,
     ENTITY_KEY_TYPES,
+    MAX_NAMESPACES,
     MIN_COVERAGE,
     STRONG_COVERAGE,
     STRONG_RELEVANCE_BY_KIND,
@@ -112,6 +113,7 @@ class RecallRequest:
     top_k: int
     max_chars: int
     explain: bool
+    namespaces: tuple[str, ...] = ()  # several to search (a project's and default), else ()
 
     @classmethod
     def parse(cls, body: Any) -> RecallRequest:
@@ -125,14 +127,33 @@ class RecallRequest:
         max_chars = body.get("max_chars", PREVIEW_MAX_CHARS_DEFAULT)
         if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
             raise BadRequest("max_chars must be a positive integer")
+        namespaces = _namespaces(body)
+        first = namespaces[0] if namespaces else normalize_namespace(_text(body, "namespace"))
         return cls(
             query=query,
             context=_text(body, "context"),
-            namespace=normalize_namespace(_text(body, "namespace")),
+            namespace=first,
             top_k=top_k,
             max_chars=max_chars,
             explain=bool(body.get("explain")),
+            namespaces=tuple(namespaces) if len(namespaces) > 1 else (),
         )
+
+
+def _namespaces(body: dict[str, Any]) -> list[str]:
+    """``namespaces`` (instead of ``namespace``): each is searched, in this order."""
+    raw = body.get("namespaces")
+    if raw is None:
+        return []
+    if "namespace" in body:
+        raise BadRequest("give namespace or namespaces, not both")
+    if (
+        not isinstance(raw, list)
+        or not 1 <= len(raw) <= MAX_NAMESPACES
+        or not all(isinstance(n, str) and len(n) <= NAMESPACE_MAX_CHARS for n in raw)
+    ):
+        raise BadRequest(f"namespaces must be a list of 1..{MAX_NAMESPACES} namespace names")
+    return list(dict.fromkeys(normalize_namespace(n) for n in raw))
 
 
 @dataclass(frozen=True)
@@ -213,9 +234,19 @@ class Navigation:
 
     # -- recall ---------------------------------------------------------------------------
     def recall(self, body: Any) -> dict[str, Any]:
+        """Recall in one namespace, or in several (``namespaces``) merged into one answer."""
+        request = RecallRequest.parse(body)
+        if not request.namespaces:
+            return self._recall_in(request)
+        replies = [
+            self._recall_in(replace(request, namespace=space, namespaces=()))
+            for space in request.namespaces
+        ]
+        return merged(request, replies)
+
+    def _recall_in(self, request: RecallRequest) -> dict[str, Any]:
         """Four rounds: embedder ∥ lexicon search (query, context) → lexicon coverage of the
         hits → the graph's ``navigate`` → reranker ∥ lexicon coverage of the preview pool."""
-        request = RecallRequest.parse(body)
         texts = [request.query] + ([request.context] if request.context else [])
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
         embedded, *searched = self.client.call_many(
@@ -354,6 +385,39 @@ class Navigation:
             key=lambda m: (ranking.get(m["id"], 1.0) * m["link_rank"], m["created_at"]),
         )
         return _shown(best, anchor, ranking, request.max_chars), None
+
+
+def _best_key_score(reply: dict[str, Any]) -> float:
+    return max((k["score"] or 0.0 for k in reply["keys"]), default=0.0)
+
+
+def merged(request: RecallRequest, replies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several namespaces' recalls as one: their keys by score (each names its namespace), and
+    the preview of the namespace whose strongest key is the strongest of those with one."""
+    by_strength = sorted(replies, key=lambda r: -_best_key_score(r))
+    keys = sorted((k for r in replies for k in r["keys"]), key=lambda k: -(k["score"] or 0.0))
+    answer: dict[str, Any] = {
+        "query": request.query,
+        "namespace": request.namespace,
+        "namespaces": list(request.namespaces),
+        "status": "found" if keys else "no_match",
+        "keys": keys[: request.top_k],
+        "memories": next((r["memories"] for r in by_strength if r["memories"]), []),
+    }
+    if not keys:
+        nearest = [k for r in replies for k in r.get("nearest_keys", [])]
+        answer["nearest_keys"] = sorted(nearest, key=lambda k: -(k["score"] or 0.0))
+        answer["note"] = MISS_NOTE
+    elif not answer["memories"] and "note" in by_strength[0]:
+        answer["note"] = by_strength[0]["note"]
+    if request.explain:
+        explained = [r["explain"] for r in replies]
+        answer["explain"] = {
+            "namespaces": {ns: c for e in explained for ns, c in e["namespaces"].items()},
+            "empty_namespace": all(e["empty_namespace"] for e in explained),
+            "degraded": sorted({name for e in explained for name in e["degraded"]}),
+        }
+    return answer
 
 
 def _scored(ids: list[str], outcome: Any) -> Scored | None:

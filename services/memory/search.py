@@ -488,6 +488,7 @@ def key_summary(key: dict[str, Any]) -> dict[str, Any]:
             "concept",
             "aliases",
             "key_type",
+            "namespace",
             "score",
             "match_type",
             "memory_count",
