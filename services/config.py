@@ -409,6 +409,14 @@ KEY_HUB_MIN_LINKS = setting(
     "a key with at least this many active memories is a hub",
     ("graph",),
 )
+SLEEP_INTERVAL_H = setting(
+    "KEYMEM_SLEEP_INTERVAL_H",
+    number(0.0),
+    24.0,
+    "hours between the graph's sleep passes (decay, key merges, duplicate flags); 0: off "
+    "(`keymem sleep` still runs one)",
+    ("graph",),
+)
 
 # What the hook surfaces and what it teaches (docs/RECALL.md).
 INJECT_MIN_RELEVANCE = optional(
