@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,9 +23,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import httpx2
+import psutil
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from keymem.protocol.client import Client as RouterClient
@@ -434,3 +438,104 @@ def test_facts_saved_through_mcp_surface_in_a_later_hook_call(running: Deploymen
         assert time.monotonic() < give_up, f"the hook never surfaced {newton}: {context!r}"
         time.sleep(0.2)
     assert "<keymem-surfaced>" in context and "Newton discovered gravity" in context
+
+
+HTTP_UP_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def http_server(deployment: Deployment) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``keymem mcp --http`` on a free loopback port, stopped however the test ends."""
+    port = free_port()
+    with tempfile.TemporaryFile("w+") as errlog:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "keymem.services.cli", "mcp", "--http", "--port", str(port)],
+            env=deployment.env,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+        )
+        try:
+            give_up = time.monotonic() + HTTP_UP_S
+            while True:
+                if server.poll() is not None:
+                    errlog.seek(0)
+                    raise AssertionError(f"keymem mcp --http exited: {errlog.read()}")
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                    break
+                assert time.monotonic() < give_up, "keymem mcp --http never listened"
+                time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}/mcp", server
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "0"},
+    },
+}
+
+
+def test_mcp_over_http_serves_the_tools_to_the_token_only(running: Deployment) -> None:
+    async def with_token(url: str, token: str) -> tuple[set[str], dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            tools = {t.name for t in (await client.list_tools()).tools}
+            arguments = {"content": "the HTTP client saved this", "keys": ["http transport"]}
+            saved = ok(await client.call_tool("remember", arguments))["saved"]
+            read = ok(await client.call_tool("read_memory", {"memory_id": saved}))
+            return tools, read["memory"]
+
+    async def refused(url: str, headers: dict[str, str]) -> int:
+        async with httpx2.AsyncClient() as http:
+            answer = await http.post(
+                url,
+                json=INITIALIZE,
+                headers={**headers, "Accept": "application/json, text/event-stream"},
+            )
+            return answer.status_code
+
+    with http_server(running) as (url, server):
+        token_file = running.home / "mcp-token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        listening = [
+            c.laddr
+            for c in psutil.Process(server.pid).net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        tools, memory = asyncio.run(with_token(url, token))
+        statuses = [
+            asyncio.run(refused(url, headers))
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token})
+        ]
+    assert [address.ip for address in listening] == ["127.0.0.1"]
+    assert tools == TOOLS
+    assert memory["content"] == "the HTTP client saved this"
+    assert statuses == [401, 401, 401]
+
+
+def test_mcp_over_http_binds_beyond_loopback_only_when_allowed(running: Deployment) -> None:
+    refused = running.keymem("mcp", "--http", "--host", "0.0.0.0", check=False)
+    assert refused.returncode == 2
+    assert "not a loopback address" in refused.stderr and "--allow-remote" in refused.stderr

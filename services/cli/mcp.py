@@ -1,4 +1,4 @@
-"""``keymem mcp``: the stdio MCP server an agent host spawns.
+"""``keymem mcp``: the stdio MCP server an agent host spawns (``--http``: over streamable HTTP).
 
 stdout belongs to the protocol, so everything else (start-up notes, logs, a model migration's
 progress) goes to stderr; while serving, the SDK points file descriptor 1 at stderr too, so a
@@ -6,7 +6,9 @@ stray print or a child process cannot corrupt the stream. The server answers ``i
 and ``tools/list`` at once: the background services are started (or found running; one
 supervisord however many agents start at once) in a thread, and a tool call waits for them
 within its deadline. If they cannot be started, the server still runs and every tool answers
-the start-up failure, naming the log to read.
+the start-up failure, naming the log to read. ``--http`` serves the same server over
+streamable HTTP instead (``services/mcp/http.py``: loopback unless ``--allow-remote``, a bearer
+token from KEYMEM_HOME on every request).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import os
 import subprocess
 import sys
+from functools import partial
 from typing import Any
 
 from keymem.protocol.client import Client
@@ -27,15 +30,35 @@ from keymem.services.supervision import Supervision, SupervisionError
 
 # The store's size for the instructions, asked only when the services already run.
 COUNTS_TIMEOUT_MS = 1_000
+HTTP_HOST_DEFAULT = "127.0.0.1"
+HTTP_PORT_DEFAULT = 8791
 LOG_FORMAT = "%(asctime)s keymem-mcp %(levelname)s %(name)s: %(message)s"
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser("mcp", help="run the MCP server on stdio (for agent hosts)")
+    parser = subparsers.add_parser(
+        "mcp", help="run the MCP server: stdio for agent hosts, or --http"
+    )
     parser.add_argument(
         "--timeout",
         type=float,
         help="seconds to wait for the services to become ready (default: KEYMEM_UP_TIMEOUT_S)",
+    )
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="serve MCP over streamable HTTP at http://HOST:PORT/mcp instead of stdio; every "
+        "request needs the bearer token in KEYMEM_HOME/mcp-token (created on first use)",
+    )
+    parser.add_argument("--host", default=HTTP_HOST_DEFAULT, help="with --http: the address")
+    parser.add_argument(
+        "--port", type=int, default=HTTP_PORT_DEFAULT, help="with --http: the TCP port"
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="with --http: allow a non-loopback --host (anyone reaching it with the token "
+        "reads and rewrites every memory, unencrypted; see docs/TOOLS.md)",
     )
     parser.set_defaults(run=run)
 
@@ -81,6 +104,14 @@ def run(args: argparse.Namespace) -> int:
     from keymem.services.mcp.stdio import serve
 
     settings = Settings.from_env()
+    if args.http:
+        from keymem.services.mcp.http import RemoteRefused, check_bind
+
+        try:
+            check_bind(args.host, allow_remote=args.allow_remote)
+        except RemoteRefused as exc:
+            say(f"keymem mcp: {exc}")
+            return 2
     # Asked before the start-up begins: a router that is still starting would hold it up.
     counts = running_counts(settings)
     startup = Startup(lambda: launch(settings, args.timeout))
@@ -92,5 +123,15 @@ def run(args: argparse.Namespace) -> int:
         hook=settings.config[HOOK_INSTALLED],
         project=scope_of(os.getcwd(), settings.home).project,
     )
-    anyio.run(serve, server)
+    if not args.http:
+        anyio.run(serve, server)
+        return 0
+    from keymem.services.mcp.http import MCP_PATH, bearer_token, serve_http, token_path
+
+    token = bearer_token(settings.home)
+    say(
+        f"keymem mcp: serving MCP at http://{args.host}:{args.port}{MCP_PATH} "
+        f"(bearer token in {token_path(settings.home)})"
+    )
+    anyio.run(partial(serve_http, server, host=args.host, port=args.port, token=token))
     return 0
