@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -550,3 +551,9 @@ def test_a_tool_waits_for_the_start_up_within_its_deadline(stack: FullStack) -> 
     assert "unavailable: keymem's services are still starting" in waiting
     assert "waited its 0.5 s deadline" in waiting and "/km/logs" in waiting
     assert later["status"] in ("found", "no_match")
+
+
+def test_the_skill_lists_every_tool() -> None:
+    table = re.findall(r"^\| `(.+?)` \|", SKILL.read_text(), re.M)
+    listed = {name for row in table for name in re.findall(r"(\w+)\(", row)}
+    assert listed == TOOLS
