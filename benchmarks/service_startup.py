@@ -9,7 +9,12 @@ spent when it first answered: its start-up cost, steadier than wall time on a bu
 The embedder and the reranker restart twice per round: with their USE-m cache
 (``KEYMEM_HOME/cache/usem3``, services/embedder/backends/usem3_cache.py) and with it blocked
 (``KEYMEM_HOME/cache`` replaced by a file, so the model is parsed from its package as it was
-before the cache existed), interleaved so both see the same machine. Medians over the rounds.
+before the cache existed), interleaved so both see the same machine. The lexicon, whose
+supervised process keeps Kiwi loaded and forks the worker (services/prefork.py), is killed
+twice per round: its worker (forked again; the CPU is the new worker's) and its parent (a cold
+start; the CPU is the new parent's and worker's). Medians over the rounds. Then each service's
+memory: the proportional set size (PSS: shared pages split among their sharers) of its
+processes, summed, and each one's private (USS) and resident (RSS) size.
 
     python -m benchmarks.service_startup [--rounds 5] [--services embedder,reranker,...]
 """
@@ -33,6 +38,7 @@ from benchmarks.deployment import BenchHome, bench_home
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
+from keymem.services.catalog import PRELOADERS
 from keymem.services.config import WORKER_SERVICES
 from keymem.services.embedder.backends.usem3_cache import cache_dir
 
@@ -62,11 +68,18 @@ def ping_pid(client: Client, name: str) -> int:
     return pid
 
 
-def restart(client: Client, home: Path, name: str) -> tuple[float, float]:
-    """Kill ``name``; seconds until a new process answers, and that process's CPU seconds."""
+def cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def restart(client: Client, home: Path, name: str, *, parent: bool = False) -> tuple[float, float]:
+    """Kill ``name`` (with ``parent``, the process its worker was forked from); seconds until a
+    new worker answers, and the CPU seconds of the processes that started it."""
     old = ping_pid(client, name)
+    victim = psutil.Process(old).ppid() if parent else old
     killed_at = time.monotonic()
-    os.kill(old, signal.SIGKILL)
+    os.kill(victim, signal.SIGKILL)
     while time.monotonic() - killed_at < GIVE_UP_S:
         try:
             pid = ping_pid(client, name)
@@ -74,8 +87,9 @@ def restart(client: Client, home: Path, name: str) -> tuple[float, float]:
             pid = old
         if pid != old:
             wall_s = time.monotonic() - killed_at
-            times = psutil.Process(pid).cpu_times()
-            return wall_s, times.user + times.system
+            worker = psutil.Process(pid)
+            started = [worker, worker.parent()] if parent else [worker]
+            return wall_s, sum(cpu_s(p) for p in started if p is not None)
         time.sleep(PING_EVERY_S)
     logs = "\n".join(
         "\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
@@ -98,13 +112,36 @@ def model_cache_blocked(home: Path) -> Iterator[None]:
         aside.rename(blocker)
 
 
+def modes_of(name: str) -> tuple[str, ...]:
+    if name in MODEL_SERVICES:
+        return ("cached", "uncached")
+    if name in PRELOADERS:
+        return ("worker", "parent")
+    return ("",)
+
+
+def memory(client: Client, names: list[str]) -> list[str]:
+    """Table rows: each service's processes (a preforked one's parent first), their PSS summed,
+    and each one's USS (its private pages) and RSS."""
+    rows = []
+    for name in names:
+        worker = psutil.Process(ping_pid(client, name))
+        parent = worker.parent()
+        processes = [parent, worker] if name in PRELOADERS and parent is not None else [worker]
+        infos = [p.memory_full_info() for p in processes]
+        pss = sum(i.pss for i in infos) / 2**20
+        uss = " + ".join(f"{i.uss / 2**20:.0f}" for i in infos)
+        rss = " + ".join(f"{i.rss / 2**20:.0f}" for i in infos)
+        rows.append(f"| {name} | {len(processes)} | {pss:.0f} | {uss} | {rss} |")
+    return rows
+
+
 def measure(deployed: BenchHome, services: list[str], rounds: int) -> dict[str, Runs]:
     results: dict[str, Runs] = {}
     with Client(ipc_endpoints(deployed.home).frontend) as client:
         for _ in range(rounds):
             for name in services:
-                modes = ("cached", "uncached") if name in MODEL_SERVICES else ("",)
-                for mode in modes:
+                for mode in modes_of(name):
                     blocking = (
                         model_cache_blocked(deployed.home)
                         if mode == "uncached"
@@ -112,10 +149,12 @@ def measure(deployed: BenchHome, services: list[str], rounds: int) -> dict[str, 
                     )
                     with blocking:
                         time.sleep(SETTLE_S)
-                        wall_s, cpu_s = restart(client, deployed.home, name)
+                        wall_s, used_s = restart(
+                            client, deployed.home, name, parent=mode == "parent"
+                        )
                     runs = results.setdefault(f"{name} {mode}".strip(), Runs())
                     runs.wall_s.append(wall_s)
-                    runs.cpu_s.append(cpu_s)
+                    runs.cpu_s.append(used_s)
     return results
 
 
@@ -135,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         load_before = os.getloadavg()[0]
         results = measure(deployed, services, args.rounds)
         load_after = os.getloadavg()[0]
+        with Client(ipc_endpoints(deployed.home).frontend) as client:
+            memory_rows = memory(client, services)
     print(
         f"kill -9 to first answer through the router, {args.rounds} rounds; "
         f"load average {load_before:.1f} before, {load_after:.1f} after"
@@ -143,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|")
     for label, runs in results.items():
         print(runs.row(label))
+    print("\nmemory after the rounds (MiB)")
+    print("| service | processes | PSS, summed | USS each | RSS each |")
+    print("|---|---|---|---|---|")
+    print("\n".join(memory_rows))
     return 0
 
 
