@@ -8,6 +8,7 @@ const state = {
   ns: null,
   keys: [], keysTitle: "Keys", selected: null, keysNext: null,
   trail: [], reload: null,
+  view: 0,  // bumped by every navigation: a reply for an older one is not shown
 };
 
 function el(tag, props = {}, ...children) {
@@ -106,8 +107,16 @@ function showKeys(title, keys, next = null) {
   renderKeys();
 }
 
+// A view's reply, or null when another navigation began while it was on its way.
+async function latest(call) {
+  const mine = ++state.view;
+  const reply = await call;
+  return mine === state.view ? reply : null;
+}
+
 async function browse() {
-  const reply = await api("/api/keys", { hubs: $("hubs-only").checked ? "1" : "0" });
+  const reply = await latest(api("/api/keys", { hubs: $("hubs-only").checked ? "1" : "0" }));
+  if (!reply) return;
   showKeys(`Keys in ${reply.namespace}: ${reply.key_count}`, reply.keys, reply.next_offset);
   showMemories("Memories", [], null, "Pick a key to see its memories, or search.");
 }
@@ -122,7 +131,8 @@ async function moreKeys() {
 }
 
 async function search(query) {
-  const reply = await api("/api/search", { q: query });
+  const reply = await latest(api("/api/search", { q: query }));
+  if (!reply) return;
   showKeys(`Keys for “${query}”`, reply.keys);
   const note = reply.keys.length ? "" :
     `No key matches; nearest: ${reply.nearest_keys.map((k) => k.concept).join(", ") || "none"}`;
@@ -133,7 +143,8 @@ async function search(query) {
 // ---- value space -------------------------------------------------------------------------
 
 async function openKey(key) {
-  const reply = await api(`/api/keys/${encodeURIComponent(key.key_id)}`);
+  const reply = await latest(api(`/api/keys/${encodeURIComponent(key.key_id)}`));
+  if (!reply) return;
   const shown = reply.key;
   if (!state.keys.some((k) => k.key_id === shown.key_id)) state.keys = [shown, ...state.keys];
   state.selected = shown.key_id;
