@@ -2,7 +2,8 @@
 outlives its deadline, no committed write is reported failed, every service answers again.
 
 The short form (CI) kills each service once; the long form (``-m chaos_long``) kills each
-five times under more load and prints the figures docs/RELIABILITY.md quotes.
+five times under more load, and the lexicon's parent (services/prefork.py) five times, and
+prints the figures docs/RELIABILITY.md quotes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from keymem.services.catalog import PRELOADERS
 from keymem.services.config import ALL_PROGRAMS
 from tests.chaos.harness import RECOVERY_TARGET_S, Figures, Load, figures, kill_and_time
 from tests.supervised import Deployment, deployment_env
@@ -48,15 +50,23 @@ def deployment() -> Iterator[Deployment]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _kill_each(deployment: Deployment, writers: int, kills_each: int) -> Figures:
+def _kill_each(
+    deployment: Deployment, writers: int, kills_each: int, *, parents: bool = False
+) -> Figures:
+    """Kill every service's serving process ``kills_each`` times under load; with ``parents``,
+    a preforked service's parent as often (a cold start, reported apart)."""
     recovery: dict[str, list[float]] = {name: [] for name in ALL_PROGRAMS}
+    cold: dict[str, list[float]] = {name: [] for name in PRELOADERS} if parents else {}
     with Load(deployment.home, writers) as load:
         for _ in range(kills_each):
             for name in ALL_PROGRAMS:
                 time.sleep(SETTLE_S)
                 recovery[name].append(kill_and_time(deployment.home, name))
+            for name, times in cold.items():
+                time.sleep(SETTLE_S)
+                times.append(kill_and_time(deployment.home, name, parent=True))
         time.sleep(SETTLE_S)
-    found = figures(deployment, load, recovery)
+    found = figures(deployment, load, recovery, cold)
     print("\n" + found.report())
     return found
 
@@ -78,7 +88,7 @@ def test_every_service_killed_once_under_load(deployment: Deployment) -> None:
 @pytest.mark.chaos_long
 @pytest.mark.timeout(LONG_TIMEOUT_S)
 def test_every_service_killed_five_times_under_load(deployment: Deployment) -> None:
-    found = _kill_each(deployment, LONG_WRITERS, LONG_KILLS_EACH)
+    found = _kill_each(deployment, LONG_WRITERS, LONG_KILLS_EACH, parents=True)
     assert found.acked_lost == 0
     assert found.failed_committed == 0
     assert found.past_deadline == 0
