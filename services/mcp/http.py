@@ -11,22 +11,17 @@ guard also checks the Host and Origin headers.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import ipaddress
-import os
-import secrets
 from pathlib import Path
 
 from mcp.server import MCPServer
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from keymem.protocol.endpoints import private_home
+from keymem.services.token_file import read_or_create_token
 
 TOKEN_FILE = "mcp-token"
-TOKEN_BYTES = 32
-TOKEN_FILE_MODE = 0o600
 LOOPBACK_NAMES = ("localhost",)
 MCP_PATH = "/mcp"
 
@@ -59,24 +54,7 @@ def token_path(home: Path) -> Path:
 
 def bearer_token(home: Path) -> str:
     """The token in KEYMEM_HOME/mcp-token, created (0600, random) when there is none."""
-    path = token_path(home)
-    with contextlib.suppress(FileNotFoundError):
-        existing = path.read_text().strip()
-        if existing:
-            return existing
-    private_home(home)
-    token = secrets.token_urlsafe(TOKEN_BYTES)
-    fresh = path.with_name(f".{TOKEN_FILE}.{os.getpid()}")
-    descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, TOKEN_FILE_MODE)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(token + "\n")
-    try:
-        os.link(fresh, path)  # never replaces a token another process created meanwhile
-    except FileExistsError:
-        return bearer_token(home)
-    finally:
-        fresh.unlink()
-    return token
+    return read_or_create_token(token_path(home))
 
 
 class BearerAuth:

@@ -10,9 +10,6 @@ read it nor make the browser send it), and every request without the cookie (or 
 from __future__ import annotations
 
 import hmac
-import os
-import secrets
-import stat
 from pathlib import Path
 
 from starlette.datastructures import URL
@@ -20,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from keymem.services.token_file import read_or_create_token
+
 TOKEN_FILE = "ui.token"
-TOKEN_BYTES = 32
-TOKEN_FILE_MODE = 0o600
 COOKIE = "keymem_ui_token"
 QUERY_PARAMETER = "token"
 REFUSED = (
@@ -31,29 +28,8 @@ REFUSED = (
 )
 
 
-def token_path(home: Path) -> Path:
-    return home / TOKEN_FILE
-
-
 def load_or_create_token(home: Path) -> str:
-    """The page's token, created on first use. A token file other users could read is
-    replaced: its token may have been read."""
-    path = token_path(home)
-    try:
-        mode = path.stat().st_mode
-        token = path.read_text().strip()
-        if not mode & (stat.S_IRWXG | stat.S_IRWXO) and len(token) >= TOKEN_BYTES:
-            return token
-    except FileNotFoundError:
-        pass
-    token = secrets.token_urlsafe(TOKEN_BYTES)
-    staged = path.with_name(f".{TOKEN_FILE}.{os.getpid()}")
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, TOKEN_FILE_MODE)
-    with os.fdopen(fd, "w") as out:
-        out.write(token + "\n")
-    os.chmod(staged, TOKEN_FILE_MODE)
-    os.replace(staged, path)
-    return token
+    return read_or_create_token(home / TOKEN_FILE)
 
 
 class TokenGate:
