@@ -31,7 +31,7 @@ class Changes:
     new_links: dict[tuple[str, str], LinkRecord] = field(default_factory=dict)
     touched_links: dict[tuple[str, str], LinkRecord] = field(default_factory=dict)
     related_rewrite: dict[str, MemoryRecord] = field(default_factory=dict)
-    contradictions_rewrite: dict[str, MemoryRecord] = field(default_factory=dict)
+    flags_rewrite: dict[str, MemoryRecord] = field(default_factory=dict)
     confirmations: list[tuple[str, float, str, str | None, str | None]] = field(
         default_factory=list
     )
@@ -48,7 +48,7 @@ class Changes:
         self.mutations += 1
         self.new_memories[memory.id] = memory
         self.related_rewrite[memory.id] = memory
-        self.contradictions_rewrite[memory.id] = memory
+        self.flags_rewrite[memory.id] = memory
 
     def touch_memory(self, memory: MemoryRecord) -> None:
         self.mutations += 1
@@ -60,7 +60,7 @@ class Changes:
         self.new_memories.pop(memory_id, None)
         self.touched_memories.pop(memory_id, None)
         self.related_rewrite.pop(memory_id, None)
-        self.contradictions_rewrite.pop(memory_id, None)
+        self.flags_rewrite.pop(memory_id, None)
         self.new_links = {k: v for k, v in self.new_links.items() if k[1] != memory_id}
         self.touched_links = {k: v for k, v in self.touched_links.items() if k[1] != memory_id}
         self.deleted_memories.add(memory_id)
@@ -69,9 +69,9 @@ class Changes:
         self.mutations += 1
         self.related_rewrite[memory.id] = memory
 
-    def rewrite_contradictions(self, memory: MemoryRecord) -> None:
+    def rewrite_flags(self, memory: MemoryRecord) -> None:
         self.mutations += 1
-        self.contradictions_rewrite[memory.id] = memory
+        self.flags_rewrite[memory.id] = memory
 
     # -- keys ------------------------------------------------------------------------------
     def add_key(self, key: KeyRecord) -> None:
@@ -97,6 +97,8 @@ class Changes:
         self.touched_keys.pop(key_id, None)
         self.alias_keys.pop(key_id, None)
         self.candidate_keys.pop(key_id, None)
+        self.new_links = {k: v for k, v in self.new_links.items() if k[0] != key_id}
+        self.touched_links = {k: v for k, v in self.touched_links.items() if k[0] != key_id}
         self.deleted_keys.add(key_id)
 
     # -- links -----------------------------------------------------------------------------
@@ -167,7 +169,7 @@ class Changes:
                 self.new_links,
                 self.touched_links,
                 self.related_rewrite,
-                self.contradictions_rewrite,
+                self.flags_rewrite,
                 self.confirmations,
                 self.events,
                 self.meta,

@@ -41,6 +41,8 @@ VALUES_MAX_PARAMS = 200
 # Up to this many rows an UPDATE runs per row through the primary-key index; more rows join.
 POINT_UPDATE_MAX_ROWS = 2
 
+# Tables of memory-pair flags and the MemoryRecord list each loads into.
+FLAG_TABLES = (("contradictions", "contradicts"), ("near_duplicates", "near_duplicates"))
 MEMORY_COLUMNS = (
     ("id", "VARCHAR"),
     ("namespace", "VARCHAR"),
@@ -243,11 +245,12 @@ class GraphStore:
         ).fetchall():
             if memory_id in graph.memories:
                 graph.memories[memory_id].related_to.append(related_id)
-        for memory_id, other_id in self.conn.execute(
-            "SELECT memory_id, other_id FROM contradictions"
-        ).fetchall():
-            if memory_id in graph.memories:
-                graph.memories[memory_id].contradicts.append(other_id)
+        for table, attribute in FLAG_TABLES:
+            for memory_id, other_id in self.conn.execute(
+                f"SELECT memory_id, other_id FROM {table}"
+            ).fetchall():
+                if memory_id in graph.memories:
+                    getattr(graph.memories[memory_id], attribute).append(other_id)
         # Sorted by memory, so the service groups a memory's links with one slice.
         links = self.conn.execute(f"{EFFECTIVE_LINKS} ORDER BY memory_id").fetchnumpy()
         graph.links = list(
@@ -305,7 +308,7 @@ class GraphStore:
                 ("links", "memory_id"),
                 ("link_weights", "memory_id"),
                 ("related", "memory_id"),
-                ("contradictions", "memory_id"),
+                *((table, "memory_id") for table, _ in FLAG_TABLES),
             ):
                 self._delete_in(table, column, ids)
         if c.deleted_keys:
@@ -393,14 +396,19 @@ class GraphStore:
                 for pos, rid in enumerate(m.related_to)
             ],
         )
-        rewrite_contra = sorted(set(c.contradictions_rewrite) - set(c.new_memories))
-        if rewrite_contra:
-            self._delete_in("contradictions", "memory_id", rewrite_contra)
-        self.insert_rows(
-            "contradictions",
-            2,
-            [(m.id, other) for m in c.contradictions_rewrite.values() for other in m.contradicts],
-        )
+        rewrite_flags = sorted(set(c.flags_rewrite) - set(c.new_memories))
+        for table, attribute in FLAG_TABLES:
+            if rewrite_flags:
+                self._delete_in(table, "memory_id", rewrite_flags)
+            self.insert_rows(
+                table,
+                2,
+                [
+                    (m.id, other)
+                    for m in c.flags_rewrite.values()
+                    for other in getattr(m, attribute)
+                ],
+            )
         self.insert_rows("confirmations", 5, c.confirmations)
         self.insert_rows(
             "write_outcomes",

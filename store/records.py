@@ -85,6 +85,7 @@ class MemoryRecord:
     last_confirmation_id: str | None = None
     related_to: list[str] = field(default_factory=list)
     contradicts: list[str] = field(default_factory=list)
+    near_duplicates: list[str] = field(default_factory=list)  # flagged by a sleep pass
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

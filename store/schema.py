@@ -78,12 +78,19 @@ CREATE TABLE write_outcomes (
 );
 """
 
+# Sleep (services/graph/sleep.py) flags pairs of active memories that say nearly the same thing,
+# for the agent to merge or correct; like ``contradictions``, a pair per row, both directions.
+_V5 = """
+CREATE TABLE near_duplicates (memory_id VARCHAR NOT NULL, other_id VARCHAR NOT NULL);
+"""
+
 # Index i holds the script that takes a file from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # Tables in dependency-free order, for export/import and for tests that compare contents
 # (write_outcomes is not among them: it only serves retries of the last hour's writes).
+# near_duplicates is not exported: every sleep pass derives it again from the memories.
 TABLES = (
     "meta",
     "keys",
@@ -94,6 +101,7 @@ TABLES = (
     "link_weights",
     "related",
     "contradictions",
+    "near_duplicates",
     "confirmations",
     "events",
 )

@@ -173,6 +173,7 @@ def test_a_file_from_before_learned_links_opens_with_every_link_kept(tmp_path: P
     links_before = conn.execute("SELECT count(*) FROM links").fetchone()
     conn.execute("ALTER TABLE links DROP COLUMN learned")
     conn.execute("DROP TABLE write_outcomes")
+    conn.execute("DROP TABLE near_duplicates")
     conn.execute("UPDATE meta SET value = '2' WHERE name = 'schema_version'")
     conn.close()
     store = GraphStore(path)

@@ -30,6 +30,7 @@ from keymem.protocol.errors import (
 from keymem.protocol.fields import body_of
 from keymem.protocol.limits import BATCH_MAX_ITEMS
 from keymem.protocol.worker import Service
+from keymem.services import config as cfg
 from keymem.services import journal
 from keymem.services.config import Settings
 from keymem.services.graph import (
@@ -44,6 +45,7 @@ from keymem.services.graph import (
     overview,
     rows,
     session_brief,
+    sleep,
     views,
     writes,
 )
@@ -80,6 +82,7 @@ WRITE_METHODS = (
     "reembed_commit",
     "backup",
     "drop_namespace",
+    "sleep",
 )
 # Writes whose concurrent requests share one transaction (group commit): the worker hands
 # everything already queued for one of these methods to a single handler call.
@@ -117,6 +120,7 @@ READ_METHODS = (
     "backup_status",
     "quarantine",
     "list_memories",
+    "sleep_status",
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
@@ -125,11 +129,18 @@ IDLE_CHECK_INTERVAL_S = 1.0
 IDLE_CHECKPOINT_AFTER_S = 5.0
 MAINTENANCE_INTERVAL_S = 3_600.0
 BACKUP_WAIT_AT_STOP_S = 120.0
+SLEEP_CHECK_INTERVAL_S = 60.0  # how often the schedule is looked at
+SECONDS_PER_HOUR = 3_600.0
 
 
 class GraphService:
-    def __init__(self, path: Path, key_profile: KeyProfile | None = None) -> None:
+    def __init__(
+        self, path: Path, key_profile: KeyProfile | None = None, sleep_interval_h: float = 0.0
+    ) -> None:
         self.home = path.parent
+        self.sleep_interval_h = sleep_interval_h  # 0: no scheduled sleep passes
+        self.started_at = time.time()
+        self.sleep_pass: sleep.SleepPass | None = None
         self.key_profile = key_profile or KeyProfile()
         self.store = GraphStore(path)
         self.buffer = RecallBuffer()
@@ -306,6 +317,57 @@ class GraphService:
         self.state.first_seq = self.store.prune_events(feed.RETAINED_EVENTS, self.state.head_seq)
         self.ledger.prune(time.time())
         journal.prune(self.home, time.time())
+
+    # -- sleep (services/graph/sleep.py) ---------------------------------------------------
+    def sleep(self, raw: Any) -> dict[str, Any]:
+        """Start a sleep pass (or report the one running); poll sleep_status."""
+        body = body_of(raw)
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise BadRequest("dry_run must be true or false")
+        running = self.sleep_pass
+        if running is None or running.done:
+            self.start_sleep(dry_run)
+        assert self.sleep_pass is not None
+        return self.sleep_pass.report.to_wire()
+
+    def sleep_status(self, raw: Any) -> dict[str, Any]:
+        if self.sleep_pass is None:
+            return {"status": "none"}
+        return self.sleep_pass.report.to_wire()
+
+    def start_sleep(self, dry_run: bool) -> None:
+        backup = None
+        if not dry_run:
+            self.backup_job = backup = start_backup(
+                self.store, backup_dir(self.home), tag="pre-sleep"
+            )
+        self.sleep_pass = sleep.SleepPass(
+            self.state, self.thresholds(), dry_run=dry_run, backup=backup, now=time.time()
+        )
+
+    def sleep_due(self) -> None:
+        """Start the scheduled pass when ``KEYMEM_SLEEP_INTERVAL_H`` has passed since the last
+        (or, before any, since this service started)."""
+        if self.sleep_interval_h <= 0 or (self.sleep_pass and not self.sleep_pass.done):
+            return
+        since = self.state.slept_at or self.started_at
+        if time.time() - since >= self.sleep_interval_h * SECONDS_PER_HOUR:
+            self.start_sleep(dry_run=False)
+
+    def sleep_tick(self) -> None:
+        """One slice of the running pass, between requests; its batches commit as writes."""
+        running = self.sleep_pass
+        if running is None or running.done:
+            return
+        if running.state is not self.state:
+            running.fail("the graph was reloaded from the file during the pass; run it again")
+        else:
+            running.advance(lambda batch: self.write(lambda _: batch, None))
+        if running.done and running.report.status == "done":
+            self.journal.record("sleep", **running.report.counts())
+        elif running.done:
+            log.warning("sleep pass failed: %s", running.report.error)
 
     def close(self) -> None:
         self.wait_for_backup()
@@ -580,7 +642,12 @@ def build(settings: Settings) -> Service:
     # thread does it in a few ms, while a BLAS pool spinning on a shared 2-core box stalls
     # the serving loop (a 36 ms p99 of match_keys with the pool: docs/history/).
     threadpool_limits(limits=BLAS_THREADS)
-    return make_service(GraphService(graph_path(settings.home), key_profile_of(settings.config)))
+    graph = GraphService(
+        graph_path(settings.home),
+        key_profile_of(settings.config),
+        settings.config[cfg.SLEEP_INTERVAL_H],
+    )
+    return make_service(graph)
 
 
 def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INTERVAL_S) -> Service:
@@ -601,6 +668,8 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
     service.every(sweep_interval_s, graph.sweep)
     service.every(IDLE_CHECK_INTERVAL_S, graph.idle_checkpoint)
     service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
+    service.every(SLEEP_CHECK_INTERVAL_S, graph.sleep_due)
+    service.every(0.0, graph.sleep_tick)  # every loop turn: a slice only while a pass runs
     service.every(journal.FLUSH_INTERVAL_S, graph.journal.flush)
     service.on_stop.append(graph.close)
     return service

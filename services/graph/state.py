@@ -63,6 +63,8 @@ class GraphState:
         self.epoch = loaded.meta["epoch"]
         self.fingerprint: str | None = loaded.meta.get("fingerprint") or None
         self.dim: int | None = int(loaded.meta["dim"]) if loaded.meta.get("dim") else None
+        # when the last sleep pass finished (services/graph/sleep.py); 0 = never
+        self.slept_at = float(loaded.meta.get("slept_at") or 0.0)
         self.head_seq = loaded.head_seq
         self.first_seq = loaded.first_seq
         self.indexes: dict[str, KeyIndex] = {}
@@ -212,6 +214,18 @@ class GraphState:
         del self.keys[key.id]
         self.active_count.pop(key.id, None)
         self.changes.delete_key(key.id)
+
+    def unlink_key(self, key_id: str) -> list[LinkRecord]:
+        """Take every link of a key out of the graph and return them, before the key is
+        deleted (deleting a key deletes its link rows): a key merge moves them elsewhere."""
+        links = self.key_links.pop(key_id, {})
+        self._strongest.pop(key_id, None)
+        memories = self.memories
+        for memory_id, link in links.items():
+            self.mem_links[memory_id].pop(key_id, None)
+            if memories[memory_id].superseded_by is None and not link.learned:
+                self.active_count[key_id] -= 1
+        return list(links.values())
 
     def add_alias(self, key: KeyRecord, alias: KeyAlias) -> bool:
         """Record an alias unless the key already answers to it; True when added."""

@@ -76,6 +76,7 @@ def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str
         "active": memory.active(now),
         "related_to": list(memory.related_to),
         "contradicts": list(memory.contradicts),
+        "near_duplicates": list(memory.near_duplicates),
         "last_confirmation_evidence": memory.last_confirmation_evidence,
         "validity": validity_view(memory, now),
         "keys": keys,

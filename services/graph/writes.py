@@ -163,7 +163,7 @@ def remember(
         if shared:
             result["conflict"] = True
             memory.contradicts.append(duplicate.id)
-            state.changes.rewrite_contradictions(memory)
+            state.changes.rewrite_flags(memory)
     hints = remember_hints(state, item, resolutions, thresholds)
     if hints:
         result["hints"] = hints
@@ -426,13 +426,17 @@ def forget(state: GraphState, memory: MemoryRecord, now: float) -> list[str]:
 
 
 def _drop_references(state: GraphState, memory_id: str) -> None:
-    """Remove related_to / contradicts pointers at a memory that is about to disappear."""
+    """Remove related_to / contradicts / near_duplicates pointers at a memory that is about
+    to disappear."""
     target = state.memories[memory_id]
-    for other_id in [*target.contradicts]:
+    for other_id in {*target.contradicts, *target.near_duplicates}:
         other = state.memories.get(other_id)
-        if other is not None and memory_id in other.contradicts:
-            other.contradicts.remove(memory_id)
-            state.changes.rewrite_contradictions(other)
+        if other is None:
+            continue
+        for flags in (other.contradicts, other.near_duplicates):
+            if memory_id in flags:
+                flags.remove(memory_id)
+                state.changes.rewrite_flags(other)
     for other_id in state.related_by.pop(memory_id, set()):
         other = state.memories.get(other_id)
         if other is not None and memory_id in other.related_to:
