@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(
         f"\nServices keep running (keymem status; keymem down). Home: {settings.home}\n"
-        f"The story stays in namespace '{NAMESPACE}' until `keymem demo --clean`."
+        f"The story stays in namespace '{NAMESPACE}' until `keymem demo --clean`.\n"
+        f"Walk it in a browser: `keymem ui` (namespace '{NAMESPACE}')."
     )
     return 0
