@@ -4,7 +4,9 @@ A service process imports only its own module (each builder imports it when call
 worker restarted after a crash pays for its own model and libraries, not for every other
 service's (kill-to-answer time, docs/RELIABILITY.md). A service in ``PRELOADERS`` runs as a
 parent that loads its model once and forks the worker (services/prefork.py): its ``preload``
-returns what builds the service in the forked child.
+returns what builds the service in the forked child. ``placement`` says which supervised
+program runs which services: one each, except the embedder and the reranker sharing a process
+and its model (services/shared_model.py) when they use the same one.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import importlib
 from collections.abc import Callable
 
 from keymem.protocol.worker import Service
-from keymem.services.config import WORKER_SERVICES, Settings
+from keymem.services import shared_model
+from keymem.services.config import ALL_PROGRAMS, WORKER_SERVICES, Config, Settings
 
 
 def _builder(name: str) -> Callable[[Settings], Service]:
@@ -41,3 +44,15 @@ def _preloader(name: str) -> Callable[[Settings], Callable[[], Service]]:
 PRELOADERS: dict[str, Callable[[Settings], Callable[[], Service]]] = {
     "lexicon": _preloader("lexicon")
 }
+
+
+def placement(config: Config) -> dict[str, tuple[str, ...]]:
+    """Each supervised program and the services it runs, in start order."""
+    programs: dict[str, tuple[str, ...]] = {}
+    shared = shared_model.applies(config)
+    for name in ALL_PROGRAMS:
+        if shared and name in shared_model.SERVICES:
+            programs[shared_model.PROGRAM] = shared_model.SERVICES
+        else:
+            programs[name] = (name,)
+    return programs

@@ -1,4 +1,8 @@
-"""Run one service as a process (what supervisord starts): ``python -m keymem.services <name>``."""
+"""Run one supervised program (what supervisord starts): ``python -m keymem.services <name>``.
+
+A program is a service, or ``models``: the embedder and the reranker sharing one model
+(services/shared_model.py), each served by its own worker thread.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from types import FrameType
 
 from keymem.protocol.endpoints import make_private, prepare_run_dir
 from keymem.protocol.worker import Service, Worker
-from keymem.services import prefork
+from keymem.services import prefork, shared_model
 from keymem.services.catalog import BUILDERS, PRELOADERS
 from keymem.services.config import (
     ALL_PROGRAMS,
@@ -22,11 +26,14 @@ from keymem.services.config import (
     Settings,
 )
 
+PROGRAMS = (*ALL_PROGRAMS, shared_model.PROGRAM)
+JOIN_TIMEOUT_S = 5.0
+
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0] not in ALL_PROGRAMS:
-        print(f"usage: python -m keymem.services {{{','.join(ALL_PROGRAMS)}}}", file=sys.stderr)
+    if len(args) != 1 or args[0] not in PROGRAMS:
+        print(f"usage: python -m keymem.services {{{','.join(PROGRAMS)}}}", file=sys.stderr)
         return 2
     name = args[0]
     make_private()
@@ -72,19 +79,34 @@ def _run(name: str, settings: Settings, stop: threading.Event) -> int:
         build = PRELOADERS[name](settings)  # the model, loaded once for every forked worker
         return prefork.run(
             lambda child_stop: _configured(
-                name, lambda: _serve_worker(settings, build(), child_stop)
+                name, lambda: _serve_workers(settings, [build()], child_stop)
             ),
             stop,
         )
-    return _serve_worker(settings, BUILDERS[name](settings), stop)
+    if name == shared_model.PROGRAM:
+        return _serve_workers(settings, shared_model.build(settings), stop)
+    return _serve_workers(settings, [BUILDERS[name](settings)], stop)
 
 
-def _serve_worker(settings: Settings, service: Service, stop: threading.Event) -> int:
-    Worker(
-        service,
-        settings.endpoints.backend,
-        direct_endpoint=settings.endpoints.direct(service.name, os.getpid()),
-        heartbeat=settings.heartbeat,
-        stop=stop,
-    ).run()
+def _serve_workers(settings: Settings, services: list[Service], stop: threading.Event) -> int:
+    """A worker per service: the first in this thread, any others in threads of their own."""
+    first, *others = [
+        Worker(
+            service,
+            settings.endpoints.backend,
+            direct_endpoint=settings.endpoints.direct(service.name, os.getpid()),
+            heartbeat=settings.heartbeat,
+            stop=stop,
+        )
+        for service in services
+    ]
+    threads = [
+        threading.Thread(target=worker.run, name=worker.service.name, daemon=True)
+        for worker in others
+    ]
+    for thread in threads:
+        thread.start()
+    first.run()
+    for thread in threads:
+        thread.join(JOIN_TIMEOUT_S)
     return 0

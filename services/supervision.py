@@ -28,6 +28,7 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import prepare_run_dir, private_home
 from keymem.protocol.errors import KeymemError
+from keymem.services.catalog import placement
 from keymem.services.config import (
     ALL_PROGRAMS,
     REGISTRY,
@@ -137,6 +138,9 @@ class ProcessInfo:
 class Supervision:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # program -> the services it runs (catalog.placement); and which program runs each
+        self.programs = placement(settings.config)
+        self.host = {s: program for program, hosted in self.programs.items() for s in hosted}
         self.config_path = settings.home / "supervisord.conf"
         self.socket_path = settings.run_dir / "supervisor.sock"
         self.pidfile = settings.run_dir / "supervisord.pid"
@@ -163,10 +167,10 @@ class Supervision:
                 priority=10 * (i + 1),
                 log=_literal(str(self.log_path(name)), expansions=2),
             )
-            for i, name in enumerate(ALL_PROGRAMS)
+            for i, name in enumerate(self.programs)
         ]
         text = main.substitute(
-            common, programs=",".join(ALL_PROGRAMS), program_sections="\n".join(sections)
+            common, programs=",".join(self.programs), program_sections="\n".join(sections)
         )
         self.config_path.write_text(text)
         return self.config_path
@@ -219,11 +223,22 @@ class Supervision:
                     description=info["description"],
                 )
             )
-        order = {name: i for i, name in enumerate(ALL_PROGRAMS)}
+        order = {name: i for i, name in enumerate(self.programs)}
         return sorted(result, key=lambda p: order.get(p.name, len(order)))
 
-    def log_path(self, program: str) -> Path:
-        return self.settings.log_dir / f"{program}.log"
+    def service_processes(self) -> dict[str, ProcessInfo]:
+        """Each service's process: the program named after it, or the one hosting it."""
+        running = {p.name: p for p in self.processes()}
+        found = {}
+        for service in ALL_PROGRAMS:
+            info = running.get(service) or running.get(self.host[service])
+            if info is not None:
+                found[service] = info
+        return found
+
+    def log_path(self, name: str) -> Path:
+        """The log of program ``name``, or of the program running service ``name``."""
+        return self.settings.log_dir / f"{self.host.get(name, name)}.log"
 
     # -- start / stop ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -294,12 +309,13 @@ class Supervision:
             raise SupervisionError(self._not_ready_report(missing, timeout_s))
         return time.monotonic() - started
 
-    def _gave_up(self, programs: list[str]) -> bool:
-        """True once supervisord stopped retrying one of ``programs`` (no point waiting on)."""
-        return any(p.state in GAVE_UP_STATES for p in self.processes() if p.name in programs)
+    def _gave_up(self, services: list[str]) -> bool:
+        """True once supervisord stopped retrying a program of ``services`` (no point waiting)."""
+        processes = self.service_processes()
+        return any(processes[s].state in GAVE_UP_STATES for s in services if s in processes)
 
     def _not_ready_report(self, missing: list[str], timeout_s: float) -> str:
-        states = {p.name: p for p in self.processes()}
+        states = self.service_processes()
         lines = [f"keymem did not become ready (waited up to {timeout_s:.0f} s):"]
         for name in missing:
             info = states.get(name)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from supervisor.options import ServerOptions
 
-from keymem.services.config import ALL_PROGRAMS, Settings, load
+from keymem.services.config import Settings, load
 from keymem.services.supervision import Supervision, written_environment
 
 AWKWARD_HOME = "km%(here)s%d 100%"
@@ -33,7 +33,7 @@ def test_percent_signs_in_the_home_and_settings_reach_supervisord_intact(tmp_pat
     assert options.environ_expansions["ENV_KEYMEM_HOME"] == str(home)
     assert options.environ_expansions["ENV_OPENAI_BASE_URL"] == AWKWARD_URL
     programs = {p.name: p for g in options.process_group_configs for p in g.process_configs}
-    assert set(programs) == set(ALL_PROGRAMS)
+    assert list(programs) == list(supervision.programs)
     for name, program in programs.items():
         assert program.stdout_logfile == str(supervision.log_path(name))
     written = written_environment(supervision.config_path)

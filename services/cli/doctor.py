@@ -184,7 +184,7 @@ def _services(settings: Settings) -> list[Check]:
     if supervision.supervisord_pid() is None:
         return [Check("services", "warn", "keymem is not running", "keymem up")]
     checks = []
-    states = {p.name: p for p in supervision.processes()}
+    states = supervision.service_processes()
     with Client(settings.endpoints.frontend, timeout_ms=PING_TIMEOUT_MS) as client:
         for name in ALL_PROGRAMS:
             process = states.get(name)

@@ -47,7 +47,7 @@ def collect(settings: Settings) -> dict[str, Any]:
         "supervisord_pid": supervisord,
         "services": {},
     }
-    processes = {p.name: p for p in supervision.processes()} if supervisord else {}
+    processes = supervision.service_processes() if supervisord else {}
     router: dict[str, Any] = {}
     if supervisord:
         try:
@@ -64,6 +64,7 @@ def collect(settings: Settings) -> dict[str, Any]:
         counters = router.get("router", {}) if name == "router" else routed.get(name, {})
         workers = counters.get("workers", [])
         report["services"][name] = {
+            "program": process.name if process else supervision.host[name],
             "state": process.state if process else "STOPPED",
             "pid": process.pid if process else None,
             "uptime_s": process.uptime_s if process else 0.0,

@@ -144,9 +144,13 @@ class Embedder:
         }
 
 
-def load_embedder(settings: Settings, config: EmbedderSettings) -> Embedder:
+def load_embedder(
+    settings: Settings, config: EmbedderSettings, backend: EmbeddingBackend | None = None
+) -> Embedder:
+    """An embedder on ``backend`` (a model another service of this process already loaded),
+    or on the configured model, loaded now."""
     started = time.perf_counter()
-    backend = load_backend(config, settings.home)
+    backend = backend or load_backend(config, settings.home)
     embedder = Embedder(backend, config.cache_entries, time.perf_counter() - started)
     log.info(
         "embedder ready: %s, dim %d, loaded in %.2f s",
@@ -172,6 +176,10 @@ def make_service(embedder: Embedder, *, batching: bool = True) -> Service:
     return service
 
 
-def build(settings: Settings, embedder_settings: EmbedderSettings | None = None) -> Service:
+def build(
+    settings: Settings,
+    embedder_settings: EmbedderSettings | None = None,
+    backend: EmbeddingBackend | None = None,
+) -> Service:
     config = embedder_settings or EmbedderSettings.from_config(settings.config)
-    return make_service(load_embedder(settings, config), batching=config.batching)
+    return make_service(load_embedder(settings, config, backend), batching=config.batching)

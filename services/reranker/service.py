@@ -15,7 +15,7 @@ from keymem.protocol.errors import BadRequest, Unavailable
 from keymem.protocol.limits import RERANK_MAX_PASSAGES, RERANK_QUERY_MAX_CHARS
 from keymem.protocol.worker import Service
 from keymem.services.config import Settings
-from keymem.services.embedder.backends import load_backend
+from keymem.services.embedder.backends import EmbeddingBackend, load_backend
 from keymem.services.embedder.requests import check_text, check_texts, cut, require_map
 from keymem.services.embedder.settings import EmbedderSettings
 from keymem.services.reranker.gate import Gate
@@ -79,7 +79,11 @@ class Reranker:
         }
 
 
-def load_scorer(settings: Settings, config: RerankerSettings) -> Scorer:
+def load_scorer(
+    settings: Settings, config: RerankerSettings, backend: EmbeddingBackend | None = None
+) -> Scorer:
+    """The configured scorer; the embedding cosine one on ``backend`` when given (the embedding
+    model the embedder of this process already loaded, services/shared_model.py)."""
     if config.uses_cross_encoder:
         from keymem.services.embedder.models.runtime import require_models_extra
 
@@ -87,8 +91,9 @@ def load_scorer(settings: Settings, config: RerankerSettings) -> Scorer:
         from keymem.services.reranker.cross_encoder import load_cross_encoder
 
         return load_cross_encoder(config.model, config.model_path, settings.home, config.threads)
-    embedding = EmbedderSettings.from_config(settings.config)
-    return EmbeddingCosineScorer(load_backend(embedding, settings.home), config.cache_entries)
+    if backend is None:
+        backend = load_backend(EmbedderSettings.from_config(settings.config), settings.home)
+    return EmbeddingCosineScorer(backend, config.cache_entries)
 
 
 def make_service(reranker: Reranker) -> Service:
@@ -117,13 +122,17 @@ def disabled_service(config: RerankerSettings) -> Service:
     return service
 
 
-def build(settings: Settings, reranker_settings: RerankerSettings | None = None) -> Service:
+def build(
+    settings: Settings,
+    reranker_settings: RerankerSettings | None = None,
+    backend: EmbeddingBackend | None = None,
+) -> Service:
     config = reranker_settings or RerankerSettings.from_config(settings.config)
     if not config.enabled:
         log.info("reranker disabled by KEYMEM_RERANK=false")
         return disabled_service(config)
     started = time.perf_counter()
-    scorer = load_scorer(settings, config)
+    scorer = load_scorer(settings, config, backend)
     reranker = Reranker(scorer, config, time.perf_counter() - started)
     log.info(
         "reranker ready: %s (%s) in %.2f s", scorer.model, scorer.score_kind, reranker.load_seconds
