@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import json
 import re
 import select
 import subprocess
@@ -328,15 +329,43 @@ def test_a_request_without_the_token_is_refused_and_changes_nothing(ui: UI) -> N
 
 
 def request(
-    host: str, method: str, path: str, headers: dict[str, str]
+    host: str, method: str, path: str, headers: dict[str, str], body: bytes = b""
 ) -> tuple[int, dict[str, str], bytes]:
     connection = http.client.HTTPConnection(host, timeout=WAIT_S)
     try:
-        connection.request(method, path, headers=headers)
+        connection.request(method, path, body=body or None, headers=headers)
         response = connection.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
         connection.close()
+
+
+def test_bad_input_gets_a_typed_error_and_changes_nothing(ui: UI) -> None:
+    host = ui.base.removeprefix("http://")
+    auth = {"Authorization": f"Bearer {ui.token}", "Content-Type": "application/json"}
+    target = f"/api/memories/{ui.ids['stale']}"
+    cases = [
+        ("POST", f"{target}/correct?ns={CHANGES}", b"[1]", 400, "bad_request"),
+        ("POST", f"{target}/correct?ns={CHANGES}", b'{"content": ""}', 400, "bad_request"),
+        ("POST", f"{target}/dismiss?ns={CHANGES}", b"{}", 400, "bad_request"),
+        ("POST", f"{target}/rename?ns={CHANGES}", b"{}", 404, "not_found"),
+        ("POST", f"{target}/forget?ns=another", b"", 404, "not_found"),  # a namespace is a boundary
+        ("GET", f"/api/keys?ns={CHANGES}&offset=x", b"", 400, "bad_request"),
+        ("GET", f"/api/search?ns={CHANGES}&q=", b"", 400, "bad_request"),
+    ]
+    before = state_of(ui.stored("stale"))
+    for method, path, body, status, code in cases:
+        got, _, reply = request(host, method, path, auth, body)
+        assert (got, json.loads(reply)["error"]) == (status, code), (method, path, reply)
+    assert state_of(ui.stored("stale")) == before
+
+
+def state_of(memory: dict[str, Any] | None) -> tuple[Any, ...]:
+    """What a change would change (validity's age moves with the clock alone)."""
+    assert memory is not None
+    links = sorted((k["key_id"], k["link_weight"]) for k in memory["keys"])
+    confirmed = memory["validity"]["confirmation_count"]
+    return memory["content"], memory["superseded_by"], confirmed, links
 
 
 def test_validity_is_coloured(ui: UI, browser: WebDriver) -> None:
