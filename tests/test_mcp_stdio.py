@@ -243,6 +243,7 @@ def test_invalid_arguments_come_back_as_tool_errors(running: Deployment) -> None
     assert "not_found" in texts[3]
     assert "no_such_tool" in texts[4]
     assert still["namespace"] == "default"
+    assert not [text for text in texts if "pydantic" in text or "https://" in text]
     assert "Traceback" not in stderr
 
 
