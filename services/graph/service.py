@@ -336,14 +336,19 @@ class GraphService:
             return {"status": "none"}
         return self.sleep_pass.report.to_wire()
 
-    def start_sleep(self, dry_run: bool) -> None:
+    def start_sleep(self, dry_run: bool, now: float | None = None) -> None:
+        """Begin a pass (its backup first); ``now`` is the pass's clock, which decay reads."""
         backup = None
         if not dry_run:
             self.backup_job = backup = start_backup(
                 self.store, backup_dir(self.home), tag="pre-sleep"
             )
         self.sleep_pass = sleep.SleepPass(
-            self.state, self.thresholds(), dry_run=dry_run, backup=backup, now=time.time()
+            self.state,
+            self.thresholds(),
+            dry_run=dry_run,
+            backup=backup,
+            now=time.time() if now is None else now,
         )
 
     def sleep_due(self) -> None:

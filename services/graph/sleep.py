@@ -251,12 +251,14 @@ class SleepPass:
         ends the pass (``failed``); what earlier batches committed stays committed."""
         deadline = time.perf_counter() + budget_s
         try:
-            while not self.done and time.perf_counter() < deadline:
+            while not self.done:  # at least one step per call
                 step = next(self.steps, None)
                 if step == PAUSE:
                     return
                 if callable(step):
                     commit(step)
+                if time.perf_counter() >= deadline:
+                    return
         except Exception as exc:
             self.fail(f"{type(exc).__name__}: {exc}")
 
