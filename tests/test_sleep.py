@@ -142,10 +142,10 @@ def test_one_concept_merges_by_form_and_by_vector_and_stays_merged(tmp_path: Pat
         email = key_id_of(graph, "email")
         assert key_id_of(graph, "e-mail") == email
         assert key_id_of(graph, "automobile") == key_id_of(graph, "car")
-        linked = {m: graph.state.link(email, m) for m in (first, second)}
-        assert all(link is not None for link in linked.values())
+        read, other = graph.state.link(email, first), graph.state.link(email, second)
+        assert read is not None and other is not None
         # the read strengthened "e-mail"'s link; the stronger weight survives the merge
-        assert linked[first] is not None and linked[first].weight > 1.0
+        assert read.weight > 1.0
         view = graph.read_memory({"memory_id": car})["memory"]
         assert len(view["keys"]) == 1
         assert {view["keys"][0]["concept"], *view["keys"][0]["aliases"]} == {"car", "automobile"}
@@ -298,7 +298,7 @@ def test_writes_between_slices_are_served_and_kept(tmp_path: Path) -> None:
         graph.wait_for_backup()
         running = graph.sleep_pass
         assert running is not None
-        written = []
+        written: list[str] = []
         while not running.done:
             running.advance(lambda batch: graph.write(lambda _: batch, None), budget_s=0.0)
             written.append(remember(graph, f"written mid-pass {len(written)}", ["email"]))
