@@ -14,7 +14,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from keymem.protocol import envelope
+from keymem.protocol import curve, envelope
 from keymem.protocol.client import (
     DEFAULT_TIMEOUT_MS,
     REPLY_GRACE_MS,
@@ -47,7 +47,7 @@ class AsyncClient:
         self._monitor: zmq.asyncio.Socket | None = None
         if not endpoint.startswith("inproc://"):
             self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self._socket.connect(endpoint)
+        curve.connect(self._socket, endpoint)
         self._waiting: dict[bytes, asyncio.Future[envelope.Reply]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import zmq
 
-from keymem.protocol import envelope
+from keymem.protocol import curve, envelope
 from keymem.protocol.codec import pack, unpack
 from keymem.protocol.errors import (
     DeadlineExceeded,
@@ -124,7 +124,7 @@ class Client:
         self._poller.register(self._socket, zmq.POLLIN)
         if self._monitor is not None:
             self._poller.register(self._monitor, zmq.POLLIN)
-        self._socket.connect(endpoint)
+        curve.connect(self._socket, endpoint)
 
     def call(
         self,

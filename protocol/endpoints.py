@@ -1,4 +1,4 @@
-"""Where the router listens, for each placement: ipc (default), tcp on loopback, or inproc.
+"""Where the router listens, for each placement: ipc (default), tcp, or inproc.
 
 Kept free of heavy imports: the hook resolves the router's address from here. The settings
 that choose one (KEYMEM_TRANSPORT, ...) are read by services/config.py.
@@ -30,9 +30,13 @@ class Endpoints:
     backend: str  # workers register here
     transport: str  # "ipc" | "tcp" | "inproc"
     run_dir: Path | None = None
+    secure: bool = False  # tcp under CURVE (protocol/curve.py): any host, keys required
 
-    def direct(self, service: str, pid: int, index: int = 0) -> str:
-        """Where one worker listens for direct (router-bypassing) requests."""
+    def direct(self, service: str, pid: int, index: int = 0) -> str | None:
+        """Where one worker listens for direct (router-bypassing) requests; None under CURVE,
+        where only the router authenticates peers and enforces namespace access."""
+        if self.secure:
+            return None
         if self.transport == "ipc":
             assert self.run_dir is not None
             return _ipc(self.run_dir / f"{service}-{pid}-{index}.sock")
@@ -65,16 +69,23 @@ def ipc_endpoints(home: Path) -> Endpoints:
     )
 
 
-def tcp_endpoints(host: str, port: int) -> Endpoints:
+def tcp_endpoints(host: str, port: int, *, secure: bool = False) -> Endpoints:
+    """The router's tcp endpoints (backend on port + 1); plain tcp only on loopback."""
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
-    if not loopback:
-        # Invariant 7: nothing leaves the machine unauthenticated; CURVE is not wired yet.
-        raise EndpointError(f"refusing to bind tcp on non-loopback host {host!r}")
+    if not (secure or loopback):
+        # Invariant 7: nothing leaves the machine unauthenticated.
+        raise EndpointError(
+            f"refusing plain tcp on non-loopback host {host!r}: create CURVE keys "
+            "(keymem keys init) to use tcp across hosts"
+        )
     return Endpoints(
-        frontend=f"tcp://{host}:{port}", backend=f"tcp://{host}:{port + 1}", transport="tcp"
+        frontend=f"tcp://{host}:{port}",
+        backend=f"tcp://{host}:{port + 1}",
+        transport="tcp",
+        secure=secure,
     )
 
 

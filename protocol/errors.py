@@ -20,6 +20,7 @@ class ErrorCode(StrEnum):
     CONFLICT = "conflict"
     TOO_LARGE = "too_large"
     UNSUPPORTED_VERSION = "unsupported_version"
+    FORBIDDEN = "forbidden"
 
 
 class KeymemError(Exception):
@@ -88,6 +89,12 @@ class UnsupportedVersion(KeymemError):
     code = ErrorCode.UNSUPPORTED_VERSION
 
 
+class Forbidden(KeymemError):
+    """The caller's key may not do this (a namespace or service outside its access)."""
+
+    code = ErrorCode.FORBIDDEN
+
+
 _BY_CODE: dict[str, type[KeymemError]] = {
     cls.code.value: cls
     for cls in (
@@ -99,6 +106,7 @@ _BY_CODE: dict[str, type[KeymemError]] = {
         Conflict,
         TooLarge,
         UnsupportedVersion,
+        Forbidden,
     )
 }
 

@@ -29,7 +29,7 @@ from typing import Any, cast
 
 import zmq
 
-from keymem.protocol import envelope
+from keymem.protocol import curve, envelope
 from keymem.protocol.codec import pack, unpack
 from keymem.protocol.errors import BadRequest, DeadlineExceeded, InternalError, KeymemError
 from keymem.protocol.limits import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_HEARTBEAT_LIVENESS
@@ -245,7 +245,7 @@ class Worker:
         if not self.router_endpoint.startswith("inproc://"):
             self._backend_monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             self._poller.register(self._backend_monitor, zmq.POLLIN)
-        sock.connect(self.router_endpoint)
+        curve.connect(sock, self.router_endpoint)
         self._backend = sock
         self._poller.register(sock, zmq.POLLIN)
         ready = {

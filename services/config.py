@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from keymem.protocol import curve
 from keymem.protocol.endpoints import (
     DEFAULT_TCP_PORT,
     EndpointError,
@@ -29,6 +30,7 @@ from keymem.protocol.endpoints import (
     tcp_endpoints,
 )
 from keymem.protocol.limits import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_HEARTBEAT_LIVENESS
+from keymem.services import keys
 
 if TYPE_CHECKING:
     from keymem.protocol.worker import HeartbeatPolicy
@@ -202,11 +204,17 @@ TRANSPORT = setting(
     "KEYMEM_TRANSPORT",
     choice("ipc", "tcp"),
     "ipc",
-    "ipc (unix sockets in run/) or tcp (loopback only)",
+    "ipc (unix sockets in run/) or tcp (under CURVE once `keymem keys init` made keys, "
+    "else loopback only)",
     EVERYONE,
 )
 TCP_HOST = setting(
-    "KEYMEM_TCP_HOST", TEXT, "127.0.0.1", "the tcp router's host (loopback only)", EVERYONE
+    "KEYMEM_TCP_HOST",
+    TEXT,
+    "127.0.0.1",
+    "the tcp router's host: where it binds, and where clients and workers connect "
+    "(a non-loopback address only under CURVE)",
+    EVERYONE,
 )
 TCP_PORT = setting(
     "KEYMEM_TCP_PORT",
@@ -219,8 +227,17 @@ TCP_INSECURE = setting(
     "KEYMEM_TCP_INSECURE",
     BOOLEAN,
     False,
-    "true: run tcp mode without authentication (any local process can connect and register "
-    "as a worker); tcp refuses to start without it",
+    "true: run tcp mode on loopback without authentication when there are no CURVE keys "
+    "(any local process can connect and register as a worker); tcp refuses to start "
+    "without keys or it",
+    EVERYONE,
+)
+CLIENT_KEY = setting(
+    "KEYMEM_CLIENT_KEY",
+    TEXT,
+    "local",
+    "the client key (KEYMEM_HOME/keys/clients/NAME.key_secret) this host presents to a CURVE "
+    "router; it decides the namespaces this host may use",
     EVERYONE,
 )
 HEARTBEAT_MS = setting(
@@ -643,23 +660,32 @@ def _value(declared: Setting[Any], raw: str | None, source: str) -> Value:
         raise ConfigError(f"{exc}{where}") from None
 
 
-# Invariant 7: TCP only with keys. CURVE is not wired yet, so plain tcp is an explicit opt-in.
+# Invariant 7: TCP only with keys; plain tcp on loopback is an explicit opt-in.
 TCP_REFUSED = (
-    "KEYMEM_TRANSPORT=tcp has no authentication yet: any local process could call the router "
-    "or register as a worker and receive other clients' requests; use ipc, or set "
-    "KEYMEM_TCP_INSECURE=true to accept that"
+    "KEYMEM_TRANSPORT=tcp without CURVE keys has no authentication: any local process could "
+    "call the router or register as a worker and receive other clients' requests; run "
+    "`keymem keys init`, use ipc, or set KEYMEM_TCP_INSECURE=true to accept that on loopback"
 )
 
 
 def endpoints_of(config: Config) -> Endpoints:
-    """Where the router listens under these settings."""
+    """Where the router listens under these settings. Under CURVE (this host has the router's
+    public key) it also registers this host's client key for both endpoints, so every socket
+    this process connects there authenticates with it (protocol/curve.py)."""
+    home = config[HOME]
     try:
         if config[TRANSPORT] == "tcp":
+            if keys.secured(home):
+                endpoints = tcp_endpoints(config[TCP_HOST], config[TCP_PORT], secure=True)
+                client = keys.client_keys(home, config[CLIENT_KEY])
+                for endpoint in (endpoints.frontend, endpoints.backend):
+                    curve.present(endpoint, client)
+                return endpoints
             if not config[TCP_INSECURE]:
                 raise ConfigError(TCP_REFUSED)
             return tcp_endpoints(config[TCP_HOST], config[TCP_PORT])
-        return ipc_endpoints(config[HOME])
-    except EndpointError as exc:
+        return ipc_endpoints(home)
+    except (EndpointError, keys.KeyStoreError) as exc:
         raise ConfigError(str(exc)) from exc
 
 

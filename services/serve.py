@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"keymem {name}: configuration error: {exc}", file=sys.stderr)
         return EXIT_SERVICE_CONFIG
+    return serve(name, settings)
+
+
+def serve(name: str, settings: Settings) -> int:
+    """Run program ``name`` until SIGTERM or SIGINT (``keymem worker`` runs one this way)."""
     logging.basicConfig(
         level=settings.config[LOG_LEVEL],
         format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s",

@@ -22,6 +22,7 @@ from keymem.protocol.endpoints import Endpoints, inproc_endpoints
 from keymem.protocol.worker import HeartbeatPolicy, Service, Worker
 from keymem.services.config import Settings, load
 from keymem.services.router import Broker
+from keymem.services.router.auth import Security
 
 START_TIMEOUT_S = 10.0
 
@@ -42,6 +43,7 @@ class InprocStack:
     known_services: Iterable[str] = ()
     endpoints: Endpoints = field(default_factory=inproc_endpoints)
     context: zmq.Context[Any] = field(default_factory=zmq.Context.instance)
+    security: Security | None = None  # CURVE tcp endpoints: the router's keys and access list
 
     def __post_init__(self) -> None:
         self.broker = Broker(
@@ -50,6 +52,7 @@ class InprocStack:
             context=self.context,
             known_services=self.known_services,
             heartbeat=self.heartbeat,
+            security=self.security,
         )
         self.workers: list[RunningWorker] = []
         self._clients: list[Client] = []

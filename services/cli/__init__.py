@@ -20,6 +20,7 @@ from keymem.services.cli import (
     forget,
     import_,
     install,
+    keys,
     list_,
     mcp,
     migrate,
@@ -32,6 +33,7 @@ from keymem.services.cli import (
     status,
     ui,
     up,
+    worker,
 )
 from keymem.services.cli import eval as eval_
 from keymem.services.config import EXIT_CLI_CONFIG, ConfigError, use_home
@@ -60,6 +62,8 @@ COMMANDS = (
     import_,
     eval_,
     ui,
+    keys,
+    worker,
 )
 
 

@@ -25,12 +25,13 @@ from typing import Any, cast
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from keymem.protocol import envelope
+from keymem.protocol import curve, envelope
 from keymem.protocol.codec import pack, unpack
 from keymem.protocol.endpoints import Endpoints
 from keymem.protocol.errors import (
     BadRequest,
     DeadlineExceeded,
+    Forbidden,
     KeymemError,
     TooLarge,
     Unavailable,
@@ -40,6 +41,8 @@ from keymem.protocol.sockets import send_frames
 from keymem.protocol.stats import RequestStats
 from keymem.protocol.worker import DEFAULT_HEARTBEAT, STOP_CHECK_MS, HeartbeatPolicy
 from keymem.services.identity import this_install
+from keymem.services.router import acl
+from keymem.services.router.auth import KeyAuthenticator, Principal, Security
 
 log = logging.getLogger("keymem.router")
 
@@ -81,6 +84,7 @@ class WorkerRecord:
     in_flight: set[bytes] = field(default_factory=set)
     reported: dict[str, Any] = field(default_factory=dict)
     registered_at: float = field(default_factory=time.time)
+    peer: Principal | None = None  # over CURVE: its key and address (a remote worker)
 
 
 @dataclass
@@ -108,11 +112,14 @@ class Broker:
         heartbeat: HeartbeatPolicy = DEFAULT_HEARTBEAT,
         stop: threading.Event | None = None,
         local: Endpoints | None = None,
+        security: Security | None = None,
     ) -> None:
         self.frontend_endpoint = frontend
         self.backend_endpoint = backend
         # Also bound on inproc endpoints, for threads of the router's own process.
         self.local = local
+        # CURVE on both sockets, peers admitted by a ZAP handler, namespaces confined (acl.py).
+        self.security = security
         self.context = context or zmq.Context.instance()
         self.heartbeat = heartbeat
         self.stop_event = stop or threading.Event()
@@ -134,8 +141,16 @@ class Broker:
     # -- loop ----------------------------------------------------------------------------
     def run(self) -> None:
         local = self.local
-        self.frontend = self._bind(self.frontend_endpoint, local.frontend if local else None)
-        self.backend = self._bind(self.backend_endpoint, local.backend if local else None)
+        authenticator = None
+        if self.security is not None:
+            authenticator = KeyAuthenticator(self.context, self.security.access)
+            authenticator.start_serving()
+        self.frontend = self._bind(
+            self.frontend_endpoint, local.frontend if local else None, curve.FRONTEND_DOMAIN
+        )
+        self.backend = self._bind(
+            self.backend_endpoint, local.backend if local else None, curve.BACKEND_DOMAIN
+        )
         poller = zmq.Poller()
         poller.register(self.frontend, zmq.POLLIN)
         poller.register(self.backend, zmq.POLLIN)
@@ -160,12 +175,16 @@ class Broker:
                 monitor.close(linger=0)
             self.frontend.close(linger=0)
             self.backend.close(linger=0)
+            if authenticator is not None:
+                authenticator.stop()
 
-    def _bind(self, endpoint: str, also: str | None) -> zmq.Socket[bytes]:
+    def _bind(self, endpoint: str, also: str | None, domain: str) -> zmq.Socket[bytes]:
         sock = self.context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        if self.security is not None:
+            curve.serve(sock, self.security.server, domain)
         sock.bind(endpoint)
         if also is not None:
             sock.bind(also)
@@ -178,14 +197,21 @@ class Broker:
             wake = min(wake, self._deadlines[0][0])
         return max(0, wake - now)
 
-    @staticmethod
-    def _drain(sock: zmq.Socket[bytes], handle: Any) -> None:
+    def _drain(self, sock: zmq.Socket[bytes], handle: Any) -> None:
+        """Hand each waiting message to ``handle(sender, frames, principal)``. Under CURVE the
+        first frame is received as a ``zmq.Frame``, whose properties name the sender's key."""
+        access = self.security.access if self.security is not None else None
         # Checking EVENTS costs ~1.5 µs; ending the loop on a raised zmq.Again costs ~5 µs.
         for _ in range(MAX_DRAIN):  # bounded so one busy socket cannot starve the other
             if not cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
                 return
-            frames = sock.recv_multipart()
-            handle(frames[0], frames[1:])
+            if access is None:
+                frames = sock.recv_multipart()
+                handle(frames[0], frames[1:], None)
+                continue
+            first = sock.recv(copy=False)
+            rest = sock.recv_multipart() if first.more else []
+            handle(first.bytes, rest, access.principal(first))
 
     def _tick(self) -> None:
         now = envelope.now_ms()
@@ -197,6 +223,7 @@ class Broker:
                     token, DeadlineExceeded(f"no reply from {pending.request.service} in time")
                 )
         if now >= self._next_beat_ms:
+            self._refresh_access()
             for worker in list(self.workers.values()):
                 if now > worker.expires_at_ms:
                     log.warning(
@@ -209,8 +236,23 @@ class Broker:
                     self._send_worker(worker.identity, envelope.control(envelope.HEARTBEAT))
             self._next_beat_ms = now + self.heartbeat.interval_ms
 
+    def _refresh_access(self) -> None:
+        """Read access.json again if it changed; drop the workers whose key lost the right."""
+        if self.security is None or not self.security.access.refresh():
+            return
+        for worker in list(self.workers.values()):
+            if worker.peer is None:
+                continue
+            current = self.security.access.principal_of(worker.peer)
+            if not _may_serve(current):
+                log.warning("%s worker at %s: key revoked", worker.service, worker.peer.address)
+                self._send_worker(worker.identity, envelope.control(envelope.GOODBYE))
+                self._drop_worker(worker.identity, "lost its key")
+            else:
+                worker.peer = current
+
     # -- clients -------------------------------------------------------------------------
-    def _on_frontend(self, client: bytes, frames: list[bytes]) -> None:
+    def _on_frontend(self, client: bytes, frames: list[bytes], principal: Principal | None) -> None:
         received_at = time.perf_counter()
         try:
             request = envelope.parse_request(frames)
@@ -223,6 +265,10 @@ class Broker:
         token = _TOKEN.pack(next(self._tokens))
         self.pending[token] = Pending(client, request, received_at)
         try:
+            if principal is not None:
+                if principal.entry is None:
+                    raise Forbidden(f"{principal.name} is no longer admitted")
+                request = self.pending[token].request = acl.confine(request, principal.entry)
             self._admit(token, request)
         except KeymemError as exc:
             self._answer_error(token, exc)
@@ -290,7 +336,9 @@ class Broker:
                     self._answer_error(token, transient(f"no live {record.name} worker"))
 
     # -- workers -------------------------------------------------------------------------
-    def _on_backend(self, identity: bytes, frames: list[bytes]) -> None:
+    def _on_backend(
+        self, identity: bytes, frames: list[bytes], principal: Principal | None
+    ) -> None:
         kind = envelope.kind_of(frames)
         if kind is None:
             self.malformed += 1
@@ -311,14 +359,14 @@ class Broker:
                 if isinstance(report, dict):
                     worker.reported = report
         elif kind == envelope.READY and len(frames) == 2:
-            self._register(identity, frames[1])
+            self._register(identity, frames[1], principal)
         elif kind == envelope.GOODBYE:
             if worker is not None:
                 self._drop_worker(identity, "said goodbye")
         else:
             self.malformed += 1
 
-    def _register(self, identity: bytes, body: bytes) -> None:
+    def _register(self, identity: bytes, body: bytes, principal: Principal | None) -> None:
         try:
             ready = unpack(body)
             service = str(ready["service"])
@@ -337,6 +385,9 @@ class Broker:
         if not service or len(service) > envelope.MAX_NAME_BYTES or service == ROUTER_SERVICE:
             self.malformed += 1
             return
+        if principal is not None and not _may_serve(principal):
+            log.warning("refused %s worker from %s: %s", service, principal.address, principal.name)
+            return
         if identity in self.workers:
             self._drop_worker(identity, "registered again")
         record = self.services.setdefault(service, ServiceRecord(service))
@@ -349,10 +400,12 @@ class Broker:
             direct=str(direct) if direct else None,
             expires_at_ms=envelope.now_ms() + expiry_ms,
             expiry_ms=expiry_ms,
+            peer=principal,
         )
         self.workers[identity] = worker
         record.workers[identity] = worker
-        log.info("%s worker pid %s registered (capacity %d)", service, pid, capacity)
+        where = f" from {principal.address} ({principal.name})" if principal else ""
+        log.info("%s worker pid %s%s registered (capacity %d)", service, pid, where, capacity)
         self._drain_queue(record)
 
     def _on_reply(self, worker: WorkerRecord | None, frames: list[bytes]) -> None:
@@ -474,6 +527,11 @@ class Broker:
                     "direct": w.direct,
                     "capacity": w.capacity,
                     "in_flight": len(w.in_flight),
+                    **(
+                        {"address": w.peer.address, "key": w.peer.name}
+                        if w.peer is not None
+                        else {}
+                    ),
                     **{k: v for k, v in w.reported.items() if k not in ("service", "direct")},
                 }
                 for w in record.workers.values()
@@ -492,8 +550,14 @@ class Broker:
                 **self.identity.to_wire(),
                 "rss_bytes": psutil.Process().memory_info().rss,
                 "malformed": self.malformed,
+                **({"refused": self.security.access.refused} if self.security is not None else {}),
                 "pending": len(self.pending),
                 **self.stats.to_wire(),
             },
             "services": services,
         }
+
+
+def _may_serve(principal: Principal) -> bool:
+    """Only a key that may use every namespace serves: a worker sees every request it gets."""
+    return principal.entry is not None and principal.entry.namespaces is None

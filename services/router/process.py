@@ -18,6 +18,7 @@ from keymem.services.journal import Journal
 from keymem.services.memory import service as memory
 from keymem.services.memory.horizon import WriteHorizon
 from keymem.services.memory.learning import SurfacedLog
+from keymem.services.router.auth import Security
 from keymem.services.router.broker import Broker
 
 MEMORY_WORKER_THREADS = 4
@@ -42,6 +43,7 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
         known_services=[*BUILDERS, "memory"],
         stop=stop,
         local=local,
+        security=Security.of_home(settings.home) if settings.endpoints.secure else None,
     )
     threads = [
         threading.Thread(
