@@ -67,6 +67,7 @@ def test_both_services_run_in_one_process_and_both_show(deployment: Deployment) 
         row = report["services"][name]
         assert (row["program"], row["pid"], row["workers"]) == ("models", found[name], 1)
         assert row["log"].endswith("models.log")
+    assert "embedder and reranker share one process (models)" in deployment.keymem("status").stdout
     with Client(ipc_endpoints(deployment.home).frontend) as client:
         vectors = client.call("embedder", "embed", {"texts": ["strawberries"], "kind": "query"})
         scored = client.call(

@@ -114,6 +114,18 @@ def _uptime(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _shared_processes(services: dict[str, Any]) -> list[str]:
+    """A note per program running several services: their pid and memory are one process's."""
+    hosted: dict[str, list[str]] = {}
+    for name, service in services.items():
+        hosted.setdefault(service["program"], []).append(name)
+    return [
+        f"{' and '.join(names)} share one process ({program}): pid and rss MB are counted once"
+        for program, names in hosted.items()
+        if len(names) > 1
+    ]
+
+
 def window_text(seconds: float) -> str:
     return f"in the last {seconds / 3600:.0f} h"
 
@@ -140,6 +152,7 @@ def render(report: dict[str, Any]) -> str:
         )
         padded = (cell.ljust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True))
         lines.append("  ".join(padded).rstrip())
+    lines.extend(_shared_processes(report["services"]))
     hook = report["hook"]
     if hook["failures"]:
         last = hook["last"] or {}
