@@ -205,6 +205,12 @@ def key_button(driver: WebDriver, concept: str) -> WebElement:
     return wait_for(driver, lambda d: next(iter(d.find_elements(By.CSS_SELECTOR, selector)), None))
 
 
+def open_key(driver: WebDriver, concept: str) -> None:
+    """Click the key in the key space and wait for its memories."""
+    key_button(driver, concept).click()
+    titled(driver, f"Memories under “{concept}”")
+
+
 def titled(driver: WebDriver, title: str) -> None:
     wait_for(
         driver, lambda d: d.find_element(By.ID, "memories-title").text.startswith(title) or None
@@ -271,8 +277,7 @@ def test_the_demo_story_is_walked_newton_apple_fruit_strawberry(
 ) -> None:
     open_page(browser, ui, DEMO)
     search(browser, "Newton")
-    key_button(browser, "Newton").click()
-    titled(browser, "Memories under “Newton”")
+    open_key(browser, "Newton")
     newton = card(browser, "Newton discovered gravity when an apple fell")
     assert "here" in classes(chip(newton, "Newton"))
 
@@ -370,11 +375,11 @@ def state_of(memory: dict[str, Any] | None) -> tuple[Any, ...]:
 
 def test_validity_is_coloured(ui: UI, browser: WebDriver) -> None:
     open_page(browser, ui, CHANGES)
-    key_button(browser, "atlas").click()
+    titled(browser, f"Newest memories in {CHANGES}")  # browsing shows memories without a click
     stale = card(browser, "The build server is named atlas")
     assert "v-stale" in classes(stale)
     assert stale.find_element(By.CLASS_NAME, "validity").text == "stale"
-    key_button(browser, "coffee").click()
+    open_key(browser, "coffee")
     current = card(browser, "coffee machine")
     assert "v-current" in classes(current)
 
@@ -385,14 +390,14 @@ def test_confirm_correct_and_dismiss_change_the_store_after_a_click(
     open_page(browser, ui, CHANGES)
     before = ui.stored("confirm")
     assert before is not None
-    key_button(browser, "coffee").click()
+    open_key(browser, "coffee")
     button(card(browser, "coffee machine"), "Confirm").click()
     noticed(browser, "confirmed")
     after = ui.stored("confirm")
     assert after is not None
     assert after["validity"]["confirmation_count"] == before["validity"]["confirmation_count"] + 1
 
-    key_button(browser, "standup").click()
+    open_key(browser, "standup")
     standup = card(browser, "The team standup is at 9:30")
     button(standup, "Correct").click()
     editor = standup.find_element(By.TAG_NAME, "textarea")
@@ -429,7 +434,7 @@ def link_weight(ui: UI, concept: str) -> float:
 
 def test_forget_asks_first_and_cancel_keeps_the_memory(ui: UI, browser: WebDriver) -> None:
     open_page(browser, ui, CHANGES)
-    key_button(browser, "parking").click()
+    open_key(browser, "parking")
     parking = card(browser, "The parking code is 4417")
     button(parking, "Forget").click()
     button(parking, "Cancel").click()

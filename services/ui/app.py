@@ -1,8 +1,10 @@
 """The page's JSON endpoints and its static files, as one Starlette app.
 
 Reads go through the memory service's read-only methods (``recall``, ``search``,
-``browse_keys``, ``read_key``, ``get_memories``, ``history``): looking at a memory in the page
-counts no access and teaches the graph nothing, unlike an agent's ``read_memory``. The four
+``browse_keys``, ``read_key``, ``get_memories``, ``history``) and the graph's
+``list_memories`` (the newest first, which the memory service does not expose): looking at a
+memory in the page counts no access and teaches the graph nothing, unlike an agent's
+``read_memory``. The four
 changes (``confirm``, ``correct``, ``forget``, ``dismiss``) are POSTs the page sends only after
 an explicit click, stamped with this server's provenance (``tool: ui.<change>``).
 """
@@ -42,6 +44,7 @@ LOOPBACK_HOSTS = ["127.0.0.1", "localhost"]
 BROWSE_LIMIT = 100  # keys per page of the key list (browse_keys' maximum)
 SEARCH_KEYS = 12  # key clusters a search shows
 SEARCH_MEMORIES = 10  # memories a search shows
+MEMORIES_PAGE = 50  # newest memories per page of the memory list
 KEY_MEMORIES = 50  # memories shown under one key (read_key's maximum)
 CONFIRM_EVIDENCE = "user"  # a person clicking "confirm" in the page
 
@@ -51,8 +54,8 @@ class Api:
         self.gateway = gateway
         self.provenance = Provenance(uuid.uuid4().hex[:12])
 
-    async def call(self, method: str, body: dict[str, Any]) -> Any:
-        return await self.gateway.call(method, body)
+    async def call(self, method: str, body: dict[str, Any], *, service: str = "memory") -> Any:
+        return await self.gateway.call(method, body, service=service)
 
     async def views(
         self, namespace: str | None, found: list[tuple[str, dict[str, Any]]]
@@ -78,6 +81,20 @@ class Api:
             "offset": query_int(request, "offset", 0),
         }
         return JSONResponse(await self.call("browse_keys", with_namespace(body, ns(request))))
+
+    async def newest(self, request: Request) -> JSONResponse:
+        """The namespace's memories, newest first, a page at a time."""
+        namespace = ns(request)
+        body = {"limit": MEMORIES_PAGE, "offset": query_int(request, "offset", 0)}
+        page = await self.call("list_memories", with_namespace(body, namespace), service="graph")
+        return JSONResponse(
+            {
+                "namespace": page["namespace"],
+                "total": page["total"],
+                "next_offset": page["next_offset"],
+                "memories": await self.views(namespace, [(m["id"], {}) for m in page["memories"]]),
+            }
+        )
 
     async def search(self, request: Request) -> JSONResponse:
         namespace = ns(request)
@@ -197,6 +214,7 @@ def build_app(gateway: Gateway, token: str) -> Starlette:
         Route("/", index),
         Route("/api/overview", api.overview),
         Route("/api/keys", api.keys),
+        Route("/api/memories", api.newest),
         Route("/api/search", api.search),
         Route("/api/keys/{key_id}", api.key),
         Route("/api/memories/{memory_id}", api.memory),

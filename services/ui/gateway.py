@@ -36,12 +36,14 @@ class Gateway:
         self.endpoint = endpoint
         self._client: AsyncClient | None = None
 
-    async def call(self, method: str, body: dict[str, Any]) -> Any:
+    async def call(self, method: str, body: dict[str, Any], *, service: str = "memory") -> Any:
+        """``service.method``: the memory service's, or a read-only graph view it does not
+        expose (``list_memories``)."""
         if self._client is None:  # created inside the server's event loop (zmq.asyncio binds)
             self._client = AsyncClient(self.endpoint, timeout_ms=CALL_TIMEOUT_MS)
         if method in WRITES:
             body = with_idempotency_key(body)
-        return await self._client.call("memory", method, body, retry=True)
+        return await self._client.call(service, method, body, retry=True)
 
     async def close(self) -> None:
         if self._client is not None:

@@ -6,7 +6,7 @@
 const $ = (id) => document.getElementById(id);
 const state = {
   ns: null,
-  keys: [], keysTitle: "Keys", selected: null, keysNext: null,
+  keys: [], keysTitle: "Keys", selected: null, keysNext: null, memoriesNext: null,
   trail: [], reload: null,
   view: 0,  // bumped by every navigation: a reply for an older one is not shown
 };
@@ -115,10 +115,13 @@ async function latest(call) {
 }
 
 async function browse() {
-  const reply = await latest(api("/api/keys", { hubs: $("hubs-only").checked ? "1" : "0" }));
-  if (!reply) return;
-  showKeys(`Keys in ${reply.namespace}: ${reply.key_count}`, reply.keys, reply.next_offset);
-  showMemories("Memories", [], null, "Pick a key to see its memories, or search.");
+  const hubs = $("hubs-only").checked ? "1" : "0";
+  const replies = await latest(Promise.all([api("/api/keys", { hubs }), api("/api/memories")]));
+  if (!replies) return;
+  const [keys, newest] = replies;
+  showKeys(`Keys in ${keys.namespace}: ${keys.key_count}`, keys.keys, keys.next_offset);
+  showMemories(`Newest memories in ${newest.namespace}: ${newest.total}`, newest.memories, null,
+    "No memory in this namespace yet.", newest.next_offset);
 }
 
 async function moreKeys() {
@@ -155,10 +158,19 @@ async function openKey(key) {
   notify("");
 }
 
-function showMemories(title, memories, viaKey, emptyText) {
+function showMemories(title, memories, viaKey, emptyText, next = null) {
   $("memories-title").textContent = title;
   const cards = memories.map((memory) => memoryCard(memory, viaKey));
   $("memories").replaceChildren(...(cards.length ? cards : [el("p", { class: "empty", text: emptyText })]));
+  state.memoriesNext = next;
+  $("more-memories").hidden = next === null;
+}
+
+async function moreMemories() {
+  const reply = await api("/api/memories", { offset: state.memoriesNext });
+  $("memories").append(...reply.memories.map((memory) => memoryCard(memory, null)));
+  state.memoriesNext = reply.next_offset;
+  $("more-memories").hidden = reply.next_offset === null;
 }
 
 function memoryCard(memory, viaKey) {
@@ -251,7 +263,7 @@ async function namespaces() {
 }
 
 function home() {
-  restart(`keys in ${state.ns || "default"}`, browse);
+  restart(`browse ${state.ns || "default"}`, browse);
   return browse();
 }
 
@@ -268,6 +280,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("browse").addEventListener("click", () => guarded(home));
   $("hubs-only").addEventListener("change", () => guarded(home));
   $("more-keys").addEventListener("click", () => guarded(moreKeys));
+  $("more-memories").addEventListener("click", () => guarded(moreMemories));
   guarded(async () => {
     await namespaces();
     await home();
