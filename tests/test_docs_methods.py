@@ -1,7 +1,7 @@
 """Each service's documented method table lists exactly the methods it serves.
 
 The served side is what the router learned from each worker's registration (``router.stats``)
-in a whole in-process keymem; the documented side is the first column of the ``| method |``
+in a whole in-process keymem, and the router's own methods (listed there too); the documented side is the first column of the ``| method |``
 tables in the service's section of docs/. ``ping`` and ``stats`` are every worker's built-ins,
 documented once in docs/PROTOCOL.md.
 """
@@ -27,6 +27,7 @@ SECTIONS = {
     "embedder": ("MODELS.md", "## Embedder contract", 2),
     "reranker": ("MODELS.md", "## Reranker contract", 2),
     "memory": ("RECALL.md", "# Recall", 2),
+    "router": ("PROTOCOL.md", "## The router's own methods", 2),
 }
 HEADING = re.compile(r"^(#+) ")
 METHOD_NAME = re.compile(r"`([a-z_]+)`")
@@ -64,8 +65,9 @@ def documented_methods(doc: str, start: str, end_level: int) -> set[str]:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, set[str]]]:
     running: FullStack
     with full_stack(tmp_path_factory.mktemp("methods")) as running:
-        services = running.client.call("router", "stats")["services"]
-        yield {name: set(info["methods"]) - set(BUILTIN_METHODS) for name, info in services.items()}
+        stats = running.client.call("router", "stats")
+        served = {"router": stats["router"], **stats["services"]}
+        yield {name: set(info["methods"]) - set(BUILTIN_METHODS) for name, info in served.items()}
 
 
 @pytest.mark.parametrize("service", sorted(SECTIONS))

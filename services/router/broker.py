@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -507,14 +507,19 @@ class Broker:
             pass  # the client went away; nobody is waiting for this reply
 
     # -- the router's own methods ----------------------------------------------------------
+    def _own_methods(self) -> dict[str, Callable[[], dict[str, Any]]]:
+        return {
+            "ping": lambda: {"pong": True, "service": ROUTER_SERVICE, "pid": os.getpid()},
+            "stats": self.describe,
+            "version": lambda: {**self.identity.to_wire(), "pid": os.getpid()},
+        }
+
     def _serve_self(self, request: envelope.Request) -> dict[str, Any]:
-        if request.method == "ping":
-            return {"pong": True, "service": ROUTER_SERVICE, "pid": os.getpid()}
-        if request.method == "stats":
-            return self.describe()
-        if request.method == "version":
-            return {**self.identity.to_wire(), "pid": os.getpid()}
-        raise BadRequest(f"router has no method {request.method!r} (known: ping, stats, version)")
+        methods = self._own_methods()
+        if request.method not in methods:
+            known = ", ".join(sorted(methods))
+            raise BadRequest(f"router has no method {request.method!r} (known: {known})")
+        return methods[request.method]()
 
     def describe(self) -> dict[str, Any]:
         import psutil
@@ -548,6 +553,7 @@ class Broker:
                 "started_at": self.started_at,
                 "uptime_s": round(time.time() - self.started_at, 1),
                 **self.identity.to_wire(),
+                "methods": sorted(self._own_methods()),
                 "rss_bytes": psutil.Process().memory_info().rss,
                 "malformed": self.malformed,
                 **({"refused": self.security.access.refused} if self.security is not None else {}),
