@@ -25,6 +25,7 @@ from keymem.protocol.errors import (
     Unavailable,
 )
 from keymem.protocol.worker import Service
+from keymem.services.identity import this_install
 from keymem.services.router.broker import MAX_BODY_BYTES
 from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
@@ -73,6 +74,9 @@ def test_request_reply_builtins_and_stats(stack: InprocStack) -> None:
     assert client.call("svc", "echo", {"k": [1, "ü"]}) == {"k": [1, "ü"]}
     assert client.call("svc", "ping")["pong"] is True
     assert client.call("router", "ping")["service"] == "router"
+    version = client.call("router", "version")
+    assert {k: version[k] for k in ("version", "path")} == this_install().to_wire()
+    assert Path(version["path"], "services", "router", "broker.py").is_file()
     stats = client.call("router", "stats")
     assert stats["services"]["svc"]["requests"] == 1  # the ping is a probe, counted apart
     assert stats["services"]["svc"]["probes"] == 1
