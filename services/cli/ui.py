@@ -64,13 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from keymem.services.ui.gateway import Gateway
 
     settings = Settings.from_env()
-    try:
-        launch = ensure_up(settings, timeout_s=args.timeout, announce=say)
-    except SupervisionError as exc:
-        say(f"keymem ui: {exc}")
-        return 1
-    if launch.differences:
-        say(f"keymem ui: {launch.describe_differences()}")
+    # The port first: a busy one is reported before any service is started.
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.bind((LOOPBACK, args.port))
@@ -78,6 +72,14 @@ def run(args: argparse.Namespace) -> int:
         listener.close()
         say(f"keymem ui: cannot listen on {LOOPBACK}:{args.port} ({exc.strerror}); try --port 0")
         return 1
+    try:
+        launch = ensure_up(settings, timeout_s=args.timeout, announce=say)
+    except SupervisionError as exc:
+        listener.close()
+        say(f"keymem ui: {exc}")
+        return 1
+    if launch.differences:
+        say(f"keymem ui: {launch.describe_differences()}")
     token = load_or_create_token(settings.home)
     url = f"http://{LOOPBACK}:{listener.getsockname()[1]}/?token={token}"
     print(f"keymem ui: {url}\n(Ctrl-C stops it; home {settings.home})", flush=True)
