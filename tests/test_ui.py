@@ -38,6 +38,7 @@ from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.services.cli.demo import NAMESPACE as DEMO
 from keymem.services.ui.access import COOKIE, TOKEN_FILE
+from keymem.services.ui.app import KEY_MEMORIES, MEMORIES_PAGE
 from keymem.store.database import graph_path
 from tests.supervised import Deployment, running_deployment
 
@@ -61,6 +62,8 @@ WINDOW = (1280, 720)
 UI_START_S = 120  # keymem ui's start-up on a loaded box: imports, readiness check, bind
 WAIT_S = 30  # one step of the page (a call through the router and a render)
 CHANGES = "ui-changes"  # the namespace the change tests write into, apart from the demo's
+PAGES = "ui-pages"  # a namespace with more memories under one key than the page shows at once
+PAGE_MEMORIES = MEMORIES_PAGE + 5  # more than one page
 STALE_AGE_DAYS = 400  # a standard (90-day half-life) memory this old is stale
 SECONDS_PER_DAY = 86_400
 # A screenshot is not blank when its pixels vary and it holds more than a handful of colours.
@@ -76,6 +79,7 @@ class UI:
     base: str
     token: str
     ids: dict[str, str]  # the change tests' memories in CHANGES, by what is done to them
+    pages: set[str]  # the memories in PAGES, all under the key "daily log"
 
     def call(self, method: str, body: dict[str, Any]) -> Any:
         return call(self.deployment, method, body)
@@ -93,6 +97,15 @@ class UI:
 def call(deployment: Deployment, method: str, body: dict[str, Any]) -> Any:
     with Client(ipc_endpoints(deployment.home).frontend, timeout_ms=20_000) as client:
         return client.call("memory", method, body)
+
+
+def seed_pages(deployment: Deployment) -> set[str]:
+    batch = [
+        {"content": f"Daily log entry number {i}", "keys": ["daily log"], "namespace": PAGES}
+        for i in range(PAGE_MEMORIES)
+    ]
+    saved = call(deployment, "remember_batch", {"items": batch})["results"]
+    return {result["saved"] for result in saved}
 
 
 def seed_changes(deployment: Deployment) -> dict[str, str]:
@@ -148,11 +161,12 @@ def ui() -> Iterator[UI]:
     # With hubs from two memories up, the demo's apple and fruit are hubs.
     with running_deployment(KEYMEM_KEY_HUB_MIN_LINKS="2") as deployment:
         deployment.keymem("demo")
+        pages = seed_pages(deployment)
         ids = seed_changes(deployment)
         process, url = start_ui(deployment)
         try:
             base, _, token = url.partition("/?token=")
-            yield UI(deployment, base, token, ids)
+            yield UI(deployment, base, token, ids, pages)
         finally:
             process.terminate()
             try:
@@ -227,6 +241,11 @@ def card(driver: WebDriver, text: str) -> WebElement:
         return None
 
     return wait_for(driver, find)
+
+
+def shown_ids(driver: WebDriver) -> list[str]:
+    cards = driver.find_elements(By.CSS_SELECTOR, "#memories article.memory")
+    return [str(c.get_attribute("data-memory-id")) for c in cards]
 
 
 def cards_text(driver: WebDriver) -> str:
@@ -371,6 +390,23 @@ def state_of(memory: dict[str, Any] | None) -> tuple[Any, ...]:
     links = sorted((k["key_id"], k["link_weight"]) for k in memory["keys"])
     confirmed = memory["validity"]["confirmation_count"]
     return memory["content"], memory["superseded_by"], confirmed, links
+
+
+def test_long_lists_come_a_page_at_a_time(ui: UI, browser: WebDriver) -> None:
+    open_page(browser, ui, PAGES)
+    page_through(browser, ui, f"Newest memories in {PAGES}", MEMORIES_PAGE)
+    open_key(browser, "daily log")
+    page_through(browser, ui, "Memories under “daily log”", KEY_MEMORIES)
+
+
+def page_through(browser: WebDriver, ui: UI, title: str, page_size: int) -> None:
+    titled(browser, f"{title}: {PAGE_MEMORIES}")
+    assert len(shown_ids(browser)) == page_size
+    more = browser.find_element(By.ID, "more-memories")
+    more.click()
+    wait_for(browser, lambda d: len(shown_ids(d)) == PAGE_MEMORIES or None)
+    assert sorted(shown_ids(browser)) == sorted(ui.pages)
+    assert not more.is_displayed()
 
 
 def test_validity_is_coloured(ui: UI, browser: WebDriver) -> None:

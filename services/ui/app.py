@@ -45,7 +45,7 @@ BROWSE_LIMIT = 100  # keys per page of the key list (browse_keys' maximum)
 SEARCH_KEYS = 12  # key clusters a search shows
 SEARCH_MEMORIES = 10  # memories a search shows
 MEMORIES_PAGE = 50  # newest memories per page of the memory list
-KEY_MEMORIES = 50  # memories shown under one key (read_key's maximum)
+KEY_MEMORIES = 50  # memories per page under one key (read_key's maximum)
 CONFIRM_EVIDENCE = "user"  # a person clicking "confirm" in the page
 
 
@@ -120,7 +120,11 @@ class Api:
 
     async def key(self, request: Request) -> JSONResponse:
         namespace = ns(request)
-        body = {"key_id": request.path_params["key_id"], "limit": KEY_MEMORIES}
+        body = {
+            "key_id": request.path_params["key_id"],
+            "limit": KEY_MEMORIES,
+            "offset": query_int(request, "offset", 0),
+        }
         reply = await self.call("read_key", with_namespace(body, namespace))
         handles = [
             (h["memory_id"], {"via_link_weight": h["link_weight"]}) for h in reply["memories"]
@@ -129,6 +133,7 @@ class Api:
             {
                 "key": reply["key"],
                 "total": reply["total"],
+                "next_offset": reply["next_offset"],
                 "memories": await self.views(namespace, handles),
             }
         )

@@ -6,7 +6,7 @@
 const $ = (id) => document.getElementById(id);
 const state = {
   ns: null,
-  keys: [], keysTitle: "Keys", selected: null, keysNext: null, memoriesNext: null,
+  keys: [], keysTitle: "Keys", selected: null, keysNext: null, memoriesPage: null,
   trail: [], reload: null,
   view: 0,  // bumped by every navigation: a reply for an older one is not shown
 };
@@ -121,7 +121,7 @@ async function browse() {
   const [keys, newest] = replies;
   showKeys(`Keys in ${keys.namespace}: ${keys.key_count}`, keys.keys, keys.next_offset);
   showMemories(`Newest memories in ${newest.namespace}: ${newest.total}`, newest.memories, null,
-    "No memory in this namespace yet.", newest.next_offset);
+    "No memory in this namespace yet.", nextPage("/api/memories", newest, null));
 }
 
 async function moreKeys() {
@@ -146,7 +146,8 @@ async function search(query) {
 // ---- value space -------------------------------------------------------------------------
 
 async function openKey(key) {
-  const reply = await latest(api(`/api/keys/${encodeURIComponent(key.key_id)}`));
+  const path = `/api/keys/${encodeURIComponent(key.key_id)}`;
+  const reply = await latest(api(path));
   if (!reply) return;
   const shown = reply.key;
   if (!state.keys.some((k) => k.key_id === shown.key_id)) state.keys = [shown, ...state.keys];
@@ -154,23 +155,29 @@ async function openKey(key) {
   renderKeys();
   step(shown.concept, () => openKey(shown));
   showMemories(`Memories under “${shown.concept}”: ${reply.total}`, reply.memories, shown,
-    "No active memory under this key.");
+    "No active memory under this key.", nextPage(path, reply, shown));
   notify("");
 }
 
-function showMemories(title, memories, viaKey, emptyText, next = null) {
+// The next page of the memory list: where to ask and under which key, or null at the end.
+function nextPage(path, reply, viaKey) {
+  return reply.next_offset === null ? null : { path, offset: reply.next_offset, viaKey };
+}
+
+function showMemories(title, memories, viaKey, emptyText, page = null) {
   $("memories-title").textContent = title;
   const cards = memories.map((memory) => memoryCard(memory, viaKey));
   $("memories").replaceChildren(...(cards.length ? cards : [el("p", { class: "empty", text: emptyText })]));
-  state.memoriesNext = next;
-  $("more-memories").hidden = next === null;
+  state.memoriesPage = page;
+  $("more-memories").hidden = page === null;
 }
 
 async function moreMemories() {
-  const reply = await api("/api/memories", { offset: state.memoriesNext });
-  $("memories").append(...reply.memories.map((memory) => memoryCard(memory, null)));
-  state.memoriesNext = reply.next_offset;
-  $("more-memories").hidden = reply.next_offset === null;
+  const { path, offset, viaKey } = state.memoriesPage;
+  const reply = await api(path, { offset });
+  $("memories").append(...reply.memories.map((memory) => memoryCard(memory, viaKey)));
+  state.memoriesPage = nextPage(path, reply, viaKey);
+  $("more-memories").hidden = state.memoriesPage === null;
 }
 
 function memoryCard(memory, viaKey) {
