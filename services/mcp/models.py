@@ -175,6 +175,9 @@ class MemoryView(BaseModel):
     active: bool
     related_to: list[str]
     contradicts: list[str]
+    near_duplicates: list[str] = Field(
+        default=[], description="active memories a sleep pass found nearly the same as this one"
+    )
     last_confirmation_evidence: str | None
     validity: Validity
     keys: list[LinkedKey]
