@@ -164,11 +164,17 @@ def test_coverage_weighs_what_a_query_is_about(
 
     ids = ["race", "paint", "guitar", "ghost"]
     reply = coverage("What did Caroline realize after her charity race?", ids)
-    assert reply["terms"] == ["caroline", "realize", "charity", "race"]  # no "what", "did"
+    # no "what", "did"; English words by their stems
+    assert reply["terms"] == ["carolin", "realiz", "chariti", "race"]
     race, paint, guitar, ghost = reply["coverage"]
     assert ghost is None  # not indexed in this namespace
     assert paint == guitar and 0 < paint < race < 1  # "realize" is in no document
     assert coverage("charity race", ["race"])["coverage"] == [pytest.approx(1.0)]
+    # another inflection of the same English words is the same words ("paints sunsets")
+    assert coverage("painting a sunset", ["paint", "guitar"])["coverage"] == [
+        pytest.approx(1.0),
+        0.0,
+    ]
     assert coverage("the and of", ["race"])["coverage"] == [0.0]  # nothing left to cover
     assert coverage("charity", ["race"], namespace="other")["coverage"] == [None]
     for body in [

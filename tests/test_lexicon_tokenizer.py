@@ -48,7 +48,8 @@ def test_mixed_korean_english_and_versions(tokenizer: Tokenizer) -> None:
         ("commit a1b2c3d4e5f6", "a1b2c3d4e5f6", []),
         ("edit src/keymem/lexicon.py today", "src/keymem/lexicon.py", ["src", "lexicon", "py"]),
         ("cat ~/.bashrc", "~/.bashrc", ["bashrc"]),
-        ("open https://example.com/a?b=1", "https://example.com/a?b=1", ["example", "com"]),
+        # a run's word parts are stemmed like any word ("examples" in a query meets them)
+        ("open https://example.com/a?b=1", "https://example.com/a?b=1", ["exampl", "com"]),
         ("v1.2.3-rc1 release", "v1.2.3-rc1", ["v1", "rc1"]),
     ],
 )
@@ -58,6 +59,26 @@ def test_structured_tokens_are_kept_whole_and_split(
     tokens = tokenizer.tokenize(text)
     assert whole in tokens
     assert set(parts) <= set(tokens)
+
+
+def test_english_inflections_of_one_word_share_a_term(tokenizer: Tokenizer) -> None:
+    asked = tokenizer.tokenize("What did Melanie paint?")
+    held = tokenizer.tokenize("Melanie loves painting; she paints sunsets")
+    assert asked[-1] == "paint" and held.count("paint") == 2
+    assert tokenizer.tokenize("Camping trips") == tokenizer.tokenize("camp trip")
+    # structured runs stay verbatim; words outside ASCII are not run through English rules
+    assert "v0.6.2" in tokenizer.tokenize("pinned v0.6.2")
+    assert tokenizer.tokenize("naïve café") == ["naïve", "café"]
+
+
+def test_content_only_drops_function_words_before_stemming(tokenizer: Tokenizer) -> None:
+    # "does" would stem to "doe", which no function-word list holds
+    assert tokenizer.tokenize("What does Donggyun drink at night?", content_only=True) == [
+        "donggyun",
+        "drink",
+        "night",
+    ]
+    assert "doe" in tokenizer.tokenize("What does Donggyun drink?")  # BM25 keeps every term
 
 
 def test_runs_end_before_sentence_punctuation() -> None:

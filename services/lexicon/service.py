@@ -23,7 +23,6 @@ from keymem.protocol.limits import NAMESPACE_MAX_CHARS, QUERY_MAX_CHARS
 from keymem.protocol.worker import HeartbeatPolicy, Service, remaining_ms
 from keymem.services.config import Settings
 from keymem.services.lexicon import cache
-from keymem.services.lexicon.function_words import ENGLISH_FUNCTION_WORDS
 from keymem.services.lexicon.index import LexiconIndex
 from keymem.services.lexicon.keys import DEFAULT_LIMIT, MAX_LIMIT, extract_keys
 from keymem.services.lexicon.sync import FeedFollower
@@ -221,7 +220,7 @@ class Lexicon:
         ):
             raise BadRequest(f"'ids' must be a list of at most {MAX_COVERAGE_IDS} strings")
         caught_up = self.wait_for(min_seq, wait_ms)
-        terms = [t for t in self.tokenizer.tokenize(query) if t not in ENGLISH_FUNCTION_WORDS]
+        terms = self.tokenizer.tokenize(query, content_only=True)
         shares = self.index.coverage(namespace, Counter(terms), ids)
         return {"coverage": shares, "terms": terms, "caught_up": caught_up}
 

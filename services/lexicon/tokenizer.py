@@ -13,6 +13,10 @@ character span has exactly one owner:
   particle) and CJK runs blanked; we keep its content morphemes: nouns (NNG, NNP, NNB),
   numerals (NR), verb and adjective stems (VV*, VA*), roots (XR) and Korean hashtags/mentions.
 
+As Kiwi reduces a Korean word to its morphemes ("부산에서" -> 부산), an index term of a plain ASCII
+word is its English Snowball stem ("painting", "paints" -> paint), so a question and a memory
+that inflect one word differently share it; structured runs (``3.11.2``) are kept verbatim.
+
 Text is NFKC-normalised first and control characters become spaces. docs/LEXICON.md lists the
 rules with examples. ``TOKENIZER_VERSION`` names the rules: persisted token caches made under
 another version are discarded.
@@ -28,7 +32,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-TOKENIZER_VERSION = "kiwi-0.24/nomulti/rules-2"
+import Stemmer
+
+from keymem.services.lexicon.function_words import ENGLISH_FUNCTION_WORDS
+
+TOKENIZER_VERSION = "kiwi-0.24/nomulti/rules-3/snowball-en"
 
 # Kiwi part-of-speech tags (after dropping a "-R"/"-I" regularity suffix) whose forms we index.
 CONTENT_TAGS = frozenset({"NNG", "NNP", "NNB", "NR", "VV", "VA", "XR"})
@@ -52,6 +60,7 @@ _CJK = re.compile(
 _HANGUL = re.compile("[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _RUN_MASK = "x"
+STEM_LANGUAGE = "english"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +107,9 @@ class Tokenizer:
         # Kiwi's analyser is not documented as thread-safe; tests run several services in one
         # process, production one per process, so an uncontended lock costs nothing.
         self._lock = threading.Lock()
+        # PyStemmer's stemmer keeps a cache and is not thread-safe: its own lock.
+        self._stemmer: Any = Stemmer.Stemmer(STEM_LANGUAGE)
+        self._stem_lock = threading.Lock()
         self.load_s = time.perf_counter() - started
         self.warm()
         self.warm_s = time.perf_counter() - started - self.load_s
@@ -145,9 +157,22 @@ class Tokenizer:
                 if len(whole) > 1:
                     yield Morph(whole[1:], token.start + 1, token.start + token.len, tag)
 
-    def tokenize(self, text: str) -> list[str]:
-        """The index terms of ``text``, in order, with repeats (BM25 counts them)."""
-        return [m.form for m in self.analyse(text)]
+    def tokenize(self, text: str, *, content_only: bool = False) -> list[str]:
+        """The index terms of ``text``, in order, with repeats (BM25 counts them): a plain ASCII
+        word by its English stem. ``content_only`` first leaves out English function words
+        (matched on the word itself: a stem such as "doe" for "does" would not be listed)."""
+        morphs = self.analyse(text)
+        if content_only:
+            morphs = [m for m in morphs if m.form not in ENGLISH_FUNCTION_WORDS]
+        words = [m.form for m in morphs if _stemmable(m)]
+        with self._stem_lock:
+            stems = iter(self._stemmer.stemWords(words))
+        return [next(stems) if _stemmable(m) else m.form for m in morphs]
+
+
+def _stemmable(morph: Morph) -> bool:
+    """A plain ASCII word of a Latin run (not a structured run kept whole, not a number)."""
+    return morph.tag == "RUN" and morph.form.isascii() and morph.form.isalpha()
 
 
 _shared: Tokenizer | None = None
