@@ -223,6 +223,15 @@ def test_the_hook_surfaces_what_recall_finds_for_a_paraphrase(
     assert people.ids[memory] in shown(injected(people, prompt))
 
 
+def test_another_inflection_of_the_asked_words_counts_as_holding_them(people: FullStack) -> None:
+    # "researched adopting" against "is researching adoption": the same two words, stemmed
+    prompt = "Has Caroline researched adopting?"
+    (seen,) = Inject(Search(people.client)).observe(prompt, ["people"])
+    assert seen.coverage is not None
+    assert seen.coverage[people.ids["adoption"]] == pytest.approx(1.0)
+    assert people.ids["adoption"] in shown(injected(people, prompt))
+
+
 def test_inject_stays_silent_when_the_prompt_pins_anothers_fact_on_someone(
     people: FullStack,
 ) -> None:
