@@ -18,9 +18,10 @@ from keymem.protocol import curve, envelope
 from keymem.protocol.client import (
     DEFAULT_TIMEOUT_MS,
     REPLY_GRACE_MS,
+    WATCHED_EVENTS,
     RequestIds,
     build_request,
-    connection_lost,
+    connection_failed,
     result_of,
     retry_in_ms,
 )
@@ -46,7 +47,7 @@ class AsyncClient:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._monitor: zmq.asyncio.Socket | None = None
         if not endpoint.startswith("inproc://"):
-            self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._monitor = self._socket.get_monitor_socket(WATCHED_EVENTS)
         curve.connect(self._socket, endpoint)
         self._waiting: dict[bytes, asyncio.Future[envelope.Reply]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -112,8 +113,7 @@ class AsyncClient:
     async def _watch_connection(self, monitor: zmq.asyncio.Socket) -> None:
         """The calls in flight when the connection drops will get no reply: end them now."""
         while True:
-            await monitor.recv_multipart()
-            self._fail_waiting(connection_lost(self.endpoint))
+            self._fail_waiting(connection_failed(self.endpoint, await monitor.recv_multipart()))
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from keymem.protocol import curve, envelope
 from keymem.protocol.codec import pack, unpack
 from keymem.protocol.errors import (
     DeadlineExceeded,
+    Forbidden,
     KeymemError,
     Unavailable,
     error_from_wire,
@@ -79,6 +81,22 @@ def connection_lost(endpoint: str) -> Unavailable:
     return transient(f"lost the connection to {endpoint} before the reply (the router went away)")
 
 
+# What a client's socket monitor reports: the connection dropping, the router refusing its key.
+WATCHED_EVENTS = int(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+
+def connection_failed(endpoint: str, event: list[bytes]) -> KeymemError:
+    """The error that ends the calls waiting on a connection when the monitor reports
+    ``event``: the router refusing this host's CURVE key is final, a drop is transient."""
+    # A monitor message's first frame: the event (uint16) and its value (uint32), host order.
+    if int.from_bytes(event[0][:2], sys.byteorder) == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return Forbidden(
+            f"{endpoint} refused this host's CURVE key (KEYMEM_CLIENT_KEY; see keymem keys list "
+            "on the router's host)"
+        )
+    return connection_lost(endpoint)
+
+
 def retry_in_ms(error: KeymemError, retry: bool, give_up: float) -> int | None:
     """How long to pause before sending a failed call again, or None: raise ``error``.
 
@@ -110,7 +128,9 @@ class Client:
         *,
         context: zmq.Context[Any] | None = None,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        keys: curve.ClientKeys | None = None,
     ) -> None:
+        """``keys``: the CURVE keys to present instead of the process's (protocol/curve.py)."""
         self.endpoint = endpoint
         self.timeout_ms = timeout_ms
         self._ids = RequestIds()
@@ -119,12 +139,12 @@ class Client:
         # A dropped connection ends the calls waiting on it (inproc peers live in this process).
         self._monitor: zmq.Socket[bytes] | None = None
         if not endpoint.startswith("inproc://"):
-            self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._monitor = self._socket.get_monitor_socket(WATCHED_EVENTS)
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
         if self._monitor is not None:
             self._poller.register(self._monitor, zmq.POLLIN)
-        curve.connect(self._socket, endpoint)
+        curve.connect(self._socket, endpoint, keys)
 
     def call(
         self,
@@ -176,7 +196,7 @@ class Client:
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         requests = [build_request(self._ids, s, m, b, timeout) for s, m, b in calls]
         outcomes: dict[bytes, Any] = {}
-        self._disconnected()  # a drop before these requests is not theirs
+        self._connection_failure()  # a drop before these requests is not theirs
         for request in requests:
             try:
                 send_frames(self._socket, request.frames())
@@ -190,9 +210,10 @@ class Client:
             events = dict(self._poller.poll(int(remaining * 1000) + 1))
             if not events:
                 break
-            if self._disconnected():
+            failure = self._connection_failure()
+            if failure is not None:
                 for request_id in waiting:
-                    outcomes[request_id] = connection_lost(self.endpoint)
+                    outcomes[request_id] = failure
                 break
             if self._socket not in events:
                 continue
@@ -212,13 +233,14 @@ class Client:
                 )
         return [outcomes[r.request_id] for r in requests]
 
-    def _disconnected(self) -> bool:
-        """Whether the connection dropped since the last look (reads the pending events)."""
-        dropped = False
+    def _connection_failure(self) -> KeymemError | None:
+        """How the connection failed since the last look, if it did (reads pending events)."""
+        failure = None
         while self._monitor is not None and self._monitor.poll(0):
-            self._monitor.recv_multipart()
-            dropped = True
-        return dropped
+            seen = connection_failed(self.endpoint, self._monitor.recv_multipart())
+            if failure is None or is_transient(failure):  # a refused key outranks the drop
+                failure = seen
+        return failure
 
     def close(self) -> None:
         if self._monitor is not None:

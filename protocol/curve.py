@@ -44,9 +44,10 @@ def present(endpoint: str, keys: ClientKeys) -> None:
     _presented[endpoint] = keys
 
 
-def connect(sock: zmq.Socket[Any], endpoint: str) -> None:
-    """``sock.connect(endpoint)``, as a CURVE client when keys are registered for it."""
-    keys = _presented.get(endpoint)
+def connect(sock: zmq.Socket[Any], endpoint: str, keys: ClientKeys | None = None) -> None:
+    """``sock.connect(endpoint)``, as a CURVE client with ``keys``, else with the keys
+    registered for ``endpoint`` (if any)."""
+    keys = keys or _presented.get(endpoint)
     if keys is not None:
         sock.setsockopt(zmq.CURVE_SERVERKEY, keys.server_public)
         sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.own.public)

@@ -182,9 +182,12 @@ class Worker:
         direct_endpoint: str | None = None,
         heartbeat: HeartbeatPolicy = DEFAULT_HEARTBEAT,
         stop: threading.Event | None = None,
+        keys: curve.ClientKeys | None = None,
     ) -> None:
+        """``keys``: the CURVE keys to present instead of the process's (protocol/curve.py)."""
         self.service = service
         self.router_endpoint = router_endpoint
+        self.keys = keys
         self.context = context or zmq.Context.instance()
         self.direct_endpoint = direct_endpoint
         self.heartbeat = heartbeat
@@ -245,7 +248,7 @@ class Worker:
         if not self.router_endpoint.startswith("inproc://"):
             self._backend_monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             self._poller.register(self._backend_monitor, zmq.POLLIN)
-        curve.connect(sock, self.router_endpoint)
+        curve.connect(sock, self.router_endpoint, self.keys)
         self._backend = sock
         self._poller.register(sock, zmq.POLLIN)
         ready = {

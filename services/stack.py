@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 
 from keymem.protocol.client import Client
+from keymem.protocol.curve import ClientKeys
 from keymem.protocol.endpoints import Endpoints, inproc_endpoints
 from keymem.protocol.worker import HeartbeatPolicy, Service, Worker
 from keymem.services.config import Settings, load
@@ -70,6 +71,7 @@ class InprocStack:
         *,
         direct: bool = False,
         heartbeat: HeartbeatPolicy | None = None,
+        keys: ClientKeys | None = None,
     ) -> RunningWorker:
         index = sum(1 for w in self.workers if w.worker.service.name == service.name)
         worker = Worker(
@@ -78,6 +80,7 @@ class InprocStack:
             context=self.context,
             direct_endpoint=self.endpoints.direct(service.name, 0, index) if direct else None,
             heartbeat=heartbeat or self.heartbeat,
+            keys=keys,
         )
         thread = threading.Thread(target=worker.run, name=f"{service.name}-{index}", daemon=True)
         thread.start()

@@ -246,6 +246,7 @@ OBSERVED_ELSEWHERE: dict[str, tuple[str, str | None]] = {
     ),
     "KEYMEM_TCP_PORT": ("chaos/test_transport.py", None),
     "KEYMEM_TCP_INSECURE": ("chaos/test_transport.py", None),
+    "KEYMEM_CLIENT_KEY": ("test_curve.py", None),
     "KEYMEM_HEARTBEAT_MS": (
         "test_settings_effects.py",
         "test_the_process_settings_choose_endpoints_and_heartbeats",
