@@ -2,9 +2,10 @@
 
 ``preload`` loads and warms Kiwi, once per supervised process (its workers are forked from
 it, services/prefork.py); the service it then builds loads the term cache before the worker
-registers, so the first request pays neither. Sync work runs from the serving loop in slices sized from the
-heartbeat policy: a slice (or a read-your-writes wait inside ``search``) never holds the loop
-long enough for the router to declare the worker dead. docs/LEXICON.md documents the methods.
+registers, so the first request pays neither. Sync work runs from the serving loop in slices
+sized from the heartbeat policy: a slice (or a read-your-writes wait inside ``search``) never
+holds the loop long enough for the router to declare the worker dead. docs/LEXICON.md
+documents the methods.
 """
 
 from __future__ import annotations
