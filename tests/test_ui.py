@@ -248,6 +248,16 @@ def shown_ids(driver: WebDriver) -> list[str]:
     return [str(c.get_attribute("data-memory-id")) for c in cards]
 
 
+def graph_ids(driver: WebDriver, kind: str) -> list[str]:
+    nodes = driver.find_elements(By.CSS_SELECTOR, f"#graph g.{kind}")
+    return [str(n.get_attribute("data-memory-id")) for n in nodes]
+
+
+def graph_concepts(driver: WebDriver, kind: str) -> list[str]:
+    nodes = driver.find_elements(By.CSS_SELECTOR, f"#graph g.key-node.{kind}")
+    return [str(n.get_attribute("data-concept")) for n in nodes]
+
+
 def cards_text(driver: WebDriver) -> str:
     return str(driver.find_element(By.ID, "memories").text)
 
@@ -311,8 +321,9 @@ def test_the_demo_story_is_walked_newton_apple_fruit_strawberry(
     titled(browser, "Memories under “fruit”")
     card(browser, "The user likes strawberries more than any other fruit")
     assert "Newton" not in cards_text(browser)  # only what the fruit key links
-    trail = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#trail li")]
-    assert trail == ["search “Newton”", "Newton", "apple", "fruit"]
+    # The graph: the fruit memories on one side, their keys on the other, hubs marked.
+    assert sorted(graph_ids(browser, "memory-node")) == sorted(shown_ids(browser))
+    assert {"fruit", "apple"} <= set(graph_concepts(browser, "is-hub"))
     selected = browser.find_element(By.CSS_SELECTOR, "#keys button.key.selected")
     assert selected.get_attribute("data-concept") == "fruit"
 
@@ -320,6 +331,13 @@ def test_the_demo_story_is_walked_newton_apple_fruit_strawberry(
     (tmp_path / "ui.png").write_bytes(png)  # docs/ui.png is this picture (docs/UI.md)
     viewport = browser.execute_script("return [window.innerWidth, window.innerHeight]")
     assert_not_blank(png, tuple(viewport))
+
+    strawberry = '#graph g.key-node[data-concept="strawberry"] circle'
+    browser.find_element(By.CSS_SELECTOR, strawberry).click()  # a key node opens its memories
+    titled(browser, "Memories under “strawberry”")
+    card(browser, "The user likes strawberries more than any other fruit")
+    trail = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#trail li")]
+    assert trail == ["search “Newton”", "Newton", "apple", "fruit", "strawberry"]
 
 
 def test_a_request_without_the_token_is_refused_and_changes_nothing(ui: UI) -> None:
@@ -414,6 +432,7 @@ def test_validity_is_coloured(ui: UI, browser: WebDriver) -> None:
     titled(browser, f"Newest memories in {CHANGES}")  # browsing shows memories without a click
     stale = card(browser, "The build server is named atlas")
     assert "v-stale" in classes(stale)
+    assert ui.ids["stale"] in graph_ids(browser, "memory-node.v-stale")
     assert stale.find_element(By.CLASS_NAME, "validity").text == "stale"
     open_key(browser, "coffee")
     current = card(browser, "coffee machine")

@@ -166,6 +166,7 @@ function nextPage(path, reply, viaKey) {
 
 function showMemories(title, memories, viaKey, emptyText, page = null) {
   $("memories-title").textContent = title;
+  drawGraph(memories, viaKey);
   const cards = memories.map((memory) => memoryCard(memory, viaKey));
   $("memories").replaceChildren(...(cards.length ? cards : [el("p", { class: "empty", text: emptyText })]));
   state.memoriesPage = page;
@@ -215,6 +216,75 @@ function memoryCard(memory, viaKey) {
     el("button", { type: "button", class: "danger", text: "Forget…", onclick: () => askForget(memory, panel) }));
   card.append(el("p", { class: "content", text: memory.content }), meta, chips, actions, panel);
   return card;
+}
+
+// ---- the graph: the shown memories (right) and their keys (left), one line per link -----
+
+const SVG = "http://www.w3.org/2000/svg";
+const GRAPH = { maxMemories: 12, maxKeys: 16, row: 30, width: 760, keyX: 150, memoryX: 430, labelChars: 44 };
+
+function svg(tag, attributes = {}, text = null) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+function clip(text, chars) {
+  return text.length > chars ? `${text.slice(0, chars - 1)}…` : text;
+}
+
+function drawGraph(memories, viaKey) {
+  const figure = $("graph");
+  const shown = memories.slice(0, GRAPH.maxMemories);
+  const keys = new Map();  // key_id -> {key, links}: the keys most of the shown memories share first
+  for (const memory of shown) {
+    for (const key of memory.keys) {
+      const entry = keys.get(key.key_id) ?? { key, links: 0 };
+      entry.links += 1;
+      keys.set(key.key_id, entry);
+    }
+  }
+  const keyRows = [...keys.values()]
+    .sort((a, b) => b.links - a.links || a.key.concept.localeCompare(b.key.concept))
+    .slice(0, GRAPH.maxKeys);
+  figure.hidden = shown.length === 0;
+  figure.replaceChildren();
+  if (figure.hidden) return;
+  const height = Math.max(keyRows.length, shown.length) * GRAPH.row + GRAPH.row;
+  const keyY = new Map(keyRows.map((entry, i) => [entry.key.key_id, GRAPH.row * (i + 1)]));
+  const drawing = svg("svg", { viewBox: `0 0 ${GRAPH.width} ${height}`, role: "img",
+    "aria-label": "the shown memories and their keys" });
+  shown.forEach((memory, i) => {
+    const y = GRAPH.row * (i + 1);
+    for (const key of memory.keys) {
+      if (!keyY.has(key.key_id)) continue;
+      drawing.append(svg("line", {
+        class: viaKey && key.key_id === viaKey.key_id ? "link here" : "link",
+        x1: GRAPH.keyX + 8, y1: keyY.get(key.key_id), x2: GRAPH.memoryX - 8, y2: y,
+        "stroke-width": Math.max(1, key.link_weight * 1.5),
+      }));
+    }
+  });
+  for (const { key } of keyRows) {
+    const y = keyY.get(key.key_id);
+    const node = svg("g", { class: `key-node${key.is_hub ? " is-hub" : ""}${viaKey && key.key_id === viaKey.key_id ? " here" : ""}`,
+      "data-key-id": key.key_id, "data-concept": key.concept, tabindex: "0", role: "button" });
+    node.append(svg("circle", { cx: GRAPH.keyX, cy: y, r: key.is_hub ? 8 : 6 }),
+      svg("text", { x: GRAPH.keyX - 14, y: y + 5, "text-anchor": "end" },
+        clip(key.concept, 18) + (key.is_hub ? " (hub)" : "")));
+    node.addEventListener("click", () => guarded(() => openKey(key)));
+    node.addEventListener("keydown", (event) => { if (event.key === "Enter") guarded(() => openKey(key)); });
+    drawing.append(node);
+  }
+  shown.forEach((memory, i) => {
+    const y = GRAPH.row * (i + 1);
+    const node = svg("g", { class: `memory-node v-${validityOf(memory)}`, "data-memory-id": memory.id });
+    node.append(svg("rect", { x: GRAPH.memoryX - 7, y: y - 7, width: 14, height: 14, rx: 3 }),
+      svg("text", { x: GRAPH.memoryX + 14, y: y + 5 }, clip(memory.content, GRAPH.labelChars)));
+    drawing.append(node);
+  });
+  figure.replaceChildren(drawing);
 }
 
 // ---- the four changes, each behind an explicit click ------------------------------------
