@@ -17,6 +17,7 @@ error (exit 78) ends the parent with 78, which supervisord does not restart.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -108,8 +109,10 @@ def _child(work: Work, stop: threading.Event, parent: int) -> None:
     except BaseException:
         log.exception("worker failed")
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        # a log pipe that closed with the parent must not keep the child from exiting here
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
         os._exit(code)
 
 
