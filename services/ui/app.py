@@ -54,8 +54,8 @@ class Api:
         self.gateway = gateway
         self.provenance = Provenance(uuid.uuid4().hex[:12])
 
-    async def call(self, method: str, body: dict[str, Any], *, service: str = "memory") -> Any:
-        return await self.gateway.call(method, body, service=service)
+    async def read(self, method: str, body: dict[str, Any], *, service: str = "memory") -> Any:
+        return await self.gateway.read(method, body, service=service)
 
     async def views(
         self, namespace: str | None, found: list[tuple[str, dict[str, Any]]]
@@ -64,14 +64,14 @@ class Api:
         with its extra fields; an id forgotten meanwhile is left out."""
         if not found:
             return []
-        reply = await self.call(
+        reply = await self.read(
             "get_memories", with_namespace({"ids": [i for i, _ in found]}, namespace)
         )
         by_id = {m["id"]: m for m in reply["memories"]}
         return [{**by_id[i], **extra} for i, extra in found if i in by_id]
 
     async def overview(self, request: Request) -> JSONResponse:
-        counts = await self.call("counts", {})
+        counts = await self.read("counts", {})
         return JSONResponse({"namespaces": counts["namespaces"]})
 
     async def keys(self, request: Request) -> JSONResponse:
@@ -80,13 +80,13 @@ class Api:
             "limit": BROWSE_LIMIT,
             "offset": query_int(request, "offset", 0),
         }
-        return JSONResponse(await self.call("browse_keys", with_namespace(body, ns(request))))
+        return JSONResponse(await self.read("browse_keys", with_namespace(body, ns(request))))
 
     async def newest(self, request: Request) -> JSONResponse:
         """The namespace's memories, newest first, a page at a time."""
         namespace = ns(request)
         body = {"limit": MEMORIES_PAGE, "offset": query_int(request, "offset", 0)}
-        page = await self.call("list_memories", with_namespace(body, namespace), service="graph")
+        page = await self.read("list_memories", with_namespace(body, namespace), service="graph")
         return JSONResponse(
             {
                 "namespace": page["namespace"],
@@ -100,8 +100,8 @@ class Api:
         namespace = ns(request)
         query = request.query_params.get("q", "")
         recalled, searched = await asyncio.gather(
-            self.call("recall", with_namespace({"query": query, "top_k": SEARCH_KEYS}, namespace)),
-            self.call(
+            self.read("recall", with_namespace({"query": query, "top_k": SEARCH_KEYS}, namespace)),
+            self.read(
                 "search", with_namespace({"query": query, "top_k": SEARCH_MEMORIES}, namespace)
             ),
         )
@@ -125,7 +125,7 @@ class Api:
             "limit": KEY_MEMORIES,
             "offset": query_int(request, "offset", 0),
         }
-        reply = await self.call("read_key", with_namespace(body, namespace))
+        reply = await self.read("read_key", with_namespace(body, namespace))
         handles = [
             (h["memory_id"], {"via_link_weight": h["link_weight"]}) for h in reply["memories"]
         ]
@@ -143,8 +143,8 @@ class Api:
         memory_id = request.path_params["memory_id"]
         body = {"ids": [memory_id], "include_inactive": True}
         found, history = await asyncio.gather(
-            self.call("get_memories", with_namespace(body, namespace)),
-            self.call("history", with_namespace({"memory_id": memory_id}, namespace)),
+            self.read("get_memories", with_namespace(body, namespace)),
+            self.read("history", with_namespace({"memory_id": memory_id}, namespace)),
         )
         if not found["memories"]:
             raise NotFound(f"memory {memory_id} not found")
@@ -168,7 +168,7 @@ class Api:
             method = "forget"
         else:
             raise NotFound(f"no change named {action!r} (confirm, correct, dismiss, forget)")
-        return JSONResponse(await self.call(method, with_namespace(body, ns(request))))
+        return JSONResponse(await self.gateway.write(method, with_namespace(body, ns(request))))
 
 
 def ns(request: Request) -> str | None:

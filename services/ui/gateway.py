@@ -1,4 +1,5 @@
-"""The page's one road to keymem: the router's ``memory`` service, as the MCP tools use it.
+"""The page's one road to keymem: the router's ``memory`` service as the MCP tools use it
+(and one read-only graph view).
 
 Writes carry an idempotency key and every call may be sent again within its deadline, so a
 service restarted under a click commits a change once. keymem's typed errors become HTTP
@@ -15,7 +16,6 @@ from starlette.responses import JSONResponse
 from keymem.protocol.async_client import AsyncClient
 from keymem.protocol.client import with_idempotency_key
 from keymem.protocol.errors import ErrorCode, KeymemError
-from keymem.services.mcp.backend import WRITES
 
 CALL_TIMEOUT_MS = 20_000  # one call through the router, as an MCP tool gets
 
@@ -36,13 +36,18 @@ class Gateway:
         self.endpoint = endpoint
         self._client: AsyncClient | None = None
 
-    async def call(self, method: str, body: dict[str, Any], *, service: str = "memory") -> Any:
+    async def read(self, method: str, body: dict[str, Any], *, service: str = "memory") -> Any:
         """``service.method``: the memory service's, or a read-only graph view it does not
         expose (``list_memories``)."""
+        return await self._call(service, method, body)
+
+    async def write(self, method: str, body: dict[str, Any]) -> Any:
+        """A change through the memory service, safe to send again (idempotency key)."""
+        return await self._call("memory", method, with_idempotency_key(body))
+
+    async def _call(self, service: str, method: str, body: dict[str, Any]) -> Any:
         if self._client is None:  # created inside the server's event loop (zmq.asyncio binds)
             self._client = AsyncClient(self.endpoint, timeout_ms=CALL_TIMEOUT_MS)
-        if method in WRITES:
-            body = with_idempotency_key(body)
         return await self._client.call(service, method, body, retry=True)
 
     async def close(self) -> None:
