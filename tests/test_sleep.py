@@ -18,7 +18,8 @@ from keymem.protocol.errors import BadRequest
 from keymem.services.graph import GraphService
 from keymem.services.graph.feedback import LEARNED_LINK_WEIGHT
 from keymem.services.graph.profile import KeyProfile
-from keymem.services.graph.sleep import HALF_LIFE_DAYS, siblings
+from keymem.services.graph.siblings import siblings
+from keymem.services.graph.sleep import HALF_LIFE_DAYS
 from keymem.services.journal import read_events
 from keymem.store.backup import backup_dir
 from keymem.store.database import GraphStore
@@ -74,18 +75,39 @@ def concepts(graph: GraphService) -> set[str]:
     return {key.concept for key in graph.state.keys.values()}
 
 
-@pytest.mark.parametrize(
-    ("a", "b"),
-    [
-        ("Room 101", "Room 102"),  # numbers
-        ("v0.6.1", "v0.6.2"),  # versions
-        ("release 2024-05-01", "release 2024-05-02"),  # dates
-        ("Monday standup", "Tuesday standup"),  # weekdays
-        ("March report", "April report"),  # months
-        ("Agent A", "Agent B"),  # one-letter labels
-        ("three kids", "four kids"),  # number words
-    ],
-)
+SIBLING_PAIRS = [
+    ("Room 101", "Room 102"),  # numbers
+    ("v0.6.1", "v0.6.2"),  # versions
+    ("release 2024-05-01", "release 2024-05-02"),  # dates
+    ("Monday standup", "Tuesday standup"),  # weekdays
+    ("March report", "April report"),  # months
+    ("Agent A", "Agent B"),  # one-letter labels
+    ("three kids", "four kids"),  # number words
+]
+
+
+@pytest.mark.parametrize(("a", "b"), SIBLING_PAIRS)
+def test_the_write_path_never_merges_siblings(tmp_path: Path, a: str, b: str) -> None:
+    graph = open_graph(tmp_path)  # the shipped thresholds
+    try:
+        remember(graph, "note about the schedule", [a], same_vector=True)
+        remember(graph, "another note about the schedule", [b], same_vector=True)
+        assert key_id_of(graph, a) != key_id_of(graph, b)
+    finally:
+        graph.close()
+
+
+def test_the_write_path_merges_one_vector_under_two_names(tmp_path: Path) -> None:
+    graph = open_graph(tmp_path)
+    try:
+        remember(graph, "a note about the schedule", ["schedule"], same_vector=True)
+        remember(graph, "a note about the plan", ["plan"], same_vector=True)
+        assert key_id_of(graph, "schedule") == key_id_of(graph, "plan")
+    finally:
+        graph.close()
+
+
+@pytest.mark.parametrize(("a", "b"), SIBLING_PAIRS)
 def test_siblings_with_one_vector_and_the_same_memories_stay_apart(
     tmp_path: Path, a: str, b: str
 ) -> None:

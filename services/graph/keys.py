@@ -3,7 +3,8 @@
 Order (the original's): an exact concept/alias match of any type wins (a name request promotes
 a concept twin in place); name/proper_noun keys are never merged by similarity; a concept key
 folds into the closest existing concept key of its namespace when the cosine clears the merge
-threshold (the short-key threshold for short keys, never across "Agent A"/"Agent B"), keeping
+threshold (the short-key threshold for short keys, never between siblings such as "Agent A" /
+"Agent B", "Room 101" / "Room 102" or "v0.6.1" / "v0.6.2": graph/siblings.py), keeping
 the new surface as an alias; otherwise a new key is created.
 """
 
@@ -14,9 +15,9 @@ from typing import Any
 
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import KeyInput
+from keymem.services.graph.siblings import siblings
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import (
-    conflicting_qualifier,
     is_short_concept,
     key_words,
     script_of,
@@ -57,11 +58,7 @@ def resolve_key(
             thresholds.short_key_merge if is_short_concept(wanted.surface) else thresholds.key_merge
         )
         target = state.keys[best[0]]
-        if (
-            threshold > 0
-            and best[1] >= threshold
-            and not conflicting_qualifier(wanted.surface, target.concept)
-        ):
+        if threshold > 0 and best[1] >= threshold and not siblings(wanted.surface, target.concept):
             state.add_alias(target, KeyAlias(wanted.surface, learned=False, added_at=now))
             return Resolution(target.id, wanted.surface, created=False)
     key = KeyRecord(

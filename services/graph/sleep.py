@@ -31,9 +31,7 @@ In order:
 from __future__ import annotations
 
 import math
-import re
 import time
-import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,8 +41,9 @@ import numpy as np
 
 from keymem.services.graph.feedback import decay_floor, starting_weight
 from keymem.services.graph.profile import Thresholds
+from keymem.services.graph.siblings import Shape, concept_form, shape_of, siblings, words
 from keymem.services.graph.state import GraphState
-from keymem.services.graph.text import conflicting_qualifier, is_short_concept
+from keymem.services.graph.text import is_short_concept
 from keymem.services.graph.validity import SECONDS_PER_DAY
 from keymem.store.backup import BackupJob
 from keymem.store.records import KeyAlias, KeyRecord, MemoryRecord
@@ -69,90 +68,6 @@ POSTING_MAX = 256
 # contradiction to raise.
 TEMPLATE_GROUP_MAX = 8
 REPORT_SAMPLE_MAX = 20  # merges and flags listed by name in a pass's report
-
-_WORD = re.compile(r"\w+")
-_DIGITS = re.compile(r"\d+")
-_FORM_DROP = re.compile(r"[\W_]+")
-_NOT = re.compile(r"n't\b")
-_WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-# Abbreviations that are not also common words ("wed", "sat", "sun", "mar", "may" stay out).
-WEEKDAYS = {
-    **{day: day for day in _WEEKDAY_NAMES},
-    **{"tue": "tuesday", "tues": "tuesday", "thu": "thursday", "thur": "thursday"},
-    **{"thurs": "thursday", "fri": "friday"},
-}
-_MONTH_NAMES = (
-    *("january", "february", "march", "april", "may", "june", "july", "august"),
-    *("september", "october", "november", "december"),
-)
-MONTHS = {
-    **{month: month for month in _MONTH_NAMES},
-    **{month[:3]: month for month in _MONTH_NAMES if month[:3] not in ("mar", "may")},
-    "sept": "september",
-}
-# "one" is left out: it is as often a pronoun.
-_NUMBER_NAMES = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-NUMBER_WORDS = {word: str(value) for value, word in enumerate(_NUMBER_NAMES, start=2)}
-NEGATIONS = frozenset({"not", "no", "never"})
-SIBLING_CLASSES = (("<num>", NUMBER_WORDS), ("<day>", WEEKDAYS), ("<month>", MONTHS))
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased word tokens, "n't" spelled out as "not"."""
-    return _WORD.findall(_NOT.sub(" not", unicodedata.normalize("NFKC", text).casefold()))
-
-
-def _sibling(word: str) -> tuple[str, str] | None:
-    """(class, canonical value) of a word that tells siblings apart, or None."""
-    if _DIGITS.fullmatch(word):
-        return "<num>", str(int(word))
-    for label, table in SIBLING_CLASSES:
-        if word in table:
-            return label, table[word]
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """A text split into its sentence pattern and the sibling values filled into it."""
-
-    pattern: tuple[str, ...]  # words, sibling values as their class, negations left out
-    values: tuple[str, ...]  # numbers (digit runs: versions and dates too), days, months
-    negated: bool
-
-
-def shape_of(text: str) -> Shape:
-    pattern: list[str] = []
-    values: list[str] = []
-    negations = 0
-    for word in words(text):
-        if word in NEGATIONS:
-            negations += 1
-            continue
-        # digit runs inside a word ("v0", "2024-05-01" splits already) count as numbers
-        runs = _DIGITS.findall(word)
-        sibling = _sibling(word)
-        if sibling is not None:
-            pattern.append(sibling[0])
-            values.append(sibling[1])
-        elif runs:
-            pattern.append(_DIGITS.sub("<num>", word))
-            values.extend(str(int(run)) for run in runs)
-        else:
-            pattern.append(word)
-    return Shape(tuple(pattern), tuple(values), negations % 2 == 1)
-
-
-def concept_form(surface: str) -> str:
-    """What "the same normalised form" compares: NFKC, case-folded, without spaces,
-    punctuation or underscores ("E-mail", "e mail" and "email" are one form)."""
-    return _FORM_DROP.sub("", unicodedata.normalize("NFKC", surface).casefold())
-
-
-def siblings(a: str, b: str) -> bool:
-    """Two surfaces that differ in what tells siblings apart: numbers (and so versions and
-    dates), weekdays, months, or a one-letter label ("Agent A" / "Agent B")."""
-    return shape_of(a).values != shape_of(b).values or conflicting_qualifier(a, b)
 
 
 def merge_reason(a: KeyRecord, b: KeyRecord, shared: float, thresholds: Thresholds) -> str | None:

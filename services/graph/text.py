@@ -122,15 +122,6 @@ def is_short_concept(text: str) -> bool:
     )
 
 
-def conflicting_qualifier(a: str, b: str) -> bool:
-    """Sibling labels like "Agent A" / "Agent B" never merge, however close their vectors."""
-    left, right = a.lower().split(), b.lower().split()
-    if len(left) < 2 or len(left) != len(right) or left[:-1] != right[:-1]:
-        return False
-    lq, rq = left[-1], right[-1]
-    return lq != rq and len(lq) == 1 and len(rq) == 1 and lq.isalnum() and rq.isalnum()
-
-
 def has_hangul(text: str) -> bool:
     return bool(_HANGUL.search(text))
 
