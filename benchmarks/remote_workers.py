@@ -61,6 +61,7 @@ class Host:
     address: str
     home: Path
     env: dict[str, str]
+    link: str = ""  # its end of the veth pair to the router's bridge ("" on the router's host)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def spawn(self, *args: str, log: str) -> subprocess.Popen[bytes]:
@@ -131,6 +132,7 @@ def hosts() -> Iterator[dict[str, Host]]:
                 run("ip", "-n", router, "addr", "add", f"{host.address}/24", "dev", bridge)
                 continue
             inside, outside = f"{tag}{role[0]}0", f"{tag}{role[0]}1"
+            host.link = inside
             run("ip", "link", "add", inside, "netns", host.name, "type", "veth",
                 "peer", "name", outside, "netns", router)  # fmt: skip
             run("ip", "-n", router, "link", "set", outside, "master", bridge, "up")
@@ -170,10 +172,10 @@ def hand_out_keys(net: dict[str, Host]) -> None:
         net[role].env["KEYMEM_CLIENT_KEY"] = client
 
 
-def start_router(net: dict[str, Host]) -> None:
+def start_router(net: dict[str, Host], programs: tuple[str, ...] = ("router", "embedder")) -> None:
     """The router and one embedder on the router's host (as supervisord would run them)."""
     router = net[ROUTER]
-    for program in ("router", "embedder"):
+    for program in programs:
         router.spawn(PYTHON, "-m", "keymem.services", program, log=f"{program}.log")
 
 
