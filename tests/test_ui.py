@@ -120,6 +120,13 @@ def seed_changes(deployment: Deployment) -> dict[str, str]:
     batch = [{"content": c, "keys": k, "namespace": CHANGES} for c, k in items.values()]
     saved = call(deployment, "remember_batch", {"items": batch})["results"]
     ids = {name: result["saved"] for name, result in zip(items, saved, strict=True)}
+    # The same text saved again under a shared key supersedes the first copy and is flagged
+    # as contradicting it.
+    clash = {"content": "The deploy window is Friday", "keys": ["deploy"], "namespace": CHANGES}
+    ids["clashed"] = call(deployment, "remember", clash)["saved"]
+    ids["clashing"] = call(deployment, "remember", {**clash, "keys": ["deploy", "release"]})[
+        "saved"
+    ]
     # The graph file has one owner: age the stale memory while the services are down.
     deployment.keymem("down")
     old = time.time() - STALE_AGE_DAYS * SECONDS_PER_DAY
@@ -437,6 +444,16 @@ def test_validity_is_coloured(ui: UI, browser: WebDriver) -> None:
     open_key(browser, "coffee")
     current = card(browser, "coffee machine")
     assert "v-current" in classes(current)
+
+
+def test_a_flagged_contradiction_is_shown(ui: UI, browser: WebDriver) -> None:
+    open_page(browser, ui, CHANGES)
+    open_key(browser, "release")
+    flag = card(browser, "deploy window").find_element(By.CSS_SELECTOR, ".flag")
+    assert flag.get_attribute("data-flag") == "contradicts"
+    assert ui.ids["clashed"] in flag.text
+    open_key(browser, "coffee")
+    assert not card(browser, "coffee machine").find_elements(By.CSS_SELECTOR, ".flag")
 
 
 def test_confirm_correct_and_dismiss_change_the_store_after_a_click(

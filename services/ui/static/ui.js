@@ -181,6 +181,14 @@ async function moreMemories() {
   $("more-memories").hidden = state.memoriesPage === null;
 }
 
+// What the graph flagged for a look (a write that clashed, sleep's findings); never deleted.
+const FLAGS = [["contradicts", "contradicts"], ["near_duplicates", "near-duplicate of"]];
+
+function flags(memory) {
+  return FLAGS.filter(([field]) => memory[field] && memory[field].length).map(([field, label]) =>
+    el("span", { class: "flag", "data-flag": field, text: `${label} ${memory[field].join(", ")}` }));
+}
+
 function memoryCard(memory, viaKey) {
   const validity = validityOf(memory);
   const card = el("article", { class: `memory v-${validity}`, "data-memory-id": memory.id });
@@ -191,7 +199,8 @@ function memoryCard(memory, viaKey) {
     el("span", { text: `depth ${memory.depth}` }),
     memory.via_link_weight !== undefined ? el("span", { text: `link ${memory.via_link_weight}` }) : null,
     memory.hop !== undefined ? el("span", { text: memory.hop ? `hop ${memory.hop}` : "direct" }) : null,
-    el("span", { text: `id ${memory.id}` }));
+    el("span", { text: `id ${memory.id}` }),
+    ...flags(memory));
   const chips = el("div", { class: "chips" }, ...memory.keys.map((key) => {
     const classes = ["key-chip"];
     if (viaKey && key.key_id === viaKey.key_id) classes.push("here");
