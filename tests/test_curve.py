@@ -27,6 +27,7 @@ from keymem.protocol.endpoints import Endpoints
 from keymem.protocol.errors import Forbidden, NotFound
 from keymem.protocol.worker import Service, Worker
 from keymem.services import keys
+from keymem.services.cli import doctor, status
 from keymem.services.cli import main as keymem
 from keymem.services.config import ConfigError, Settings, load
 from keymem.services.router.auth import Security
@@ -34,7 +35,7 @@ from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
 from tests.full_stack import FullStack, start_services
 
-REFUSED_WAIT_MS = 1_500  # a refused handshake leaves the call unanswered until its deadline
+REFUSED_WAIT_MS = 1_500  # how long a refused peer is given to be served, or told it is not
 
 
 def free_port_pair() -> int:
@@ -114,8 +115,11 @@ def test_tcp_takes_curve_when_keys_exist_and_refuses_plain_tcp_elsewhere(tmp_pat
     with pytest.raises(ConfigError, match="keymem keys init"):
         Settings.from_config(load({"KEYMEM_TRANSPORT": "tcp"}, home=tmp_path))
     make_keys(tmp_path, ("team-a", "team-a"))
-    endpoints = Settings.from_config(load(remote, home=tmp_path)).endpoints
+    settings = Settings.from_config(load(remote, home=tmp_path))
+    endpoints = settings.endpoints
     assert endpoints.secure and endpoints.frontend == "tcp://10.213.0.1:47810"
+    (check,) = doctor._transport(settings)
+    assert check.status == "ok" and "under CURVE as client key 'local'" in check.detail
     assert endpoints.direct("embedder", 1) is None  # only the router authenticates
     with pytest.raises(ConfigError, match="keymem keys add-client nobody"):
         Settings.from_config(load({**remote, "KEYMEM_CLIENT_KEY": "nobody"}, home=tmp_path))
@@ -174,8 +178,15 @@ def test_only_a_key_for_every_namespace_may_register_a_worker(
     remote = stack.add_worker(echo_service(), keys=keys.client_keys(home, "worker-host"))
     with Client(stack.endpoints.frontend) as client:
         assert client.call("echo", "echo", {"x": 1}) == {"x": 1}
-        (listed,) = client.call("router", "stats")["services"]["echo"]["workers"]
+        services = client.call("router", "stats")["services"]
+    (listed,) = services["echo"]["workers"]
     assert (listed["address"], listed["key"]) == ("127.0.0.1", "worker-host")
+    (shown,) = status.remote_workers(services)  # what keymem status lists
+    assert (shown["service"], shown["address"], shown["key"]) == (
+        "echo",
+        "127.0.0.1",
+        "worker-host",
+    )
     assert remote.worker.identity in stack.broker.workers
 
 

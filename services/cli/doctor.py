@@ -25,7 +25,7 @@ from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.services.cli.hosts import Host, HostConfigError, hosts, is_executable
 from keymem.services.cli.status import hook_failures, window_text
-from keymem.services.config import ALL_PROGRAMS, Settings
+from keymem.services.config import ALL_PROGRAMS, CLIENT_KEY, Settings
 from keymem.services.supervision import Supervision
 
 MIN_PYTHON = (3, 11)
@@ -269,6 +269,15 @@ def _transport(settings: Settings) -> list[Check]:
     endpoints = settings.endpoints
     if endpoints.transport != "tcp":
         return [Check("transport", "ok", f"{endpoints.transport}, private to this user")]
+    if endpoints.secure:
+        return [
+            Check(
+                "transport",
+                "ok",
+                f"tcp on {endpoints.frontend} under CURVE as client key "
+                f"{settings.config[CLIENT_KEY]!r} (keymem keys list on the router's host)",
+            )
+        ]
     return [
         Check(
             "transport",

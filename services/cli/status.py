@@ -12,6 +12,7 @@ from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import ALL_PROGRAMS, Settings
 from keymem.services.identity import Identity
+from keymem.services.keys import LOCAL_CLIENT
 from keymem.services.supervision import Supervision
 
 STATS_TIMEOUT_MS = 1_000
@@ -78,7 +79,24 @@ def collect(settings: Settings) -> dict[str, Any]:
             else sum(w.get("rss_bytes", 0) for w in workers),
             "log": str(supervision.log_path(name)),
         }
+    report["remote_workers"] = remote_workers(routed)
     return report
+
+
+def remote_workers(routed: dict[str, Any]) -> list[dict[str, Any]]:
+    """Workers the router admitted under another host's CURVE key (``keymem worker``)."""
+    return [
+        {
+            "service": name,
+            "address": worker["address"],
+            "key": worker["key"],
+            "pid": worker.get("pid"),
+            "requests": worker.get("requests", 0),
+        }
+        for name, service in sorted(routed.items())
+        for worker in service.get("workers", [])
+        if worker.get("key") not in (None, LOCAL_CLIENT)
+    ]
 
 
 def hook_failures(settings: Settings, window_s: float = HOOK_FAILURE_WINDOW_S) -> dict[str, Any]:
@@ -153,6 +171,11 @@ def render(report: dict[str, Any]) -> str:
         padded = (cell.ljust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True))
         lines.append("  ".join(padded).rstrip())
     lines.extend(_shared_processes(report["services"]))
+    lines.extend(
+        f"remote {w['service']} worker at {w['address']} (key {w['key']}, pid {w['pid']}): "
+        f"{w['requests']} requests"
+        for w in report["remote_workers"]
+    )
     hook = report["hook"]
     if hook["failures"]:
         last = hook["last"] or {}
