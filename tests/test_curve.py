@@ -188,6 +188,19 @@ def test_only_a_key_for_every_namespace_may_register_a_worker(
         "worker-host",
     )
     assert remote.worker.identity in stack.broker.workers
+    revoke(home, "worker-host")
+    give_up = time.monotonic() + 5
+    while any(w.service == "echo" for w in stack.broker.workers.values()):
+        assert time.monotonic() < give_up, "a revoked worker kept serving"
+        time.sleep(0.05)
+
+
+def revoke(home: Path, name: str) -> None:
+    os.environ["KEYMEM_HOME"] = str(home)
+    try:
+        assert keymem(["keys", "revoke", name]) == 0
+    finally:
+        del os.environ["KEYMEM_HOME"]
 
 
 @pytest.fixture(scope="module")
@@ -265,11 +278,7 @@ def test_a_revoked_key_is_refused_from_its_next_message(teams: tuple[FullStack, 
     make_keys(home, ("team-c", "team-c"))  # init keeps the router keys; a new client
     with team_client(teams, "team-c") as c:
         assert c.call("memory", "counts", {"namespace": "team-c"})["memories"] == 0
-        os.environ["KEYMEM_HOME"] = str(home)
-        try:
-            assert keymem(["keys", "revoke", "team-c"]) == 0
-        finally:
-            del os.environ["KEYMEM_HOME"]
+        revoke(home, "team-c")
         give_up = time.monotonic() + 5
         while time.monotonic() < give_up:  # the router reads access.json again each beat
             try:

@@ -50,14 +50,15 @@ class AccessList:
         self.path = keys.access_path(home)
         self.home = home
         self.refused = 0
+        self.generation = 0  # counts the reloads; the broker compares it, whoever reloaded
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
         self._by_public: dict[str, ClientEntry] = {}
         self.refresh()
 
-    def refresh(self) -> bool:
-        """Read the file again if it changed; True when it did. A broken file keeps the last
-        good list (and is logged) rather than locking every client out."""
+    def refresh(self) -> None:
+        """Read the file again if it changed. A broken file keeps the last good list (and is
+        logged) rather than locking every client out."""
         try:
             status = os.stat(self.path)
             stamp = (status.st_mtime_ns, status.st_size)
@@ -65,15 +66,15 @@ class AccessList:
             stamp = (0, 0)
         with self._lock:
             if stamp == self._stamp:
-                return False
+                return
             self._stamp = stamp
             try:
                 entries = keys.read_access(self.home)
             except keys.KeyStoreError as exc:
                 log.error("keeping the previous access list: %s", exc)
-                return False
+                return
             self._by_public = {entry.public: entry for entry in entries.values()}
-            return True
+            self.generation += 1
 
     def entry(self, public: str) -> ClientEntry | None:
         return self._by_public.get(public)

@@ -134,6 +134,7 @@ class Broker:
         self._deadlines: list[tuple[int, bytes]] = []
         self._tokens = itertools.count(1)
         self._next_beat_ms = 0
+        self._access_generation = 0
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -238,12 +239,17 @@ class Broker:
 
     def _refresh_access(self) -> None:
         """Read access.json again if it changed; drop the workers whose key lost the right."""
-        if self.security is None or not self.security.access.refresh():
+        if self.security is None:
             return
+        access = self.security.access
+        access.refresh()  # the ZAP thread may have read the change first
+        if access.generation == self._access_generation:
+            return
+        self._access_generation = access.generation
         for worker in list(self.workers.values()):
             if worker.peer is None:
                 continue
-            current = self.security.access.principal_of(worker.peer)
+            current = access.principal_of(worker.peer)
             if not _may_serve(current):
                 log.warning("%s worker at %s: key revoked", worker.service, worker.peer.address)
                 self._send_worker(worker.identity, envelope.control(envelope.GOODBYE))
