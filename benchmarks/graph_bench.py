@@ -154,7 +154,12 @@ def _timed_writes(graph: GraphService, data: Synthetic) -> dict[str, Any]:
     items = [data.item() for _ in range(IN_PROCESS_WRITES)]
     memory_ids = list(graph.state.memories)[:IN_PROCESS_WRITES]
     reads = [
-        {"memory_id": m, "via_key_id": next(iter(graph.state.mem_links[m]))} for m in memory_ids
+        {
+            "memory_id": m,
+            "via_key_id": next(iter(graph.state.mem_links[m])),
+            "namespace": graph.state.memories[m].namespace,  # by id: in its namespace only
+        }
+        for m in memory_ids
     ]
     for name, method, bodies in (
         ("remember", graph.remember, items),
