@@ -25,7 +25,7 @@ BACKEND_DOMAIN = "backend"
 @dataclass(frozen=True, slots=True)
 class KeyPair:
     public: bytes  # z85, 40 bytes
-    secret: bytes | None  # z85; None when only the public half is known (a server's, to a client)
+    secret: bytes  # z85
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def connect(sock: zmq.Socket[Any], endpoint: str, keys: ClientKeys | None = None
     if keys is not None:
         sock.setsockopt(zmq.CURVE_SERVERKEY, keys.server_public)
         sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.own.public)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, keys.own.secret or b"")
+        sock.setsockopt(zmq.CURVE_SECRETKEY, keys.own.secret)
     sock.connect(endpoint)
 
 
@@ -61,8 +61,6 @@ def serve(sock: zmq.Socket[Any], server: KeyPair, domain: str) -> None:
     Set before ``bind``; inproc peers of the same socket skip the handshake (libzmq runs no
     security mechanism in-process), so the router's own threads still reach it.
     """
-    if server.secret is None:
-        raise ValueError("a CURVE server needs its secret key")
     sock.setsockopt(zmq.CURVE_SERVER, 1)
     sock.setsockopt(zmq.CURVE_PUBLICKEY, server.public)
     sock.setsockopt(zmq.CURVE_SECRETKEY, server.secret)
