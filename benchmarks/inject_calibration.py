@@ -1,13 +1,15 @@
 """Inject calibration: observe every query once, then judge it under each gate in-process.
 
     python -m benchmarks.inject_calibration FILE [FILE ...] [--variants a,b,...] [--limit N]
-        [--cache DIR]
+        [--cache DIR] [--in-process]
 
 Inject is what the hook shows unasked, so it must stay silent when the store does not hold the
 answer (``gold: []`` queries: the not-found rate) and still show a gold memory when it does.
 
 Each file is loaded into a throwaway deployment (the eval's: supervised services, the eval's
-own loader) and every query is *observed* once through an ``Inject`` in this process: the
+own loader; ``--in-process``: the recall ablation's services as threads of this process, for a
+box too loaded for a supervised embedder to keep its heartbeats while it embeds long texts) and
+every query is *observed* once through an ``Inject`` in this process: the
 hybrid-search candidates of its namespace, their matched keys and the lexicon's coverage —
 exactly what the gates judge. The observations are cached as JSON (``--cache``, one file per
 benchmark), so a sweep over gate variants (``services.memory.inject.Gate``, swapped
@@ -23,16 +25,18 @@ family's half A; keep it only if it holds on half B and on the other families.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.recall_ablation import in_process
 from keymem.protocol.client import Client
 from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
 from keymem.services.evaluation.deployment import temporary_deployment
@@ -81,19 +85,33 @@ def half_of(query: Query) -> str:
     return HALVES[hashlib.sha256(query.id.encode()).digest()[0] % 2]
 
 
-def observe_file(path: Path, limit: int | None, progress: Progress) -> dict[str, Any]:
-    """Load ``path`` into a throwaway deployment (the eval's) and observe every query once.
-
-    The services run supervised, as in production; the ``Inject`` doing the observing lives in
-    this process, so no gate ever travels over the wire.
-    """
-    benchmark = _benchmark(path, limit)
-    mode = default_key_mode(benchmark)
-    started = time.monotonic()
+@contextlib.contextmanager
+def deployment(progress: Progress, threads: bool) -> Iterator[Client]:
+    """A client of a throwaway deployment: supervised (the eval's), or the services as threads
+    of this process (``threads``)."""
+    if threads:
+        with tempfile.TemporaryDirectory(prefix="km-cal-") as home, in_process(Path(home)) as run:
+            yield run.client
+        return
     with (
         temporary_deployment(progress.note) as settings,
         Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
     ):
+        yield client
+
+
+def observe_file(
+    path: Path, limit: int | None, progress: Progress, threads: bool = False
+) -> dict[str, Any]:
+    """Load ``path`` into a throwaway deployment and observe every query once.
+
+    The services run supervised, as in production, or as threads (``threads``); the ``Inject``
+    doing the observing lives in this process, so no gate ever travels over the wire.
+    """
+    benchmark = _benchmark(path, limit)
+    mode = default_key_mode(benchmark)
+    started = time.monotonic()
+    with deployment(progress, threads) as client:
         store = load(client, benchmark, mode, progress)
         inject = Inject(Search(client))
         inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
@@ -115,13 +133,15 @@ def _benchmark(path: Path, limit: int | None) -> Benchmark:
     return benchmark.limited(limit) if limit else benchmark
 
 
-def observations(path: Path, cache: Path, limit: int | None, progress: Progress) -> dict[str, Any]:
+def observations(
+    path: Path, cache: Path, limit: int | None, progress: Progress, threads: bool = False
+) -> dict[str, Any]:
     """The cached observations of ``path`` (made now if absent)."""
     cached = cache / f"{path.stem}{f'.limit{limit}' if limit else ''}.json"
     if cached.exists():
         found: dict[str, Any] = json.loads(cached.read_text())
         return found
-    recorded = observe_file(path, limit, progress)
+    recorded = observe_file(path, limit, progress, threads)
     cache.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(recorded))
     return recorded
@@ -167,9 +187,11 @@ def table(per_variant: Mapping[str, Mapping[str, InjectResult]]) -> str:
     return "\n".join(lines)
 
 
-def calibrate(path: Path, names: Sequence[str], limit: int | None, cache: Path) -> str:
+def calibrate(
+    path: Path, names: Sequence[str], limit: int | None, cache: Path, threads: bool = False
+) -> str:
     benchmark = _benchmark(path, limit)
-    recorded = observations(path, cache, limit, Progress(sys.stderr))
+    recorded = observations(path, cache, limit, Progress(sys.stderr), threads)
     per_variant = {name: score(benchmark, recorded, VARIANTS[name]) for name in names}
     answerable = sum(1 for q in benchmark.queries if q.answerable)
     return (
@@ -185,13 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--in-process", action="store_true", help="services as threads")
     args = parser.parse_args(argv)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     for path in args.files:
-        print(calibrate(path, names, args.limit, args.cache), flush=True)
+        print(calibrate(path, names, args.limit, args.cache, args.in_process), flush=True)
     return 0
 
 
