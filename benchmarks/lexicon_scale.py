@@ -116,7 +116,10 @@ class CorpusMaker:
     def __init__(self, tokenizer: Tokenizer | None) -> None:
         self.pool = _sentence_pool()
         self.queries = _queries()
-        tokenize = tokenizer.tokenize if tokenizer is not None else lambda _: []
+
+        def tokenize(text: str) -> list[str]:
+            return tokenizer.tokenize(text) if tokenizer is not None else []
+
         self.pool_tokens = [tokenize(s) for s in self.pool]
         self.query_tokens = [tokenize(q) for q in self.queries]
 
