@@ -36,7 +36,7 @@ SCHEMA_LIMITS = {
 
 
 def tool_schemas(tmp_path: Path) -> dict[str, dict[str, Any]]:
-    backend = MemoryBackend("inproc://keymem-nowhere", tmp_path, launch_error="not started")
+    backend = MemoryBackend("inproc://keymem-nowhere", tmp_path)  # never called: schemas only
     server = build_server(backend, counts=None, provenance=Provenance("limits"), hook=False)
 
     async def listed() -> dict[str, dict[str, Any]]:
