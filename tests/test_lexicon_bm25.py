@@ -7,6 +7,7 @@ tokenizer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections import Counter
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgpack
+import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
@@ -280,3 +283,71 @@ def test_unusable_cache_is_rejected_not_crashed(
     with pytest.raises(cache.CacheInvalid):
         cache.load(path, restored, tokenizer=expected_tokenizer)
     assert len(restored) == 0
+
+
+def _rewrite_payload(path: Path, change: Any) -> None:
+    """Apply ``change`` to the cache's decoded payload and store it with a valid checksum: a
+    file a buggy writer could have made, which the checksum alone cannot catch."""
+    head = len(cache.MAGIC) + cache.CHECKSUM_BYTES
+    body = msgpack.unpackb(path.read_bytes()[head:], raw=False)
+    change(body)
+    payload = msgpack.packb(body, use_bin_type=True)
+    path.write_bytes(cache.MAGIC + hashlib.blake2b(payload, digest_size=32).digest() + payload)
+
+
+def _reverse_term_rows(body: dict[str, Any]) -> None:
+    space = body["namespaces"][0]
+    space["term_rows"] = np.frombuffer(space["term_rows"], "<i4")[::-1].tobytes()
+
+
+def _drop_a_posting(body: dict[str, Any]) -> None:
+    space = body["namespaces"][0]
+    space["term_rows"] = space["term_rows"][:-4]
+    space["term_tfs"] = space["term_tfs"][:-4]
+
+
+def _older_format(body: dict[str, Any]) -> None:
+    body["format"] = cache.CACHE_FORMAT - 1
+
+
+@pytest.mark.parametrize("change", [_reverse_term_rows, _drop_a_posting, _older_format])
+def test_cache_that_disagrees_with_itself_is_rejected(
+    tokenizer: Tokenizer, tmp_path: Path, change: Any
+) -> None:
+    path = tmp_path / cache.CACHE_FILE
+    cache.save(path, _filled(tokenizer), tokenizer="t1", epoch="e1", seq=1)
+    _rewrite_payload(path, change)
+    restored = LexiconIndex()
+    with pytest.raises(cache.CacheInvalid):
+        cache.load(path, restored, tokenizer="t1")
+    assert len(restored) == 0
+
+
+def test_index_loaded_from_cache_takes_writes_like_the_original(
+    tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    """Postings and bags read from the cache's arrays on first use; writes after a restart
+    (new, replaced and removed documents, new terms) must score as in the index that never
+    restarted."""
+    original = _filled(tokenizer)
+    path = tmp_path / cache.CACHE_FILE
+    cache.save(path, original, tokenizer="t1", epoch="e1", seq=1)
+    restored = LexiconIndex()
+    cache.load(path, restored, tokenizer="t1")
+    for lexicon in (original, restored):
+        lexicon.upsert("m0", "even", b"r", Counter(tokenizer.tokenize("서울 딸기 축제 keymem")))
+        lexicon.remove("m5")
+        lexicon.upsert("n1", "odd", b"n", Counter(tokenizer.tokenize(FIXTURE_DOCS[2])))
+    for namespace in ("even", "odd"):
+        for query in [*FIXTURE_QUERIES, "서울 축제 keymem"]:
+            terms = Counter(tokenizer.tokenize(query))
+            before, after = original.top(namespace, terms, 50), restored.top(namespace, terms, 50)
+            assert [d for d, _ in after] == [d for d, _ in before]
+            assert [s for _, s in after] == pytest.approx([s for _, s in before], abs=TOLERANCE)
+            ids = list(original.ids(namespace))
+            assert restored.coverage(namespace, terms, ids) == original.coverage(
+                namespace, terms, ids
+            )
+    assert {d: restored.namespaces["even"].terms_of(d) for d in restored.ids("even")} == {
+        d: original.namespaces["even"].terms_of(d) for d in original.ids("even")
+    }

@@ -10,11 +10,16 @@ from the graph. Writes go to a temporary file that replaces the old one atomical
 split: the serving thread only captures references (``snapshot``), and the arrays are built
 and written on another thread (``write``).
 
+Each namespace is stored twice over, document-major (the rows a later save and a compaction
+start from) and term-major (the postings queries read): a restart installs both as flat arrays
+and sorts nothing; each term's postings become objects when a query or write first touches it.
+
 Layout: ``MAGIC``, a 32-byte BLAKE2b digest of the payload, then the msgpack payload::
 
-    {"format": 1, "tokenizer": str, "epoch": str, "seq": int,
+    {"format": 2, "tokenizer": str, "epoch": str, "seq": int,
      "namespaces": [{"name", "ids", "digests", "vocab", "ptr": <i8 bytes,
-                     "tids": <i4 bytes, "tfs": <i4 bytes}]}
+                     "tids": <i4 bytes, "tfs": <i4 bytes,
+                     "term_ptr": <i8 bytes, "term_rows": <i4 bytes, "term_tfs": <i4 bytes}]}
 """
 
 from __future__ import annotations
@@ -28,9 +33,14 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from keymem.services.lexicon.index import FrozenNamespace, LexiconIndex, NamespaceCsr
+from keymem.services.lexicon.index import (
+    FrozenNamespace,
+    LexiconIndex,
+    NamespaceCsr,
+    TermColumns,
+)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 MAGIC = b"KMLEXC\x00\x01"
 CHECKSUM_BYTES = 32
 CACHE_FILE = "terms.cache"
@@ -82,6 +92,7 @@ def write(path: Path, snap: Snapshot) -> CacheInfo:
     spaces: list[dict[str, Any]] = []
     for name, frozen, digests in snap.namespaces:
         csr = frozen.to_csr()
+        columns = TermColumns.of(csr)
         spaces.append(
             {
                 "name": name,
@@ -91,6 +102,9 @@ def write(path: Path, snap: Snapshot) -> CacheInfo:
                 "ptr": csr.ptr.astype("<i8").tobytes(),
                 "tids": csr.tids.astype("<i4").tobytes(),
                 "tfs": csr.tfs.astype("<i4").tobytes(),
+                "term_ptr": columns.ptr.astype("<i8").tobytes(),
+                "term_rows": columns.rows.astype("<i4").tobytes(),
+                "term_tfs": columns.tfs.astype("<i4").tobytes(),
             }
         )
     payload: bytes = msgpack.packb(
@@ -151,7 +165,12 @@ def load(path: Path, index: LexiconIndex, *, tokenizer: str) -> CacheInfo:
                 tids=np.frombuffer(space["tids"], dtype="<i4").astype(np.int32),
                 tfs=np.frombuffer(space["tfs"], dtype="<i4").astype(np.int32),
             )
-            index.load_namespace(str(space["name"]), csr, space["digests"])
+            columns = TermColumns(
+                ptr=np.frombuffer(space["term_ptr"], dtype="<i8").astype(np.int64),
+                rows=np.frombuffer(space["term_rows"], dtype="<i4").astype(np.int32),
+                tfs=np.frombuffer(space["term_tfs"], dtype="<i4").astype(np.int32),
+            )
+            index.load_namespace(str(space["name"]), csr, space["digests"], columns)
         return CacheInfo(str(body["epoch"]), int(body["seq"]), len(index), len(raw))
     except CacheInvalid:
         index.clear()

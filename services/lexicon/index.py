@@ -155,6 +155,81 @@ class NamespaceCsr:
 
 
 @dataclass(frozen=True, slots=True)
+class TermColumns:
+    """The same documents term-major: term ``t``'s postings are rows ``rows[ptr[t]:ptr[t + 1]]``
+    (ascending) with counts ``tfs[...]``. The cache stores them so a restart needs no sort."""
+
+    ptr: npt.NDArray[np.int64]
+    rows: IntArray
+    tfs: IntArray
+
+    @classmethod
+    def of(cls, csr: NamespaceCsr) -> TermColumns:
+        rows = np.repeat(np.arange(len(csr.ids), dtype=np.int32), np.diff(csr.ptr))
+        # a stable sort of 16-bit keys is a radix sort: ~4x faster than sorting int32 keys
+        keys = csr.tids.astype(np.uint16) if len(csr.vocab) <= RADIX_SORT_MAX_TERMS else csr.tids
+        order = np.argsort(keys, kind="stable")
+        ptr = np.zeros(len(csr.vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(csr.tids, minlength=len(csr.vocab)), out=ptr[1:])
+        return cls(ptr=ptr, rows=rows[order], tfs=csr.tfs[order])
+
+    def validate(self, csr: NamespaceCsr) -> None:
+        """Raise ``ValueError`` unless these columns can be ``csr`` read term-major: one row
+        pointer per term, each term's document count and the counts' total as in ``csr``,
+        rows in range and ascending within each term."""
+        if len(self.ptr) != len(csr.vocab) + 1 or (len(self.ptr) and self.ptr[0] != 0):
+            raise ValueError("term pointer does not match the vocabulary")
+        if len(self.rows) != len(csr.tids) or len(self.tfs) != len(csr.tids):
+            raise ValueError("term columns do not match the document rows")
+        if not np.array_equal(np.diff(self.ptr), np.bincount(csr.tids, minlength=len(csr.vocab))):
+            raise ValueError("term document counts do not match the document rows")
+        if int(self.tfs.sum()) != int(csr.tfs.sum()):
+            raise ValueError("term counts do not match the document rows")
+        if len(self.rows) and (int(self.rows.min()) < 0 or int(self.rows.max()) >= len(csr.ids)):
+            raise ValueError("posting row outside the documents")
+        falls = np.flatnonzero(np.diff(self.rows) <= 0) + 1
+        if not np.isin(falls, self.ptr).all():
+            raise ValueError("postings not ascending within a term")
+
+
+class _PostingsTable:
+    """Per term id its ``_Postings`` (None once no live document has the term), made on first
+    use from term-major arrays: a restart builds no per-term objects up front."""
+
+    __slots__ = ("_base", "_made", "_size")
+
+    def __init__(self, base: TermColumns | None = None) -> None:
+        self._base = base
+        self._made: dict[int, _Postings | None] = {}
+        self._size = 0 if base is None else len(base.ptr) - 1
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, postings: _Postings | None) -> None:
+        self._made[self._size] = postings
+        self._size += 1
+
+    def __setitem__(self, tid: int, postings: _Postings | None) -> None:
+        self._made[tid] = postings
+
+    def __getitem__(self, tid: int) -> _Postings | None:
+        try:
+            return self._made[tid]
+        except KeyError:
+            pass
+        assert self._base is not None  # ids past the base were appended, so made
+        start, end = self._base.ptr[tid : tid + 2].tolist()
+        postings = (
+            _Postings(self._base.rows[start:end], self._base.tfs[start:end].astype(np.float64))
+            if end > start
+            else None
+        )
+        self._made[tid] = postings
+        return postings
+
+
+@dataclass(frozen=True, slots=True)
 class FrozenNamespace:
     ids: list[str]
     bags: list[IntArray]  # per document: row 0 term ids, row 1 counts (never mutated)
@@ -183,11 +258,15 @@ class NamespaceIndex:
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
         self.terms: list[str] = []
-        self.postings: list[_Postings | None] = []
+        self.postings = _PostingsTable()
         self.slot_ids: list[str | None] = []
         self.slot_of: dict[str, int] = {}
-        # A live slot's bag: row 0 the term ids, row 1 their counts.
+        # A live slot's bag (row 0 the term ids, row 1 their counts): slots below
+        # ``base_slots`` read theirs from ``base_pairs`` (as loaded), later ones from ``bags``.
         self.bags: dict[int, IntArray] = {}
+        self.base_slots = 0
+        self.base_pairs: IntArray = np.zeros((2, 0), dtype=np.int32)
+        self.base_ptr: list[int] = [0]
         self.doc_len: FloatArray = np.zeros(INITIAL_SLOTS, dtype=np.float64)
         self.alive: npt.NDArray[np.bool_] = np.zeros(INITIAL_SLOTS, dtype=np.bool_)
         self.n_docs = 0
@@ -234,7 +313,8 @@ class NamespaceIndex:
         slot = self.slot_of.pop(doc_id, None)
         if slot is None:
             return False
-        bag = self.bags.pop(slot)
+        bag = self._bag(slot)
+        self.bags.pop(slot, None)
         for tid in bag[0].tolist():
             postings = self.postings[tid]
             assert postings is not None
@@ -252,6 +332,11 @@ class NamespaceIndex:
         if dead_slots > max(self.n_docs, MIN_DEAD_SLOTS_TO_COMPACT):
             self.load(self.to_csr())
         return True
+
+    def _bag(self, slot: int) -> IntArray:
+        if slot < self.base_slots:
+            return self.base_pairs[:, self.base_ptr[slot] : self.base_ptr[slot + 1]]
+        return self.bags[slot]
 
     def _new_slot(self, doc_id: str) -> int:
         slot = len(self.slot_ids)
@@ -280,48 +365,39 @@ class NamespaceIndex:
         live = sorted(self.slot_of.values())
         return FrozenNamespace(
             ids=[self.slot_ids[slot] or "" for slot in live],
-            bags=[self.bags[slot] for slot in live],
+            bags=[self._bag(slot) for slot in live],
             terms=list(self.terms),
         )
 
     def to_csr(self) -> NamespaceCsr:
         return self.freeze().to_csr()
 
-    def load(self, csr: NamespaceCsr) -> None:
-        """Replace the whole namespace with ``csr`` in vectorised passes (restart, compaction)."""
+    def load(self, csr: NamespaceCsr, by_term: TermColumns | None = None) -> None:
+        """Replace the whole namespace with ``csr`` in vectorised passes (restart, compaction);
+        ``by_term`` is the same documents term-major (the cache's), else sorted here."""
         n = len(csr.ids)
         capacity = max(INITIAL_SLOTS, 2 * n)
-        row_sizes = np.diff(csr.ptr)
-        rows = np.repeat(np.arange(n, dtype=np.int32), row_sizes)
-        self.vocab = {term: tid for tid, term in enumerate(csr.vocab)}
+        rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(csr.ptr))
+        self.vocab = dict(zip(csr.vocab, range(len(csr.vocab)), strict=True))
         self.terms = list(csr.vocab)
         self.slot_ids = list[str | None](csr.ids)
-        self.slot_of = {doc_id: slot for slot, doc_id in enumerate(csr.ids)}
+        self.slot_of = dict(zip(csr.ids, range(n), strict=True))
         self.alive = np.zeros(capacity, dtype=np.bool_)
         self.alive[:n] = True
         self.doc_len = np.zeros(capacity, dtype=np.float64)
         self.doc_len[:n] = np.bincount(rows, weights=csr.tfs, minlength=n)
         self.n_docs = n
         self.total_len = int(csr.tfs.sum())
-        pairs = np.stack((csr.tids, csr.tfs))
-        bounds = csr.ptr.tolist()
-        self.bags = {slot: pairs[:, bounds[slot] : bounds[slot + 1]] for slot in range(n)}
-        # a stable sort of 16-bit keys is a radix sort: ~4x faster than sorting int32 keys
-        keys = csr.tids.astype(np.uint16) if len(csr.vocab) <= RADIX_SORT_MAX_TERMS else csr.tids
-        order = np.argsort(keys, kind="stable")
-        by_term_slots = rows[order]
-        by_term_tfs = csr.tfs[order].astype(np.float64)
-        df = np.bincount(csr.tids, minlength=len(csr.vocab))
-        ends = np.cumsum(df).tolist()
-        self.postings = []
-        start = 0
-        for end in ends:
-            self.postings.append(
-                _Postings(by_term_slots[start:end], by_term_tfs[start:end]) if end > start else None
-            )
-            start = end
-        values, counts = np.unique(df[df > 0], return_counts=True)
-        self.df_hist = dict(zip(values.tolist(), counts.tolist(), strict=True))
+        self.bags = {}
+        self.base_slots = n
+        self.base_pairs = np.stack((csr.tids, csr.tfs))
+        self.base_ptr = csr.ptr.tolist()
+        columns = TermColumns.of(csr) if by_term is None else by_term
+        self.postings = _PostingsTable(columns)
+        terms_per_df = np.bincount(np.diff(columns.ptr))
+        terms_per_df[:1] = 0  # a term no live document has is not in the histogram
+        dfs = np.flatnonzero(terms_per_df)
+        self.df_hist = dict(zip(dfs.tolist(), terms_per_df[dfs].tolist(), strict=True))
         self._average_idf = None
 
     # -- scoring -------------------------------------------------------------------------------
@@ -463,7 +539,7 @@ class NamespaceIndex:
             if slot is None:
                 shares.append(None)
                 continue
-            present = sum(weights.get(tid, 0.0) for tid in self.bags[slot][0].tolist())
+            present = sum(weights.get(tid, 0.0) for tid in self._bag(slot)[0].tolist())
             shares.append(present / total if total > 0 else 0.0)
         return shares
 
@@ -481,7 +557,7 @@ class NamespaceIndex:
         slot = self.slot_of.get(doc_id)
         if slot is None:
             return {}
-        tids, tfs = self.bags[slot].tolist()
+        tids, tfs = self._bag(slot).tolist()
         return {self.terms[tid]: tf for tid, tf in zip(tids, tfs, strict=True)}
 
     def vocabulary_size(self) -> int:
@@ -540,15 +616,23 @@ class LexiconIndex:
         space = self.namespaces.get(namespace)
         return () if space is None else space.slot_of.keys()
 
-    def load_namespace(self, namespace: str, csr: NamespaceCsr, digests: Sequence[bytes]) -> None:
+    def load_namespace(
+        self,
+        namespace: str,
+        csr: NamespaceCsr,
+        digests: Sequence[bytes],
+        by_term: TermColumns | None = None,
+    ) -> None:
         """Install a whole namespace (from the cache); ``ValueError`` if it does not fit."""
         csr.validate()
+        if by_term is not None:
+            by_term.validate(csr)
         if len(digests) != len(csr.ids):
             raise ValueError("digest count does not match the document count")
         if namespace in self.namespaces or not self.namespace_of.keys().isdisjoint(csr.ids):
             raise ValueError(f"namespace {namespace!r} overlaps documents already loaded")
         space = NamespaceIndex()
-        space.load(csr)
+        space.load(csr, by_term)
         if space.n_docs:
             self.namespaces[namespace] = space
         self.namespace_of.update(zip(csr.ids, repeat(namespace)))
