@@ -1,9 +1,9 @@
 """Each service's documented method table lists exactly the methods it serves.
 
 The served side is what the router learned from each worker's registration (``router.stats``)
-in a whole in-process keymem, and the router's own methods (listed there too); the documented side is the first column of the ``| method |``
-tables in the service's section of docs/. ``ping`` and ``stats`` are every worker's built-ins,
-documented once in docs/PROTOCOL.md.
+in a whole in-process keymem, and the router's own methods (listed there too); the documented
+side is the first column of the ``| method |`` tables in the service's section of docs/.
+``ping`` and ``stats`` are every worker's built-ins, documented once in docs/PROTOCOL.md.
 """
 
 from __future__ import annotations
