@@ -1,9 +1,12 @@
 """Does sleep lower recall? ``keymem eval``'s keymem row before and after a sleep pass.
 
     nice -n 10 python -m benchmarks.sleep_eval FILE [FILE ...] [--k 2,5,10] [--json]
+        [--in-process]
 
 For each benchmark file (docs/EVAL.md; e.g. /work/shared/data/locomo_agentkeys.dev.json and
-hotpot_pooled.dev.json) it starts a throwaway deployment as ``keymem eval`` does, loads the file
+hotpot_pooled.dev.json) it starts a throwaway deployment as ``keymem eval`` does (or, with
+``--in-process``, the services as threads of this process: on a box too loaded for a
+supervised embedder to keep its heartbeats while it embeds the file), loads the file
 with its richest keys, scores hybrid recall over every answerable query, runs a sleep pass
 through the graph service (the ``sleep`` method ``keymem sleep`` calls), and scores the same
 queries again on the same store. The goal (issue 16): every figure after within 0.01 of before,
@@ -19,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.inject_calibration import deployment
 from keymem.protocol.client import Client
 from keymem.services.evaluation.dataset import Benchmark, load_benchmark
-from keymem.services.evaluation.deployment import temporary_deployment
 from keymem.services.evaluation.loader import default_key_mode, load
 from keymem.services.evaluation.metrics import ScoreSheet
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.recall import KeymemRecall
-from keymem.services.evaluation.runner import CLIENT_TIMEOUT_MS, MethodResult, parse_ks
+from keymem.services.evaluation.runner import MethodResult, parse_ks
 
 POLL_INTERVAL_S = 0.5
 TOLERANCE = 0.01  # recall may drop at most this much
@@ -56,14 +59,12 @@ def worst_drop(before: dict[str, Any], after: dict[str, Any]) -> float:
     return float(max(drops))
 
 
-def run_file(path: Path, ks: tuple[int, ...]) -> dict[str, Any]:
+def run_file(path: Path, ks: tuple[int, ...], threads: bool) -> dict[str, Any]:
     benchmark = load_benchmark(path)
     mode = default_key_mode(benchmark)
-    with (
-        temporary_deployment(lambda note: print(note, file=sys.stderr)) as settings,
-        Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
-    ):
-        store = load(client, benchmark, mode, Progress(None))
+    progress = Progress(sys.stderr)
+    with deployment(progress, threads) as client:
+        store = load(client, benchmark, mode, progress)
         recall = KeymemRecall(client, store, max(ks))
         before = score(benchmark, recall, ks)
         slept = sleep_now(client)
@@ -86,8 +87,9 @@ def main() -> int:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--k", default="2,5,10")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--in-process", action="store_true", help="services as threads")
     args = parser.parse_args()
-    results = [run_file(path, parse_ks(args.k)) for path in args.files]
+    results = [run_file(path, parse_ks(args.k), args.in_process) for path in args.files]
     print(json.dumps(results, indent=None if args.json else 2))
     return 0 if all(r["within_tolerance"] for r in results) else 1
 
