@@ -69,6 +69,12 @@ def secured(home: Path) -> bool:
     return (keys_dir(home) / f"{SERVER_NAME}{PUBLIC_SUFFIX}").is_file()
 
 
+def router_elsewhere(home: Path) -> bool:
+    """Whether this host is a CURVE client of a router on another host: it holds the router's
+    public key but not its secret (``keymem keys init`` ran elsewhere)."""
+    return secured(home) and not (keys_dir(home) / f"{SERVER_NAME}{SECRET_SUFFIX}").is_file()
+
+
 def server_pair(home: Path) -> KeyPair:
     """The router's key pair (only the router's host has its secret half)."""
     path = keys_dir(home) / f"{SERVER_NAME}{SECRET_SUFFIX}"

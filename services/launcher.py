@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import BadRequest, KeymemError
+from keymem.protocol.errors import BadRequest, ErrorCode, KeymemError, is_transient
+from keymem.services import keys
 from keymem.services.config import AUTO_MIGRATE, UP_TIMEOUT_S, Settings
 from keymem.services.identity import Identity, this_install
 from keymem.services.memory.migration import migrate_if_needed, spaces
@@ -70,8 +71,10 @@ def ensure_up(
     ``SupervisionError`` (a ``ModelMismatch`` for the model check) with a message naming the
     log to read; a keymem error during the model check is wrapped.
     """
-    supervision = Supervision(settings)
     begun = time.monotonic()
+    if settings.endpoints.secure and keys.router_elsewhere(settings.home):
+        return _reach_remote_router(settings, timeout_s, begun)
+    supervision = Supervision(settings)
     with supervision.lock():
         if restart:
             supervision.shutdown()
@@ -110,6 +113,24 @@ def ensure_up(
                 f"see {supervision.log_path('router')}"
             ) from exc
     return Launch(started, time.monotonic() - begun, differences, replaced)
+
+
+def _reach_remote_router(settings: Settings, timeout_s: float | None, begun: float) -> Launch:
+    """A front end on another host than the router starts nothing: it waits (bounded) until
+    the router's ``memory`` service answers under this host's key."""
+    timeout_s = settings.config[UP_TIMEOUT_S] if timeout_s is None else timeout_s
+    last: KeymemError | None = None
+    with Client(settings.endpoints.frontend, timeout_ms=PING_TIMEOUT_MS) as client:
+        while time.monotonic() - begun < timeout_s:
+            try:
+                client.call("memory", "ping")
+                return Launch(False, time.monotonic() - begun, [])
+            except KeymemError as exc:
+                last = exc
+                if not is_transient(exc) and exc.code != ErrorCode.TIMEOUT:
+                    break
+                time.sleep(IDENTITY_POLL_S)
+    raise SupervisionError(f"the router at {settings.endpoints.frontend} did not answer: {last}")
 
 
 def _other_keymem(settings: Settings, here: Identity, timeout_s: float | None) -> Identity | None:

@@ -132,3 +132,69 @@ def test_a_remote_worker_killed_or_cut_off_under_load_loses_no_request() -> None
         cut_off = load_during(net, lambda: subprocess.run(cut, check=True, timeout=30))
         assert_nothing_lost(cut_off)
         assert [w["key"] for w in wait_for_embedders(net, 1)] == ["local"]
+
+
+REMEMBER = """
+import json, sys
+from keymem.protocol.client import Client
+from keymem.services.config import Settings
+with Client(Settings.from_env().endpoints.frontend, timeout_ms=30_000) as client:
+    body = {"content": sys.argv[1], "keys": sys.argv[2].split(","), "namespace": sys.argv[3]}
+    print(json.dumps(client.call("memory", "remember", body)))
+"""
+VAULT = "The staging vault passphrase rotates every Monday at 09:00"
+UP_TIMEOUT_S = 900.0
+
+
+def hook_context(client: Host, key: str, project: str) -> str:
+    """What the real hook prints on the client host for a prompt in ``project``."""
+    payload = {"hook_event_name": "UserPromptSubmit", "cwd": project, "session_id": "s1",
+               "prompt": "when does the staging vault passphrase rotate?"}  # fmt: skip
+    completed = subprocess.run(
+        ["ip", "netns", "exec", client.name, PYTHON, "-m", "keymem.hooks.prompt_submit"],
+        input=json.dumps(payload).encode(),
+        env={**client.env, "KEYMEM_CLIENT_KEY": key, "KEYMEM_HOOK_TIMEOUT_MS": "10000"},
+        capture_output=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0
+    return completed.stdout.decode()
+
+
+@pytest.mark.slow
+def test_a_front_end_on_another_host_reads_its_teams_namespace_only() -> None:
+    with hosts() as net:
+        router, client = net[ROUTER], net[CLIENT]
+        router.keymem("keys", "init")
+        teams = {"team-a": "team-a", "team-b": "team-b"}
+        (client.home / "keys" / "clients").mkdir(parents=True, mode=0o700)
+        (client.home / "keys" / "server.key").write_bytes(
+            (router.home / "keys" / "server.key").read_bytes()
+        )
+        for name, namespaces in teams.items():
+            router.keymem("keys", "add-client", name, "--namespaces", namespaces)
+            secret = router.home / "keys" / "clients" / f"{name}.key_secret"
+            (client.home / "keys" / "clients" / secret.name).write_bytes(secret.read_bytes())
+        try:
+            router.python("-m", "keymem.services.cli", "up", timeout_s=UP_TIMEOUT_S)
+            team_a = {**client.env, "KEYMEM_CLIENT_KEY": "team-a"}
+            client.env = team_a
+            # A launcher on a client host starts nothing: it finds the remote router.
+            assert "already running" in client.keymem("up")
+            saved = json.loads(client.python("-c", REMEMBER, VAULT, "staging vault", "team-a"))
+            project = client.home / "shop"
+            project.mkdir()
+            (client.home / "namespaces.json").write_text(json.dumps({str(project): "team-a"}))
+            give_up = time.monotonic() + 60  # the lexicon indexes the write from the feed
+            while saved["saved"] not in (context := hook_context(client, "team-a", str(project))):
+                assert time.monotonic() < give_up, context
+                time.sleep(1)
+            assert "passphrase" in context
+            assert hook_context(client, "team-b", str(project)) == ""  # forbidden: silent
+        finally:
+            subprocess.run(
+                ["ip", "netns", "exec", router.name, PYTHON, "-m", "keymem.services.cli", "down"],
+                env=router.env,
+                capture_output=True,
+                timeout=180,
+            )

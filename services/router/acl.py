@@ -1,7 +1,8 @@
 """Namespace access: what a client key restricted to some namespaces may ask the router.
 
 A restricted key (``keymem keys add-client NAME --namespaces a,b``) may call the ``memory``
-service and the router's ``ping`` and ``version``, nothing else: the model services and the
+service (``ping`` too: a front end waits for it) and the router's ``ping`` and ``version``,
+nothing else: the model services and the
 graph would let it reach around the memory service. Every namespace a ``memory`` request names
 must match one of the key's patterns (a name, or a prefix ending in ``*``):
 
@@ -29,7 +30,8 @@ from keymem.services.scope import DEFAULT_NAMESPACE
 
 MEMORY_SERVICE = "memory"
 ROUTER_SERVICE = "router"
-OPEN_ROUTER_METHODS = frozenset({"ping", "version"})
+PING = "ping"
+OPEN_ROUTER_METHODS = frozenset({PING, "version"})
 
 
 def confine(request: envelope.Request, entry: ClientEntry) -> envelope.Request:
@@ -39,6 +41,8 @@ def confine(request: envelope.Request, entry: ClientEntry) -> envelope.Request:
     if patterns is None:
         return request
     if request.service == ROUTER_SERVICE and request.method in OPEN_ROUTER_METHODS:
+        return request
+    if request.service == MEMORY_SERVICE and request.method == PING:
         return request
     if request.service != MEMORY_SERVICE:
         raise Forbidden(f"client {entry.name!r} may call only the memory service")
