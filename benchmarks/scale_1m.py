@@ -1,0 +1,268 @@
+"""How one machine's figures grow with the store: 10k -> 100k -> 1M memories, in one run per size.
+
+    python -m benchmarks.scale_1m --memories 10000 100000 1000000 [--stores /tmp/km-scale]
+        [--seconds 10] [--hook-runs 20] [--mcp-calls 100] [--out docs/scaling]
+
+For each size it builds (once; kept under ``--stores`` and copied for every run, since the
+build is the expensive part) the synthetic store of ``benchmarks.graph_bench`` through the
+graph's durable ``remember_batch`` in batches of 200, starts the real deployment on a copy
+(`keymem up`: its model check re-embeds every key with the default embedder, the lexicon
+indexes every memory), and measures:
+
+- hybrid search (`memory.search`, rerank on) p50/p99 warm, and the lexicon's own query time;
+- the hook round trip p50/p95 (spawned as a host does);
+- the MCP tools over stdio (`keymem mcp` spawned by the SDK's client): `recall` p50, and
+  durable `remember` from one sequential client (memories/s) and `remember_batch` of 100;
+- memory per process (RSS and PSS), the DuckDB file size;
+- a lexicon worker's restart (kill -9 to every document indexed again, from its cache);
+- `keymem down` then `keymem up` to ready, and to the lexicon serving every document.
+
+It prints a table and writes ``scale.json`` and ``scale.png`` (one panel per figure against the
+store size, log-log) into ``--out``. Run it nice'd: the box is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+from mcp import Client as McpClient
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from benchmarks.deployment import BenchHome, bench_home
+from benchmarks.footprint import memory_mb
+from benchmarks.graph_bench import Synthetic, build
+from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop, _wait_indexed
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.protocol.errors import KeymemError
+from keymem.store.database import graph_path
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # after the backend is chosen
+
+UP_TIMEOUT_S = "1800"
+MCP_BATCH = 100
+LEXICON_QUERIES = 300
+POLL_S = 0.05
+RESTART_GIVE_UP_S = 900.0
+
+
+def _pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 3)
+
+
+def ensure_store(stores: Path, memories: int) -> tuple[Path, dict[str, Any]]:
+    """The built store of this size (built now if missing) and its build report."""
+    home = stores / f"store-{memories}"
+    report = home / "build.json"
+    if not report.exists():
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        report.write_text(json.dumps(build(home, Synthetic(memories), memories)))
+    return graph_path(home), json.loads(report.read_text())
+
+
+def _lexicon_queries(client: Client, queries: list[dict[str, Any]]) -> dict[str, float]:
+    samples = []
+    for i in range(LEXICON_QUERIES):
+        body = {**queries[i % len(queries)], "top_n": 10}
+        started = time.perf_counter()
+        client.call("lexicon", "search", body, timeout_ms=10_000)
+        samples.append((time.perf_counter() - started) * 1000)
+    return {"p50_ms": _pct(samples, 50), "p99_ms": _pct(samples, 99)}
+
+
+def _indexed_by_new_worker(client: Client, old_pid: int, memories: int) -> None:
+    """Wait until a lexicon worker other than ``old_pid`` serves every memory."""
+    started = time.monotonic()
+    while time.monotonic() - started < RESTART_GIVE_UP_S:
+        try:
+            if client.call("lexicon", "ping", timeout_ms=1_000)["pid"] != old_pid:
+                stats = client.call("lexicon", "index_stats", timeout_ms=2_000)
+                if stats["documents"] >= memories and stats["sync"]["phase"] == "live":
+                    return
+        except KeymemError:
+            pass
+        time.sleep(POLL_S)
+    raise TimeoutError("the lexicon did not come back with every memory")
+
+
+def lexicon_restart(client: Client, memories: int) -> float:
+    """kill -9 of the lexicon's worker to a new worker serving every memory (its cache)."""
+    old_pid = client.call("lexicon", "ping")["pid"]
+    started = time.perf_counter()
+    os.kill(old_pid, signal.SIGKILL)
+    _indexed_by_new_worker(client, old_pid, memories)
+    return round(time.perf_counter() - started, 2)
+
+
+async def _mcp(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "keymem.services.cli", "mcp"], env=deployment.env
+    )
+    queries = [data.query() for _ in range(calls)]
+    items = [
+        {k: v for k, v in data.item().items() if k != "key_vectors"}
+        for _ in range(calls + MCP_BATCH * 3)
+    ]
+    with tempfile.TemporaryFile("w+") as errlog:
+        async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
+
+            async def timed(tool: str, args: dict[str, Any]) -> float:
+                started = time.perf_counter()
+                result = await mcp.call_tool(tool, args)
+                if result.is_error:
+                    raise RuntimeError(f"{tool}: {result.content}")
+                return time.perf_counter() - started
+
+            await timed("recall", {"query": queries[0]["text"]})  # the session's first call
+            recall = [
+                await timed("recall", {"query": q["text"], "namespace": q["namespace"]})
+                for q in queries
+            ]
+            remember = [await timed("remember", item) for item in items[:calls]]
+            batches = [
+                await timed("remember_batch", {"items": items[calls + i : calls + i + MCP_BATCH]})
+                for i in range(0, MCP_BATCH * 3, MCP_BATCH)
+            ]
+    return {
+        "recall": {"p50_ms": _pct([s * 1000 for s in recall], 50)},
+        "remember_1_client_per_s": round(len(remember) / sum(remember), 1),
+        "remember_p50_ms": _pct([s * 1000 for s in remember], 50),
+        "remember_batch_100_per_s": round(MCP_BATCH * len(batches) / sum(batches), 1),
+    }
+
+
+def _up(deployment: BenchHome) -> float:
+    started = time.perf_counter()
+    deployment.keymem("up", "--timeout", UP_TIMEOUT_S)
+    return round(time.perf_counter() - started, 2)
+
+
+def measure(
+    memories: int, stores: Path, seconds: float, hook_runs: int, mcp_calls: int
+) -> dict[str, Any]:
+    store, built = ensure_store(stores, memories)
+    data = Synthetic(memories, seed=memories)  # another stream than the build's
+    with bench_home("km-sc-") as deployment:
+        deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS  # the re-embedding's long calls
+        shutil.copy(store, graph_path(deployment.home))
+        report: dict[str, Any] = {"memories": memories, "store": built}
+        report["up_with_reembedding_s"] = _up(deployment)
+        endpoints = ipc_endpoints(deployment.home)
+        with Client(endpoints.frontend) as client:
+            report["lexicon_first_index_s"] = round(_wait_indexed(client, built["memories"]), 1)
+            queries = _queries(data)
+            for query in queries:  # each query's pool once, as recall_bench does
+                client.call("memory", "search", query, timeout_ms=10_000)
+            report["search"] = _search_loop(client, queries, seconds, rerank=True)
+            report["lexicon_query"] = _lexicon_queries(client, queries)
+        report["hook"] = _hook(deployment.home, deployment.env, queries, hook_runs)["hook"]
+        report["mcp"] = asyncio.run(_mcp(deployment, data, mcp_calls))
+        report["memory"] = memory_mb(deployment)
+        with Client(endpoints.frontend) as client:
+            report["lexicon_restart_s"] = lexicon_restart(client, built["memories"])
+        deployment.keymem("down")
+        report["file_mb"] = round(
+            sum(p.stat().st_size for p in deployment.home.glob("graph.duckdb*")) / 2**20, 1
+        )
+        report["up_s"] = _up(deployment)
+        with Client(endpoints.frontend) as client:
+            started = time.perf_counter()
+            _wait_indexed(client, built["memories"])
+            report["up_to_lexicon_ready_s"] = round(
+                report["up_s"] + time.perf_counter() - started, 2
+            )
+        report["load_average"] = [round(x, 1) for x in os.getloadavg()]
+    return report
+
+
+FIGURES: tuple[tuple[str, str, Any], ...] = (
+    ("search p50 ms", "ms", lambda r: r["search"]["round_trip"]["p50_ms"]),
+    ("search p99 ms", "ms", lambda r: r["search"]["round_trip"]["p99_ms"]),
+    ("hook p50 ms", "ms", lambda r: r["hook"]["p50_ms"]),
+    ("hook p95 ms", "ms", lambda r: r["hook"]["p95_ms"]),
+    ("MCP recall p50 ms", "ms", lambda r: r["mcp"]["recall"]["p50_ms"]),
+    ("MCP remember, 1 client /s", "/s", lambda r: r["mcp"]["remember_1_client_per_s"]),
+    ("MCP remember_batch 100 /s", "/s", lambda r: r["mcp"]["remember_batch_100_per_s"]),
+    ("lexicon query p50 ms", "ms", lambda r: r["lexicon_query"]["p50_ms"]),
+    ("lexicon restart s", "s", lambda r: r["lexicon_restart_s"]),
+    ("keymem up s", "s", lambda r: r["up_s"]),
+    ("up to lexicon ready s", "s", lambda r: r["up_to_lexicon_ready_s"]),
+    ("RSS total MB", "MB", lambda r: r["memory"]["rss_total_mb"]),
+    ("PSS total MB", "MB", lambda r: r["memory"]["pss_total_mb"]),
+    ("DuckDB file MB", "MB", lambda r: r["file_mb"]),
+)
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| figure | " + " | ".join(f"{r['memories']:,}" for r in rows) + " |",
+        "|---|" + "---:|" * len(rows),
+    ]
+    for label, _, read in FIGURES:
+        lines.append(f"| {label} | " + " | ".join(f"{read(r):,}" for r in rows) + " |")
+    for r in rows:
+        per = ", ".join(
+            f"{p['program']} {p['rss_mb']:.0f}/{p['pss_mb']:.0f}" for p in r["memory"]["processes"]
+        )
+        lines.append(
+            f"\n{r['memories']:,}: RSS/PSS MB per process: {per}; load {r['load_average']}"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    sizes = [r["memories"] for r in rows]
+    columns = 4
+    count = len(FIGURES)
+    fig, axes = plt.subplots(-(-count // columns), columns, figsize=(16, 12))
+    for ax, (label, unit, read) in zip(axes.flat, FIGURES, strict=False):
+        ax.plot(sizes, [read(r) for r in rows], marker="o")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("memories")
+        ax.set_ylabel(unit)
+    for ax in list(axes.flat)[count:]:
+        ax.axis("off")
+    fig.suptitle("keymem on one 2-core machine (shared, loaded): figures against store size")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--memories", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--stores", type=Path, default=Path("/tmp/km-scale"))
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--hook-runs", type=int, default=20)
+    parser.add_argument("--mcp-calls", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=Path("docs/scaling"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for memories in args.memories:
+        rows.append(measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        (args.out / "scale.json").write_text(json.dumps(rows, indent=1))
+        plot(rows, args.out / "scale.png")
+    print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
