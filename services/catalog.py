@@ -3,8 +3,8 @@
 A service process imports only its own module (each builder imports it when called): a
 worker restarted after a crash pays for its own model and libraries, not for every other
 service's (kill-to-answer time, docs/RELIABILITY.md). A service in ``PRELOADERS`` runs as a
-parent that loads its model once and forks the worker (services/prefork.py): its ``preload``
-returns what builds the service in the forked child. ``placement`` says which supervised
+parent that loads its model or libraries once and forks the worker (services/prefork.py): its
+``preload`` returns what builds the service in the forked child. ``placement`` says which supervised
 program runs which services: one each, except the embedder and the reranker sharing a process
 and its model (services/shared_model.py) when they use the same one.
 """
@@ -40,9 +40,11 @@ def _preloader(name: str) -> Callable[[Settings], Callable[[], Service]]:
     return preload
 
 
-# The lexicon's start is Kiwi's model load (seconds); its index is rebuilt in the child.
+# The lexicon's start is Kiwi's model load (seconds); its index is rebuilt in the child. The
+# graph's is importing duckdb, numpy and its modules (seconds on a loaded machine); the child
+# opens the file and loads the graph from it.
 PRELOADERS: dict[str, Callable[[Settings], Callable[[], Service]]] = {
-    "lexicon": _preloader("lexicon")
+    name: _preloader(name) for name in ("lexicon", "graph")
 }
 
 

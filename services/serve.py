@@ -81,7 +81,7 @@ def _run(name: str, settings: Settings, stop: threading.Event) -> int:
         run_router(settings, stop)
         return 0
     if name in PRELOADERS:
-        build = PRELOADERS[name](settings)  # the model, loaded once for every forked worker
+        build = PRELOADERS[name](settings)  # loaded once for every forked worker
         return prefork.run(
             lambda child_stop: _configured(
                 name, lambda: _serve_workers(settings, [build()], child_stop)

@@ -6,6 +6,6 @@ docs/GRAPH.md. It stays one worker (invariant 1: one writer).
 
 from __future__ import annotations
 
-from keymem.services.graph.service import GraphService, build, make_service
+from keymem.services.graph.service import GraphService, build, make_service, preload
 
-__all__ = ["GraphService", "build", "make_service"]
+__all__ = ["GraphService", "build", "make_service", "preload"]

@@ -56,7 +56,7 @@ from keymem.services.graph.state import GraphState
 from keymem.services.journal import Journal
 from keymem.store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
 from keymem.store.changes import Changes
-from keymem.store.database import GraphStore, disk_full, graph_path
+from keymem.store.database import GraphStore, StoreLocked, disk_full, graph_path
 
 log = logging.getLogger("keymem.graph")
 
@@ -131,6 +131,10 @@ MAINTENANCE_INTERVAL_S = 3_600.0
 BACKUP_WAIT_AT_STOP_S = 120.0
 SLEEP_CHECK_INTERVAL_S = 60.0  # how often the schedule is looked at
 SECONDS_PER_HOUR = 3_600.0
+# How long a starting graph waits for the file's lock (a worker that lost its parent closes
+# it within a second or so), and how often it tries.
+LOCK_WAIT_S = 15.0
+LOCK_RETRY_S = 0.05
 
 
 class GraphService:
@@ -643,16 +647,43 @@ class GraphService:
 
 
 def build(settings: Settings) -> Service:
+    return preload(settings)()
+
+
+def preload(settings: Settings) -> Callable[[], Service]:
+    """Everything a graph worker needs but its file, and what opens the file in the worker.
+
+    A supervised graph is a parent that has imported duckdb, numpy and these modules (most of
+    a cold start) and forks the worker that serves (services/prefork.py). The parent never
+    opens the file, so the worker it forks is the only process that holds the file's lock.
+    """
     # The graph's numpy work is matrix-vector products over at most ~100k rows: one BLAS
     # thread does it in a few ms, while a BLAS pool spinning on a shared 2-core box stalls
-    # the serving loop (a 36 ms p99 of match_keys with the pool: docs/history/).
+    # the serving loop (a 36 ms p99 of match_keys with the pool: docs/history/). A forked
+    # worker inherits the limit.
     threadpool_limits(limits=BLAS_THREADS)
-    graph = GraphService(
-        graph_path(settings.home),
-        key_profile_of(settings.config),
-        settings.config[cfg.SLEEP_INTERVAL_H],
-    )
-    return make_service(graph)
+    path = graph_path(settings.home)
+    key_profile = key_profile_of(settings.config)
+    sleep_interval_h = settings.config[cfg.SLEEP_INTERVAL_H]
+    return lambda: make_service(_open_when_free(path, key_profile, sleep_interval_h))
+
+
+def _open_when_free(path: Path, key_profile: KeyProfile, sleep_interval_h: float) -> GraphService:
+    """The graph on ``path``, waiting up to ``LOCK_WAIT_S`` for another process to let go of
+    the file: a worker whose parent was killed stops once it notices and closes the file
+    while the restarted parent's new worker is already starting."""
+    give_up = time.monotonic() + LOCK_WAIT_S
+    waiting = False
+    while True:
+        try:
+            return GraphService(path, key_profile, sleep_interval_h)
+        except StoreLocked:
+            if time.monotonic() >= give_up:
+                raise
+            if not waiting:
+                log.warning("%s is held by another process; waiting for it", path)
+                waiting = True
+            time.sleep(LOCK_RETRY_S)
 
 
 def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INTERVAL_S) -> Service:
