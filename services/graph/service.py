@@ -10,6 +10,7 @@ It stays one worker (invariant 1: one writer).
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import time
 from collections.abc import Callable
@@ -131,6 +132,9 @@ MAINTENANCE_INTERVAL_S = 3_600.0
 BACKUP_WAIT_AT_STOP_S = 120.0
 SLEEP_CHECK_INTERVAL_S = 60.0  # how often the schedule is looked at
 SECONDS_PER_HOUR = 3_600.0
+# Modules imported on first use rather than at import: by duckdb's first fetchnumpy (the load)
+# and by the worker's first heartbeat. A prefork parent imports them before it forks.
+FIRST_USE_MODULES = ("numpy.ma", "psutil")
 # How long a starting graph waits for the file's lock (a worker that lost its parent closes
 # it within a second or so), and how often it tries.
 LOCK_WAIT_S = 15.0
@@ -662,6 +666,8 @@ def preload(settings: Settings) -> Callable[[], Service]:
     # the serving loop (a 36 ms p99 of match_keys with the pool: docs/history/). A forked
     # worker inherits the limit.
     threadpool_limits(limits=BLAS_THREADS)
+    for module in FIRST_USE_MODULES:
+        importlib.import_module(module)
     path = graph_path(settings.home)
     key_profile = key_profile_of(settings.config)
     sleep_interval_h = settings.config[cfg.SLEEP_INTERVAL_H]
