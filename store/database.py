@@ -567,6 +567,13 @@ class GraphStore:
     def checkpoint(self) -> None:
         self.conn.execute("CHECKPOINT")
 
+    def wal_bytes(self) -> int:
+        """The size of the write-ahead log the next open replays (0 when there is none)."""
+        try:
+            return Path(f"{self.path}.wal").stat().st_size
+        except FileNotFoundError:
+            return 0
+
     def close(self) -> None:
         """Checkpoint and close; closing twice is harmless."""
         if self.closed:

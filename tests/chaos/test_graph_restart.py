@@ -24,12 +24,13 @@ from keymem.protocol.client import Client, with_idempotency_key
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import Settings, load
-from keymem.services.graph import preload, service
+from keymem.services.graph import GraphService, preload, service
 from keymem.services.graph.requests import MAX_IDS_PER_REQUEST
 from keymem.store.database import StoreLocked, graph_path
 from tests.chaos.harness import NAMESPACE as LOAD_NAMESPACE
 from tests.chaos.harness import RECOVERY_TARGET_S, Load
 from tests.supervised import Deployment, deployment_env
+from tests.vectors import remember_body
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -42,6 +43,7 @@ WRITERS = 2
 SAVED_BEFORE_KILL = 10
 HOLD_S = 1.0
 SHORT_LOCK_WAIT_S = 0.3
+STEADY_WRITES_MAX = 2_000
 
 # Another process holding the graph file (as a worker that lost its parent does while it
 # closes), for ``argv[2]`` seconds once it says so.
@@ -204,3 +206,26 @@ def test_a_file_held_past_the_wait_is_a_typed_error(
     monkeypatch.setattr(service, "LOCK_WAIT_S", SHORT_LOCK_WAIT_S)
     with pytest.raises(StoreLocked):
         preload(settings)()
+
+
+def test_steady_writes_keep_the_log_a_restart_replays_small(tmp_path: Path) -> None:
+    """Writes that never leave the graph idle are still checkpointed once the write-ahead log
+    is large, so a kill -9 under load leaves little to replay at the next start."""
+    graph = GraphService(graph_path(tmp_path))
+    saved = []
+    try:
+        for n in range(STEADY_WRITES_MAX):
+            body = remember_body(f"steady write {n}", ["steady writes", f"writer {n % 4}"])
+            saved.append(graph.remember(body)["saved"])
+            if graph.store.wal_bytes() >= service.WAL_CHECKPOINT_BYTES:
+                break
+        assert graph.store.wal_bytes() >= service.WAL_CHECKPOINT_BYTES, "the log never grew"
+        graph.checkpoint_due()  # as the worker's timer calls it, the last write just now
+        assert graph.store.wal_bytes() < service.WAL_CHECKPOINT_BYTES
+    finally:
+        graph.close()
+    reopened = GraphService(graph_path(tmp_path))
+    try:
+        assert reopened.get_memories({"ids": saved})["missing"] == []
+    finally:
+        reopened.close()
