@@ -316,3 +316,17 @@ def test_the_shipped_host_files_are_what_install_writes_with_bare_commands(home:
     assert codex_toml == written(codex_servers)
     assert read_json(shipped / "codex" / "hooks.json") == written(codex_hooks)
     assert read_json(shipped / "claude-desktop" / "claude_desktop_config.json") == written(desktop)
+
+
+def test_the_hosts_own_folder_variables_move_where_install_writes(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claude, codex = home / "claude-elsewhere", home / "codex-elsewhere"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
+    monkeypatch.setenv("CODEX_HOME", str(codex))
+    assert install("claude-code") == 0 and install("codex") == 0
+    assert SERVER_NAME in read_json(claude / ".claude.json")["mcpServers"]
+    for event in HOOK_EVENTS:
+        assert len(keymem_handlers(read_json(claude / "settings.json"), event)) == 1
+    assert SERVER_NAME in tomllib.loads((codex / "config.toml").read_text())["mcp_servers"]
+    assert not (home / ".claude.json").exists() and not (home / ".codex").exists()

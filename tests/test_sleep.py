@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from keymem.protocol.errors import BadRequest
+from keymem.services import config as cfg
 from keymem.services.graph import GraphService
 from keymem.services.graph.feedback import LEARNED_LINK_WEIGHT
 from keymem.services.graph.profile import KeyProfile
@@ -122,6 +123,26 @@ def test_siblings_with_one_vector_and_the_same_memories_stay_apart(
     try:
         report = run_sleep(graph)
         assert report["merged_keys"] == 0
+        assert {a, b} <= concepts(graph)
+    finally:
+        graph.close()
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("C style", "C# style"),
+        ("C style", "C++ style"),
+        ("R&D", "RD"),
+        ("Romeo + Juliet", "Romeo × Juliet"),
+    ],
+)
+def test_keys_a_symbol_tells_apart_are_not_one_form(tmp_path: Path, a: str, b: str) -> None:
+    graph = open_unmerging(tmp_path)
+    try:
+        remember(graph, "the first note of the project", [a])
+        remember(graph, "the second note of the project", [b])
+        assert run_sleep(graph)["merged_keys"] == 0
         assert {a, b} <= concepts(graph)
     finally:
         graph.close()
@@ -380,3 +401,27 @@ def test_keymem_sleep_runs_on_the_file_when_keymem_is_down(tmp_path: Path) -> No
     assert max(len(line) for line in done.stdout.splitlines()) <= 100
     again = json.loads(_keymem(tmp_path, "sleep", "--json").stdout)
     assert again["merged_keys"] == 0 and again["status"] == "done"
+
+
+@pytest.mark.parametrize(
+    ("configured", "starts"),
+    [
+        ({}, False),
+        ({"KEYMEM_SLEEP_INTERVAL_H": "1"}, True),
+        ({"KEYMEM_SLEEP_INTERVAL_H": "0"}, False),
+    ],
+)
+def test_the_schedule_starts_a_pass_once_its_interval_has_passed(
+    tmp_path: Path, configured: dict[str, str], starts: bool
+) -> None:
+    interval_h = cfg.load(configured, home=tmp_path)[cfg.SLEEP_INTERVAL_H]
+    graph = GraphService(tmp_path / GRAPH_FILE, sleep_interval_h=interval_h)
+    try:
+        remember(graph, "a note about the schedule", ["schedule"])
+        graph.sleep_due()
+        assert graph.sleep_pass is None  # the service has only just started
+        graph.started_at -= 2 * 3600  # two hours later: past 1 h, not past the default 24 h
+        graph.sleep_due()
+        assert (graph.sleep_pass is not None) is starts
+    finally:
+        graph.close()
