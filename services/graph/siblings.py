@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 _WORD = re.compile(r"\w+")
 _DIGITS = re.compile(r"\d+")
-_FORM_DROP = re.compile(r"[\W_]+")
+# Punctuation that is part of a name ("C#", "R&D", "@team", "100%"): a form keeps it.
+_FORM_KEPT_PUNCTUATION = frozenset("#&@%")
 _NOT = re.compile(r"n't\b")
 _WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # Abbreviations that are not also common words ("wed", "sat", "sun", "mar", "may" stay out).
@@ -85,8 +86,16 @@ def shape_of(text: str) -> Shape:
 
 def concept_form(surface: str) -> str:
     """What "the same normalised form" compares: NFKC, case-folded, without spaces,
-    punctuation or underscores ("E-mail", "e mail" and "email" are one form)."""
-    return _FORM_DROP.sub("", unicodedata.normalize("NFKC", surface).casefold())
+    separating punctuation or underscores ("E-mail", "e mail" and "email" are one form). Symbols
+    and the punctuation of names stay: "C", "C#" and "C++", or "Romeo + Juliet" and "Romeo ×
+    Juliet", are different things."""
+    return "".join(
+        char
+        for char in unicodedata.normalize("NFKC", surface).casefold()
+        if char.isalnum()
+        or char in _FORM_KEPT_PUNCTUATION
+        or unicodedata.category(char)[0] in "MS"  # marks and symbols
+    )
 
 
 def siblings(a: str, b: str) -> bool:
