@@ -9,10 +9,11 @@ spent when it first answered: its start-up cost, steadier than wall time on a bu
 The embedder and the reranker restart twice per round: with their USE-m cache
 (``KEYMEM_HOME/cache/usem3``, services/embedder/backends/usem3_cache.py) and with it blocked
 (``KEYMEM_HOME/cache`` replaced by a file, so the model is parsed from its package as it was
-before the cache existed), interleaved so both see the same machine. The lexicon, whose
-supervised process keeps Kiwi loaded and forks the worker (services/prefork.py), is killed
-twice per round: its worker (forked again; the CPU is the new worker's) and its parent (a cold
-start; the CPU is the new parent's and worker's). Medians over the rounds. Then each service's
+before the cache existed), interleaved so both see the same machine. The lexicon and the
+graph, whose supervised processes keep Kiwi or their libraries loaded and fork the worker
+(services/prefork.py, catalog.PRELOADERS), are killed twice per round: the worker (forked
+again; the CPU is the new worker's) and its parent (a cold start; the CPU is the new parent's
+and worker's). Medians over the rounds. Then each service's
 memory: the proportional set size (PSS: shared pages split among their sharers) of its
 processes, summed, and each one's private (USS) and resident (RSS) size.
 
