@@ -19,6 +19,10 @@ indexes every memory), and measures:
 
 It prints a table and writes ``scale.json`` and ``scale.png`` (one panel per figure against the
 store size, log-log) into ``--out``. Run it nice'd: the box is shared.
+
+``--costs`` instead measures, in process and in CPU time, the costs that decide how far the
+figures grow (docs/SCALING.md): the graph's start-up by phase, a ``CHECKPOINT`` after 60
+single remembers, and the exact key scan over a namespace's keys, float32 and float16.
 """
 
 from __future__ import annotations
@@ -39,15 +43,19 @@ import matplotlib
 import numpy as np
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from threadpoolctl import threadpool_limits
 
 from benchmarks.deployment import BenchHome, bench_home
 from benchmarks.footprint import memory_mb
-from benchmarks.graph_bench import Synthetic, build
+from benchmarks.graph_bench import DIM, Synthetic, build
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop, _wait_indexed
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
-from keymem.store.database import graph_path
+from keymem.services.graph import GraphService, rows
+from keymem.services.graph.service import BLAS_THREADS
+from keymem.services.graph.state import GraphState
+from keymem.store.database import GraphStore, graph_path
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after the backend is chosen
@@ -57,6 +65,9 @@ MCP_BATCH = 100
 LEXICON_QUERIES = 300
 POLL_S = 0.05
 RESTART_GIVE_UP_S = 900.0
+CHECKPOINT_WRITES = 60
+SCAN_ROUNDS = 20
+HUB_MIN_LINKS = 50
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -189,6 +200,56 @@ def measure(
     return report
 
 
+def _cpu_ms(call: Any, rounds: int = 1) -> float:
+    started = time.process_time()
+    for _ in range(rounds):
+        call()
+    return round((time.process_time() - started) / rounds * 1000, 2)
+
+
+def scan(keys: np.ndarray) -> dict[str, Any]:
+    """CPU of the exact key scan (matrix x one query vector) in float32 and in float16."""
+    query = keys[0].copy()
+    half = keys.astype(np.float16)
+    return {
+        "keys_per_namespace": len(keys),
+        "scan_f32_ms": _cpu_ms(lambda: keys @ query, SCAN_ROUNDS),
+        "scan_f16_ms": _cpu_ms(lambda: half @ query.astype(np.float16), 3),
+    }
+
+
+def costs(memories: int, stores: Path) -> dict[str, Any]:
+    """The graph's own costs on a copy of the built store, CPU ms (see the module doc)."""
+    store, built = ensure_store(stores, memories)
+    work = Path(tempfile.mkdtemp(prefix="km-sc-costs-", dir="/tmp"))
+    try:
+        path = graph_path(work)
+        shutil.copy(store, path)
+        opened = GraphStore(path)
+        loaded: list[Any] = []
+        out: dict[str, Any] = {"memories": memories, "store": built}
+        out["startup_fetch_ms"] = _cpu_ms(lambda: loaded.append(opened.load()))
+        out["startup_quarantine_ms"] = _cpu_ms(lambda: rows.quarantine(loaded[0]))
+        out["startup_state_ms"] = _cpu_ms(lambda: GraphState(loaded[0], HUB_MIN_LINKS))
+        opened.close()
+        graph = GraphService(path)
+        data = Synthetic(memories, seed=memories + 1)
+        graph.remember(data.item())  # the lazy dedup index, outside the measurement
+        graph.store.checkpoint()
+        items = [data.item() for _ in range(CHECKPOINT_WRITES)]
+        out["remember_ms"] = round(
+            _cpu_ms(lambda: [graph.remember(i) for i in items]) / len(items), 2
+        )
+        out["wal_kb"] = round(graph.store.wal_bytes() / 1024)
+        out["checkpoint_ms"] = _cpu_ms(graph.store.checkpoint)
+        index = max(graph.state.indexes.values(), key=len)
+        out.update(scan(index.matrix[: len(index)]))
+        graph.close()
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("search p50 ms", "ms", lambda r: r["search"]["round_trip"]["p50_ms"]),
     ("search p99 ms", "ms", lambda r: r["search"]["round_trip"]["p99_ms"]),
@@ -246,13 +307,31 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--memories", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--memories", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--stores", type=Path, default=Path("/tmp/km-scale"))
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--hook-runs", type=int, default=20)
     parser.add_argument("--mcp-calls", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("docs/scaling"))
+    parser.add_argument("--costs", action="store_true", help="the in-process cost breakdown")
+    parser.add_argument(
+        "--scan-keys",
+        type=int,
+        nargs="*",
+        default=[],
+        help="with --costs: also the key scan "
+        "over this many random unit keys (a namespace of a store not built)",
+    )
     args = parser.parse_args()
+    if args.costs:
+        threadpool_limits(limits=BLAS_THREADS)  # as the graph service process does
+        rng = np.random.default_rng(0)
+        for count in args.scan_keys:
+            keys = rng.standard_normal((count, DIM)).astype(np.float32)
+            print(json.dumps(scan(keys / np.linalg.norm(keys, axis=1, keepdims=True))), flush=True)
+        for memories in args.memories:
+            print(json.dumps(costs(memories, args.stores)), flush=True)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for memories in args.memories:
