@@ -118,8 +118,10 @@ class Fusion:
     * ``hop_gate`` — ``relevance``: a hop counts in proportion to the hopped memory's own
       reranker relevance over the pool (min–max, as it enters the blend), so a seed's neighbour
       that does not answer the question earns no hop credit; ``hop_only``: the same, only for
-      memories the query's own evidence (key path, BM25) did not reach; ``none``: hops count
-      whole.
+      memories the query's own evidence (key path, BM25) did not reach; ``none`` (kept): hops
+      count whole. Gating by relevance lifted agent keys' top 2 (recall@2 +0.012) but lost
+      HotpotQA's bridges, whose second passage the question does not describe (all@5 −0.016);
+      ``hop_only`` changed nothing (docs/history/recall-stems-2026-12-02.md).
     * ``evidence`` — comparison questions put one candidate per named entity first.
     * ``phrases`` — the query's own phrases are extracted and embedded for key matching.
     * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
