@@ -163,6 +163,9 @@ class GraphStore:
         # DuckDB caches table data up to its memory limit (80% of RAM by default); the graph
         # keeps its own copy in Python, so the cache only needs to serve writes and backups.
         self.conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+        # DuckDB draws a progress bar on stdout for a query past 2 s (a large store's load on a
+        # busy box): it would corrupt a command's --json output.
+        self.conn.execute("SET enable_progress_bar = false")
         self._types: dict[str, list[str]] = {}
         self.migrated_from = migrate(self.conn)
         self.serial = int(
