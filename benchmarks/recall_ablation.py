@@ -97,9 +97,6 @@ VARIANTS: dict[str, Variant] = {
     "phrases_all_links": Variant(scoring=Scoring(phrase_links="all")),
     "auto_hops": Variant(scoring=Scoring(auto_hops=True)),
     "no_named_hops": Variant(scoring=Scoring(named_hops=False)),
-    # a hop counts in proportion to the hopped memory's relevance (all, or hop-only memories)
-    "hop_relevance": Variant(fusion=Fusion(hop_gate="relevance")),
-    "hop_only_relevance": Variant(fusion=Fusion(hop_gate="hop_only")),
     "no_evidence": Variant(fusion=Fusion(evidence=False)),
     "key_max": Variant(scoring=Scoring(key_agg="max")),
     "seeds3": Variant(scoring=Scoring(seeds=3)),

@@ -144,27 +144,3 @@ def test_a_pool_larger_than_one_reranker_call_is_scored_in_pieces() -> None:
     (relevance,) = recall._relevance("query", [pool], {})
     assert client.sizes == [RERANK_MAX_PASSAGES, 6]
     assert relevance is not None and relevance.scores == [float(i) for i in range(len(pool))]
-
-
-def test_a_hop_gated_by_relevance_earns_credit_only_as_far_as_it_answers() -> None:
-    # the seed's neighbour through one pair step (a whole hop unit) does not answer the
-    # question; the answer has a little BM25 and a middling verdict of the reranker
-    seed = candidate("seed", key=1.0, bm25=4.0)
-    neighbour = candidate("neighbour", hop_share=0.15)
-    answer = candidate("answer", bm25=1.0)
-    pool = [seed, neighbour, answer]
-    relevance = Relevance([0.6, 0.1, 0.35], "cross_encoder")
-    assert order(fuse_blend(pool, relevance, Fusion())) == ["seed", "neighbour", "answer"]
-    gated = fuse_blend(pool, relevance, Fusion(hop_gate="relevance"))
-    assert order(gated) == ["seed", "answer", "neighbour"]
-    assert gated[2]["score"] == 0.0  # least relevant in the pool: its hop counts nothing
-    # hop_only gates only what the query's own evidence did not reach: BM25 + relevance + hop
-    answer["components"]["hop_share"] = 0.15
-    for gate, score in (("relevance", 0.25 + 0.5 + 0.5), ("hop_only", 0.25 + 0.5 + 1.0)):
-        fused = {
-            c["memory_id"]: c["score"] for c in fuse_blend(pool, relevance, Fusion(hop_gate=gate))
-        }
-        assert fused["answer"] == pytest.approx(score, abs=1e-6)
-    # without the reranker's verdict there is nothing to gate by: hops count whole
-    ungated = fuse_blend(pool, None, Fusion(hop_gate="relevance"))
-    assert {c["memory_id"]: c["score"] for c in ungated}["neighbour"] == 1.0

@@ -86,8 +86,6 @@ class Timing:
 
 
 SCALES = ("floor", "pool")
-# How a hop's credit depends on the hopped memory's own relevance to the query (``Fusion``).
-HOP_GATES = ("none", "relevance", "hop_only")
 # The units of specific evidence the ``floor`` scale never divides by less than: one literally
 # named key on a single memory (key score 1 × IDF 1), and one hop step through a key on two
 # memories (hop decay 0.3 × IDF 1/2), the most specific association two memories can share.
@@ -115,13 +113,6 @@ class Fusion:
       capped, or times its seed's blended evidence — each lost two-hop questions
       (docs/history/, recall on agent keys).
     * ``link_weighted`` — key and hop evidence count at their links' share of an agent's link.
-    * ``hop_gate`` — ``relevance``: a hop counts in proportion to the hopped memory's own
-      reranker relevance over the pool (min–max, as it enters the blend), so a seed's neighbour
-      that does not answer the question earns no hop credit; ``hop_only``: the same, only for
-      memories the query's own evidence (key path, BM25) did not reach; ``none`` (kept): hops
-      count whole. Gating by relevance lifted agent keys' top 2 (recall@2 +0.012) but lost
-      HotpotQA's bridges, whose second passage the question does not describe (all@5 −0.016);
-      ``hop_only`` changed nothing (docs/history/recall-stems-2026-12-02.md).
     * ``evidence`` — comparison questions put one candidate per named entity first.
     * ``phrases`` — the query's own phrases are extracted and embedded for key matching.
     * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
@@ -132,7 +123,6 @@ class Fusion:
     hop_weight: float = 1.0
     scale: str = "floor"
     link_weighted: bool = True
-    hop_gate: str = "none"
     evidence: bool = True
     phrases: bool = True
     bm25_depth: int = BM25_DEPTH
@@ -452,25 +442,13 @@ def fuse_blend(
         hop = floored([p.get("hop_share", 0.0) for p in parts], HOP_UNIT)
     key_links = [_link_share(p, "key_link", fusion) for p in parts]
     hop_links = [_link_share(p, "hop_link", fusion) for p in parts]
-    gates = _hop_gates(parts, dense if relevance is not None else None, fusion.hop_gate)
     scored = []
     for i, p in enumerate(parts):
         score = fusion.key_weight * key[i] * key_links[i] + bm25[i]
         score += fusion.dense_weight * dense[i]
-        score += fusion.hop_weight * hop[i] * hop_links[i] * gates[i]
+        score += fusion.hop_weight * hop[i] * hop_links[i]
         scored.append((score * p.get("factor", 1.0), i))
     return _ordered(candidates, relevance, scored)
-
-
-def _hop_gates(parts: list[dict[str, Any]], dense: list[float] | None, gate: str) -> list[float]:
-    """The share of each candidate's hop that counts (``Fusion.hop_gate``); whole when the
-    reranker did not answer, since there is no relevance to gate by."""
-    if gate == "none" or dense is None:
-        return [1.0] * len(parts)
-    if gate == "relevance":
-        return dense
-    direct = [p["key_path"] > 0 or p.get("bm25_score", 0.0) > 0 for p in parts]
-    return [1.0 if d else r for d, r in zip(direct, dense, strict=True)]
 
 
 def _link_share(parts: dict[str, Any], name: str, fusion: Fusion) -> float:
