@@ -128,11 +128,14 @@ TTL_SWEEP_INTERVAL_S = 10.0
 BLAS_THREADS = 1
 CHECKPOINT_CHECK_INTERVAL_S = 1.0
 IDLE_CHECKPOINT_AFTER_S = 5.0
-# A restart replays the write-ahead log written since the last checkpoint: ~1 ms of CPU per kB
-# (~2 ms per write), several times that in wall time on a loaded machine, while a checkpoint
-# costs ~60 ms at 1k memories. Steady writes never leave the graph idle, so the log is also
-# checkpointed once it holds this much: a restart replays at most about this (~0.1 s of CPU).
-WAL_CHECKPOINT_BYTES = 64 * 1024
+# A restart replays the write-ahead log written since the last checkpoint, at about this much
+# CPU per byte (~1 ms per kB, ~2 ms per write), while a checkpoint's cost grows with the store
+# (~60 ms at 1k memories, ~130 ms at 100k). Steady writes never leave the graph idle, so the log
+# is also checkpointed once replaying it would cost what the last checkpoint cost (never below
+# WAL_CHECKPOINT_MIN_BYTES): writes then spend at most as much on checkpoints as a restart on
+# replay, at any store size - the balance of the two costs, not a fixed size.
+WAL_REPLAY_S_PER_BYTE = 1e-6
+WAL_CHECKPOINT_MIN_BYTES = 64 * 1024
 MAINTENANCE_INTERVAL_S = 3_600.0
 BACKUP_WAIT_AT_STOP_S = 120.0
 SLEEP_CHECK_INTERVAL_S = 60.0  # how often the schedule is looked at
@@ -164,6 +167,7 @@ class GraphService:
         self.reembed_backup: BackupJob | None = None
         self.last_write = 0.0
         self.dirty_since_checkpoint = False
+        self.wal_budget_bytes = WAL_CHECKPOINT_MIN_BYTES  # from the last checkpoint's cost
         self.ledger = idempotency.Ledger(self.store)
         self.quarantined: list[rows.Quarantined] = []
         self.journal = Journal(self.home, "graph")
@@ -312,17 +316,22 @@ class GraphService:
                 self.journal.record("sweep", expired=swept["expired"])
 
     def checkpoint_due(self) -> None:
-        """Checkpoint once idle after writes, or, busy or not, once the write-ahead log a
-        restart would replay holds ``WAL_CHECKPOINT_BYTES``."""
+        """Checkpoint once idle after writes, or, busy or not, once replaying the write-ahead
+        log would cost what the last checkpoint did (``wal_budget_bytes``)."""
         if any(job is not None and job.status == "running" for job in self.backups()):
             return  # a checkpoint would wait for (or fail beside) the backup's transaction
         idle = time.monotonic() - self.last_write >= IDLE_CHECKPOINT_AFTER_S
-        if (self.dirty_since_checkpoint and idle) or (
-            self.store.wal_bytes() >= WAL_CHECKPOINT_BYTES
-        ):
+        if (
+            self.dirty_since_checkpoint and idle
+        ) or self.store.wal_bytes() >= self.wal_budget_bytes:
+            started = time.process_time()
             self.store.fold_link_weights()
             self.store.checkpoint()
             self.dirty_since_checkpoint = False
+            spent_s = time.process_time() - started
+            self.wal_budget_bytes = max(
+                WAL_CHECKPOINT_MIN_BYTES, int(spent_s / WAL_REPLAY_S_PER_BYTE)
+            )
 
     def maintenance(self) -> None:
         pruned = self.write(
