@@ -85,12 +85,23 @@ def deployment_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running_deployment(**extra: str) -> Iterator[Deployment]:
-    """A deployment started with `keymem up` in a fresh short home, stopped and removed after."""
-    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))  # ipc paths must stay short
-    deployed = Deployment(home, deployment_env(home, **extra))
+def running_deployment(
+    *,
+    prefix: str = "km-",
+    shipped_heartbeat: bool = False,
+    up_timeout_s: float | None = None,
+    **extra: str,
+) -> Iterator[Deployment]:
+    """A deployment started with `keymem up` in a fresh short home, stopped and removed after
+    (also when `up` fails half-way). ``shipped_heartbeat``: the deployed heartbeat instead of
+    the tests' fast one, for recovery times as users see them."""
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # ipc paths must stay short
+    env = deployment_env(home, **extra)
+    if shipped_heartbeat:
+        env.pop("KEYMEM_HEARTBEAT_MS")
+    deployed = Deployment(home, env)
     try:
-        deployed.keymem("up")
+        deployed.keymem("up", *([] if up_timeout_s is None else ["--timeout", str(up_timeout_s)]))
         yield deployed
     finally:
         deployed.teardown()

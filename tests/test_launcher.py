@@ -7,10 +7,7 @@ would differ) must restart the running services rather than talk to them.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +16,7 @@ from keymem.services.config import Settings, load
 from keymem.services.identity import Identity, this_install
 from keymem.services.launcher import ensure_up
 from keymem.services.supervision import Supervision
-from tests.supervised import Deployment, deployment_env
+from tests.supervised import Deployment, running_deployment
 
 pytestmark = pytest.mark.supervised
 
@@ -29,14 +26,9 @@ ELSEWHERE = Identity("0.0.0-previous", "/opt/old-keymem/lib/python3.11/site-pack
 
 @pytest.fixture(scope="module")
 def deployment() -> Iterator[Deployment]:
-    home = Path(tempfile.mkdtemp(prefix="km%d%(", dir="/tmp"))
-    deployed = Deployment(home, deployment_env(home))
-    try:
-        deployed.keymem("up", "--timeout", str(UP_TIMEOUT_S))
+    # a home with supervisord's %-expansion characters in its path
+    with running_deployment(prefix="km%d%(", up_timeout_s=UP_TIMEOUT_S) as deployed:
         yield deployed
-    finally:
-        deployed.teardown()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def settings_of(deployment: Deployment) -> Settings:

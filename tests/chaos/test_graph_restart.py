@@ -7,11 +7,9 @@ acknowledged is lost; a killed parent leaves exactly one worker behind.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +27,7 @@ from keymem.services.graph.requests import MAX_IDS_PER_REQUEST
 from keymem.store.database import StoreLocked, graph_path
 from tests.chaos.harness import NAMESPACE as LOAD_NAMESPACE
 from tests.chaos.harness import RECOVERY_TARGET_S, Load
-from tests.supervised import Deployment, deployment_env
+from tests.supervised import Deployment, running_deployment
 from tests.vectors import remember_body
 
 pytestmark = pytest.mark.timeout(900)
@@ -60,16 +58,8 @@ store.close()
 
 @pytest.fixture(scope="module")
 def deployment() -> Iterator[Deployment]:
-    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))
-    env = deployment_env(home)
-    env.pop("KEYMEM_HEARTBEAT_MS", None)  # the shipped heartbeat: recovery as deployed
-    deployed = Deployment(home, env)
-    try:
-        deployed.keymem("up", "--timeout", str(UP_TIMEOUT_S))
+    with running_deployment(shipped_heartbeat=True, up_timeout_s=UP_TIMEOUT_S) as deployed:
         yield deployed
-    finally:
-        deployed.teardown()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

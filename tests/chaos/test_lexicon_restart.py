@@ -6,13 +6,10 @@ index holds every memory the graph has; a killed parent leaves exactly one worke
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -22,7 +19,7 @@ from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
 from tests.chaos.harness import RECOVERY_TARGET_S, Load
-from tests.supervised import Deployment, deployment_env
+from tests.supervised import Deployment, running_deployment
 
 pytestmark = [pytest.mark.supervised, pytest.mark.timeout(900)]
 
@@ -41,16 +38,8 @@ KEY_TEXT = "사용자는 어제 부산에서 회의를 했다. The keymem lexico
 
 @pytest.fixture(scope="module")
 def deployment() -> Iterator[Deployment]:
-    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))
-    env = deployment_env(home)
-    env.pop("KEYMEM_HEARTBEAT_MS", None)  # the shipped heartbeat: recovery as deployed
-    deployed = Deployment(home, env)
-    try:
-        deployed.keymem("up", "--timeout", str(UP_TIMEOUT_S))
+    with running_deployment(shipped_heartbeat=True, up_timeout_s=UP_TIMEOUT_S) as deployed:
         yield deployed
-    finally:
-        deployed.teardown()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture
