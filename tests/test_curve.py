@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import stat
 import threading
 import time
@@ -34,23 +33,9 @@ from keymem.services.router.auth import Security
 from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
 from tests.full_stack import FullStack, start_services
+from tests.ports import free_port_pair
 
 REFUSED_WAIT_MS = 1_500  # how long a refused peer is given to be served, or told it is not
-
-
-def free_port_pair() -> int:
-    """A port P with P and P + 1 free (the router's frontend and backend)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
 
 
 def make_keys(home: Path, *clients: tuple[str, str | None]) -> None:

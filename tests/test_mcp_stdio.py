@@ -34,6 +34,7 @@ from mcp_types import CallToolResult
 from keymem.protocol.client import Client as RouterClient
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.store.database import graph_path
+from tests.ports import free_port
 from tests.supervised import Deployment, deployment_env
 from tests.test_mcp_tools import TOOLS
 
@@ -442,13 +443,6 @@ def test_facts_saved_through_mcp_surface_in_a_later_hook_call(running: Deploymen
 
 
 HTTP_UP_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager

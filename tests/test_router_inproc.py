@@ -29,6 +29,7 @@ from keymem.services.identity import this_install
 from keymem.services.router.broker import MAX_BODY_BYTES
 from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
+from tests.ports import free_port_pair
 from tests.wire import direct_reply
 
 
@@ -255,28 +256,12 @@ def test_the_async_client_multiplexes_concurrent_calls(stack: InprocStack) -> No
     assert asyncio.run(scenario()) == list(range(200))
 
 
-def _free_port_pair() -> int:
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port: int = probe.getsockname()[1]
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free pair of tcp ports")
-
-
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 def test_the_same_router_and_workers_run_over_ipc_and_tcp(transport: str, short_home: Path) -> None:
     endpoints = (
         ipc_endpoints(short_home)
         if transport == "ipc"
-        else tcp_endpoints("127.0.0.1", _free_port_pair())
+        else tcp_endpoints("127.0.0.1", free_port_pair())
     )
     prepare_run_dir(endpoints)
     with InprocStack(endpoints=endpoints, heartbeat=FAST_HEARTBEAT) as stack:
