@@ -8,9 +8,15 @@ tests/chaos``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
+from tests.chaos.harness import CALL_TIMEOUT_MS, UP_TIMEOUT_S
+from tests.supervised import Deployment, running_deployment
 
 CHAOS_DIR = Path(__file__).parent
 
@@ -19,3 +25,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if CHAOS_DIR in Path(item.path).parents:
             item.add_marker(pytest.mark.chaos)
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[Deployment]:
+    """One deployment per module with the shipped heartbeat: recovery as users see it."""
+    with running_deployment(shipped_heartbeat=True, up_timeout_s=UP_TIMEOUT_S) as deployed:
+        yield deployed
+
+
+@pytest.fixture
+def client(deployment: Deployment) -> Iterator[Client]:
+    with Client(ipc_endpoints(deployment.home).frontend, timeout_ms=CALL_TIMEOUT_MS) as made:
+        yield made

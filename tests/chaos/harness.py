@@ -40,6 +40,8 @@ PID_TIMEOUT_MS = 10_000
 PING_EVERY_S = 0.02
 # The promise: every service answers again within this of its kill -9 (median of its kills).
 RECOVERY_TARGET_S = 3.0
+UP_TIMEOUT_S = 110  # within tests.supervised.CLI_TIMEOUT_S: a loaded machine starts slowly
+CALL_TIMEOUT_MS = 20_000  # a restart test's own calls (not the timed pings)
 RECOVERY_GIVE_UP_S = 180.0  # a busy machine; the promise is checked on the medians
 
 
@@ -102,6 +104,12 @@ class Load:
             outcome = exc.code.value
         with self._lock:
             self.calls.append(Call(kind, started, time.monotonic(), outcome, content, saved))
+
+
+def worker_pids(client: Client, service: str) -> list[int]:
+    """The pids of ``service``'s workers as the router lists them."""
+    stats = client.call("router", "stats")
+    return [int(w["pid"]) for w in stats["services"][service]["workers"]]
 
 
 def service_pid(client: Client, name: str, timeout_ms: int = PING_TIMEOUT_MS) -> int:

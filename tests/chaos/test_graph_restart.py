@@ -19,22 +19,19 @@ import psutil
 import pytest
 
 from keymem.protocol.client import Client, with_idempotency_key
-from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
 from keymem.services.config import Settings, load
 from keymem.services.graph import GraphService, preload, service
 from keymem.services.graph.requests import MAX_IDS_PER_REQUEST
 from keymem.store.database import StoreLocked, graph_path
 from tests.chaos.harness import NAMESPACE as LOAD_NAMESPACE
-from tests.chaos.harness import RECOVERY_TARGET_S, Load
-from tests.supervised import Deployment, running_deployment
+from tests.chaos.harness import RECOVERY_TARGET_S, Load, worker_pids
+from tests.supervised import Deployment
 from tests.vectors import remember_body
 
 pytestmark = pytest.mark.timeout(900)
 
 NAMESPACE = "graph-restart"
-UP_TIMEOUT_S = 110
-CALL_TIMEOUT_MS = 20_000
 COLD_START_GIVE_UP_S = 120.0
 POLL_S = 0.02
 WRITERS = 2
@@ -54,23 +51,6 @@ print("held", flush=True)
 time.sleep(float(sys.argv[2]))
 store.close()
 """
-
-
-@pytest.fixture(scope="module")
-def deployment() -> Iterator[Deployment]:
-    with running_deployment(shipped_heartbeat=True, up_timeout_s=UP_TIMEOUT_S) as deployed:
-        yield deployed
-
-
-@pytest.fixture
-def client(deployment: Deployment) -> Iterator[Client]:
-    with Client(ipc_endpoints(deployment.home).frontend, timeout_ms=CALL_TIMEOUT_MS) as made:
-        yield made
-
-
-def _workers(client: Client) -> list[int]:
-    stats = client.call("router", "stats")
-    return [int(w["pid"]) for w in stats["services"]["graph"]["workers"]]
 
 
 def _holders(deployment: Deployment) -> set[int]:
@@ -110,7 +90,7 @@ def test_a_killed_worker_is_forked_again_and_answers_within_the_target(
     deployment: Deployment, client: Client
 ) -> None:
     saved = _remember(client, SAVED_BEFORE_KILL)
-    (old,) = _workers(client)
+    (old,) = worker_pids(client, "graph")
     parent = psutil.Process(old).ppid()
     assert _holders(deployment) == {old}  # the parent never opens the file
 
@@ -124,7 +104,7 @@ def test_a_killed_worker_is_forked_again_and_answers_within_the_target(
     new = reply["pid"]
     assert new != old
     assert psutil.Process(new).ppid() == parent  # forked, not started cold
-    assert _workers(client) == [new]  # the router dropped the dead worker
+    assert worker_pids(client, "graph") == [new]  # the router dropped the dead worker
     assert _holders(deployment) == {new}
     acked = [str(c.saved) for c in load.calls if c.kind == "write" and c.outcome == "ok"]
     assert acked  # the load's writes went through around the kill
@@ -137,7 +117,7 @@ def test_a_killed_parent_leaves_exactly_one_worker_holding_the_file(
     deployment: Deployment, client: Client
 ) -> None:
     saved = _remember(client, SAVED_BEFORE_KILL)
-    (old,) = _workers(client)
+    (old,) = worker_pids(client, "graph")
     parent = psutil.Process(old).ppid()
     os.kill(parent, signal.SIGKILL)
     holders_seen: list[set[int]] = []
@@ -145,7 +125,7 @@ def test_a_killed_parent_leaves_exactly_one_worker_holding_the_file(
     while True:  # supervisord starts the parent again, which imports and forks
         holders_seen.append(_holders(deployment))
         try:
-            workers = _workers(client)
+            workers = worker_pids(client, "graph")
         except KeymemError:
             workers = []
         if workers and old not in workers:

@@ -8,18 +8,22 @@ prints the figures docs/RELIABILITY.md quotes.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from keymem.services.catalog import PRELOADERS
 from keymem.services.config import ALL_PROGRAMS
-from tests.chaos.harness import RECOVERY_TARGET_S, Figures, Load, figures, kill_and_time
-from tests.supervised import Deployment, deployment_env
+from tests.chaos.harness import (
+    RECOVERY_TARGET_S,
+    UP_TIMEOUT_S,
+    Figures,
+    Load,
+    figures,
+    kill_and_time,
+)
+from tests.supervised import Deployment, running_deployment
 
 pytestmark = pytest.mark.supervised
 
@@ -32,22 +36,13 @@ LONG_TIMEOUT_S = 3_600
 SETTLE_S = 1.0
 # Model loading on a busy machine can take minutes; the kills are what is measured.
 RESPAWN_BOUND_S = 0.5
-UP_TIMEOUT_S = 110  # within tests.supervised.CLI_TIMEOUT_S
 
 
 @pytest.fixture
 def deployment() -> Iterator[Deployment]:
-    home = Path(tempfile.mkdtemp(prefix="km-", dir="/tmp"))
-    # The shipped heartbeat (1 s): recovery is measured as deployed.
-    env = deployment_env(home)
-    env.pop("KEYMEM_HEARTBEAT_MS", None)
-    deployed = Deployment(home, env)
-    try:
-        deployed.keymem("up", "--timeout", str(UP_TIMEOUT_S))
+    """A fresh deployment per test (each kills every service), the shipped heartbeat (1 s)."""
+    with running_deployment(shipped_heartbeat=True, up_timeout_s=UP_TIMEOUT_S) as deployed:
         yield deployed
-    finally:
-        deployed.keymem("down", check=False)
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def _kill_each(

@@ -9,48 +9,27 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
 import pytest
 
 from keymem.protocol.client import Client
-from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
-from tests.chaos.harness import RECOVERY_TARGET_S, Load
-from tests.supervised import Deployment, running_deployment
+from tests.chaos.harness import RECOVERY_TARGET_S, Load, worker_pids
+from tests.supervised import Deployment
 
 pytestmark = [pytest.mark.supervised, pytest.mark.timeout(900)]
 
 NAMESPACE = "lexicon-restart"
 # Written during the restart, apart: more memories in NAMESPACE would change its BM25 scores.
 LATER_NAMESPACE = "lexicon-restart-later"
-UP_TIMEOUT_S = 110
-CALL_TIMEOUT_MS = 20_000
 COLD_START_GIVE_UP_S = 180.0  # a killed parent reloads Kiwi: minutes on a loaded machine
 POLL_S = 0.05
 WRITERS = 2
 # Queries whose answers must not change across a restart (Korean goes through Kiwi).
 QUERIES = ("부산에서 회의", "딸기를 좋아한다", "keymem 3.11.2 lexicon.py", "東京都")
 KEY_TEXT = "사용자는 어제 부산에서 회의를 했다. The keymem lexicon uses Kiwi for Korean."
-
-
-@pytest.fixture(scope="module")
-def deployment() -> Iterator[Deployment]:
-    with running_deployment(shipped_heartbeat=True, up_timeout_s=UP_TIMEOUT_S) as deployed:
-        yield deployed
-
-
-@pytest.fixture
-def client(deployment: Deployment) -> Iterator[Client]:
-    with Client(ipc_endpoints(deployment.home).frontend, timeout_ms=CALL_TIMEOUT_MS) as made:
-        yield made
-
-
-def _workers(client: Client) -> list[int]:
-    stats = client.call("router", "stats")
-    return [int(w["pid"]) for w in stats["services"]["lexicon"]["workers"]]
 
 
 Saved = dict[str, tuple[str, str]]  # word -> (namespace, memory id)
@@ -118,7 +97,7 @@ def test_a_killed_worker_is_forked_again_answers_at_once_and_the_same(
     saved = _remember(client, [*_words(20), "부산에서", "딸기를"])
     _caught_up(client)
     before = _answers(client)
-    (old,) = _workers(client)
+    (old,) = worker_pids(client, "lexicon")
     parent = psutil.Process(old).ppid()
     kiwi_before = client.call("lexicon", "index_stats", {})["kiwi"]
 
@@ -130,7 +109,7 @@ def test_a_killed_worker_is_forked_again_answers_at_once_and_the_same(
         later = _remember(client, _words(10), LATER_NAMESPACE)  # while the worker catches up
 
     assert reply["pid"] != old
-    assert _workers(client) == [reply["pid"]]  # the router dropped the dead worker
+    assert worker_pids(client, "lexicon") == [reply["pid"]]  # the router dropped the dead worker
     assert psutil.Process(reply["pid"]).ppid() == parent  # forked, not started cold
     assert client.call("lexicon", "index_stats", {})["kiwi"] == kiwi_before  # Kiwi not reloaded
     _caught_up(client)
@@ -140,13 +119,13 @@ def test_a_killed_worker_is_forked_again_answers_at_once_and_the_same(
 
 def test_a_killed_parent_leaves_exactly_one_worker(deployment: Deployment, client: Client) -> None:
     saved = _remember(client, _words(5))
-    (old,) = _workers(client)
+    (old,) = worker_pids(client, "lexicon")
     parent = psutil.Process(old).ppid()
     os.kill(parent, signal.SIGKILL)
     give_up = time.monotonic() + COLD_START_GIVE_UP_S
     while True:  # supervisord starts the parent again, which loads Kiwi and forks
         try:
-            workers = _workers(client)
+            workers = worker_pids(client, "lexicon")
         except KeymemError:
             workers = []
         if workers and old not in workers:
