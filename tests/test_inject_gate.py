@@ -20,7 +20,9 @@ from keymem.services.memory.inject import (
     Entity,
     Gate,
     Inject,
+    Observation,
     admit,
+    judge,
     structured_tokens,
     without_entities,
 )
@@ -78,6 +80,18 @@ def test_without_the_lexicon_the_coverage_gates_stand_aside() -> None:
     pool = [candidate("connected"), candidate("loose", connected=False)]
     kept, rejected = admit(PROMPT, pool, [], None, Gate())
     assert ids(kept) == ["connected"] and rejected["bm25_only"] == 1
+
+
+def test_the_memory_holding_what_is_asked_is_shown_before_a_slightly_stronger_match() -> None:
+    top = {**candidate("top"), "score": 2.0}
+    holder = {**candidate("holder"), "score": 1.6}
+    seen = Observation("default", [top, holder], [], {"top": 0.35, "holder": 1.0})
+    chosen, _ = judge(PROMPT, [seen], Gate(), top_k=1)
+    assert ids(chosen) == ["holder"]
+    # what it holds is one more unit of evidence, not a veto: a much stronger match leads
+    top["score"] = 3.0
+    chosen, _ = judge(PROMPT, [seen], Gate(), top_k=1)
+    assert ids(chosen) == ["top"]
 
 
 def test_a_named_entity_must_be_whom_the_memory_is_about() -> None:

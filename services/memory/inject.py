@@ -306,16 +306,23 @@ def admit(
 def judge(
     prompt: str, observations: list[Observation], gate: Gate, top_k: int
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The best ``top_k`` candidates every namespace's gates admit, and the rejection counts."""
-    kept: list[dict[str, Any]] = []
+    """The best ``top_k`` candidates every namespace's gates admit, and the rejection counts.
+
+    Best by search's blended evidence plus the share of what the prompt asks that the memory
+    holds: one more unit of evidence on the blend's scale, which search cannot weigh because
+    it does not know which of the prompt's words are the named entities (docs/history/
+    inject-gate-2026-12-02.md: gold shown rose on every family and half).
+    """
+    kept: list[tuple[float, dict[str, Any]]] = []
     rejected = dict.fromkeys(REJECTIONS, 0)
     for seen in observations:
         admitted, counts = admit(prompt, seen.candidates, seen.keys, seen.coverage, gate)
-        kept.extend(admitted)
+        held = seen.coverage or {}
+        kept.extend((c["score"] + (held.get(c["memory_id"]) or 0.0), c) for c in admitted)
         for reason, count in counts.items():
             rejected[reason] += count
-    kept.sort(key=lambda c: -c["score"])
-    return kept[:top_k], rejected
+    kept.sort(key=lambda pair: -pair[0])
+    return [c for _, c in kept[:top_k]], rejected
 
 
 @dataclass(frozen=True)
