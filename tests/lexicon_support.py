@@ -3,15 +3,19 @@ stack, wait for it to sync, and check that its index mirrors a source of documen
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgpack
+import numpy as np
+
 from keymem.protocol.client import Client
 from keymem.services.lexicon.service import Lexicon, make_service
-from keymem.services.lexicon.sync import document_text
+from keymem.services.lexicon.sync import document_text, text_digest
 from keymem.services.lexicon.tokenizer import shared_tokenizer
 from keymem.services.stack import InprocStack, RunningWorker
 
@@ -97,3 +101,37 @@ def assert_mirrors(running: Running, docs: Mapping[str, dict[str, Any]]) -> None
     for doc_id, doc in docs.items():
         indexed = index.namespaces[doc["namespace"]].terms_of(doc_id)
         assert indexed == dict(Counter(tokenizer.tokenize(document_text(doc)))), doc_id
+
+
+FORMAT2_MAGIC = b"KMLEXC\x00\x01"
+
+
+def write_format2_cache(path: Path, docs: Mapping[str, list[str]], *, tokenizer: str) -> None:
+    """A term cache as the format-2 release wrote it (its magic, a BLAKE2b checksum, one
+    msgpack payload with each namespace's ids, digests and arrays), all in namespace "ns" at
+    epoch "e1", seq 1: what an upgrade finds on disk."""
+    ids = sorted(docs)
+    vocab = sorted({term for terms in docs.values() for term in terms})
+    rows = [sorted(Counter(docs[doc_id]).items()) for doc_id in ids]
+    ptr = np.cumsum([0, *(len(row) for row in rows)])
+    tids = [vocab.index(term) for row in rows for term, _ in row]
+    tfs = [tf for row in rows for _, tf in row]
+    order = sorted(range(len(tids)), key=lambda i: (tids[i], i))
+    term_ptr = np.cumsum([0, *np.bincount(tids, minlength=len(vocab))])
+    row_of = np.repeat(np.arange(len(ids)), np.diff(ptr))
+    space = {
+        "name": "ns",
+        "ids": ids,
+        "digests": [text_digest(doc_id) for doc_id in ids],
+        "vocab": vocab,
+        "ptr": ptr.astype("<i8").tobytes(),
+        "tids": np.asarray(tids, "<i4").tobytes(),
+        "tfs": np.asarray(tfs, "<i4").tobytes(),
+        "term_ptr": term_ptr.astype("<i8").tobytes(),
+        "term_rows": row_of[order].astype("<i4").tobytes(),
+        "term_tfs": np.asarray(tfs, "<i4")[order].tobytes(),
+    }
+    body = {"format": 2, "tokenizer": tokenizer, "epoch": "e1", "seq": 1, "namespaces": [space]}
+    payload = msgpack.packb(body, use_bin_type=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(FORMAT2_MAGIC + hashlib.blake2b(payload, digest_size=32).digest() + payload)

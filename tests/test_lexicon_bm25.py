@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import struct
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,9 @@ from rank_bm25 import BM25Okapi
 
 from keymem.services.lexicon import cache, index
 from keymem.services.lexicon.index import LexiconIndex, NamespaceIndex
+from keymem.services.lexicon.sync import text_digest
 from keymem.services.lexicon.tokenizer import Tokenizer, shared_tokenizer
+from tests.lexicon_support import write_format2_cache
 
 TOLERANCE = 1e-6
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -153,7 +156,7 @@ def test_incremental_updates_equal_a_fresh_reference(
                 query = [rng.choice(vocabulary) for _ in range(rng.randint(1, 4))]
                 assert_matches_reference(space, ids, [docs[d] for d in ids], query)
     assert len(space) == len(docs)
-    assert len(space.slot_ids) < 3 * len(docs) + 2 * index.MIN_DEAD_SLOTS_TO_COMPACT
+    assert space.slot_count < 3 * len(docs) + 2 * index.MIN_DEAD_SLOTS_TO_COMPACT
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -181,10 +184,7 @@ def test_pruned_top_n_equals_full_scoring(monkeypatch: pytest.MonkeyPatch, seed:
         query = Counter(rng.choices(vocabulary, weights, k=rng.randint(1, 6)))
         slots, scores = space.scores(query)
         full = sorted(
-            (
-                (space.slot_ids[s] or "", sc)
-                for s, sc in zip(slots.tolist(), scores.tolist(), strict=True)
-            ),
+            ((space.id_at(s), sc) for s, sc in zip(slots.tolist(), scores.tolist(), strict=True)),
             key=lambda hit: (-hit[1], hit[0]),
         )
         exact = dict(full)
@@ -208,12 +208,12 @@ def test_tiny_namespaces_follow_the_reference_quirks() -> None:
 
 def test_namespaces_do_not_share_statistics() -> None:
     lexicon = LexiconIndex()
-    lexicon.upsert("a1", "alpha", b"x", Counter(["shared", "alpha"]))
-    lexicon.upsert("a2", "alpha", b"x", Counter(["other"]))
-    lexicon.upsert("a3", "alpha", b"x", Counter(["more"]))
+    lexicon.upsert("a1", "alpha", text_digest("x"), Counter(["shared", "alpha"]))
+    lexicon.upsert("a2", "alpha", text_digest("x"), Counter(["other"]))
+    lexicon.upsert("a3", "alpha", text_digest("x"), Counter(["more"]))
     alone = dict(lexicon.top("alpha", Counter(["shared"]), 5))
     for i in range(50):
-        lexicon.upsert(f"b{i}", "beta", b"x", Counter(["shared"]))
+        lexicon.upsert(f"b{i}", "beta", text_digest("x"), Counter(["shared"]))
     assert dict(lexicon.top("alpha", Counter(["shared"]), 5)) == alone
     assert lexicon.top("gamma", Counter(["shared"]), 5) == []
     assert {d for d, _ in lexicon.top("beta", Counter(["shared"]), 100)} == {
@@ -223,8 +223,8 @@ def test_namespaces_do_not_share_statistics() -> None:
 
 def test_moving_a_document_between_namespaces() -> None:
     lexicon = LexiconIndex()
-    lexicon.upsert("m", "one", b"1", Counter(["term"]))
-    lexicon.upsert("m", "two", b"2", Counter(["term"]))
+    lexicon.upsert("m", "one", text_digest("1"), Counter(["term"]))
+    lexicon.upsert("m", "two", text_digest("2"), Counter(["term"]))
     assert lexicon.top("one", Counter(["term"]), 5) == []
     assert [d for d, _ in lexicon.top("two", Counter(["term"]), 5)] == ["m"]
     assert "one" not in lexicon.namespaces
@@ -234,9 +234,9 @@ def _filled(tokenizer: Tokenizer) -> LexiconIndex:
     lexicon = LexiconIndex()
     for i, text in enumerate(FIXTURE_DOCS):
         namespace = "even" if i % 2 == 0 else "odd"
-        lexicon.upsert(f"m{i}", namespace, bytes([i]), Counter(tokenizer.tokenize(text)))
+        lexicon.upsert(f"m{i}", namespace, text_digest(text), Counter(tokenizer.tokenize(text)))
     lexicon.remove("m3")
-    lexicon.upsert("m4", "even", b"new", Counter(tokenizer.tokenize("딸기 대신 포도")))
+    lexicon.upsert("m4", "even", text_digest("new"), Counter(tokenizer.tokenize("딸기 대신 포도")))
     return lexicon
 
 
@@ -247,8 +247,10 @@ def test_cache_round_trip_preserves_every_score(tokenizer: Tokenizer, tmp_path: 
     restored = LexiconIndex()
     info = cache.load(path, restored, tokenizer="t1")
     assert (info.epoch, info.seq, info.documents) == ("e1", 42, len(original))
-    assert restored.namespace_of == original.namespace_of
-    assert restored.digest_of == original.digest_of
+    assert sorted(restored.ids()) == sorted(original.ids())
+    assert {d: restored.entry(d) for d in original.ids()} == {
+        d: original.entry(d) for d in original.ids()
+    }
     for namespace in ("even", "odd"):
         for query in FIXTURE_QUERIES:
             terms = Counter(tokenizer.tokenize(query))
@@ -285,40 +287,77 @@ def test_unusable_cache_is_rejected_not_crashed(
     assert len(restored) == 0
 
 
-def _rewrite_payload(path: Path, change: Any) -> None:
-    """Apply ``change`` to the cache's decoded payload and store it with a valid checksum: a
-    file a buggy writer could have made, which the checksum alone cannot catch."""
-    head = len(cache.MAGIC) + cache.CHECKSUM_BYTES
-    body = msgpack.unpackb(path.read_bytes()[head:], raw=False)
-    change(body)
-    payload = msgpack.packb(body, use_bin_type=True)
-    path.write_bytes(cache.MAGIC + hashlib.blake2b(payload, digest_size=32).digest() + payload)
+def _rewrite(path: Path, change: Any) -> None:
+    """Apply ``change(header, data)`` to the cache's header and section bytes and store it
+    with a valid checksum: a file a buggy writer could have made, which the checksum alone
+    cannot catch."""
+    raw = path.read_bytes()
+    start = cache.HEAD_BYTES + 8
+    (length,) = struct.unpack_from("<Q", raw, cache.HEAD_BYTES)
+    header = msgpack.unpackb(raw[start : start + length], raw=False)
+    data = bytearray(raw[_aligned(start + length) :])
+    change(header, data)
+    packed = msgpack.packb(header, use_bin_type=True)
+    lead = struct.pack("<Q", len(packed)) + packed
+    body = lead + bytes(_aligned(cache.HEAD_BYTES + len(lead)) - cache.HEAD_BYTES - len(lead))
+    body += bytes(data)
+    path.write_bytes(cache.MAGIC + hashlib.sha256(body).digest() + body)
 
 
-def _reverse_term_rows(body: dict[str, Any]) -> None:
-    space = body["namespaces"][0]
-    space["term_rows"] = np.frombuffer(space["term_rows"], "<i4")[::-1].tobytes()
+def _aligned(offset: int) -> int:
+    return -(-offset // cache.ALIGN_BYTES) * cache.ALIGN_BYTES
 
 
-def _drop_a_posting(body: dict[str, Any]) -> None:
-    space = body["namespaces"][0]
-    space["term_rows"] = space["term_rows"][:-4]
-    space["term_tfs"] = space["term_tfs"][:-4]
+def _reverse_term_rows(header: dict[str, Any], data: bytearray) -> None:
+    offset, dtype, count = header["namespaces"][0]["term_rows"]
+    size = np.dtype(dtype).itemsize * count
+    data[offset : offset + size] = np.frombuffer(data, dtype, count, offset)[::-1].tobytes()
 
 
-def _older_format(body: dict[str, Any]) -> None:
-    body["format"] = cache.CACHE_FORMAT - 1
+def _drop_a_posting(header: dict[str, Any], data: bytearray) -> None:
+    for key in ("term_rows", "term_tfs"):
+        header["namespaces"][0][key][2] -= 1
 
 
-@pytest.mark.parametrize("change", [_reverse_term_rows, _drop_a_posting, _older_format])
+def _swap_two_ids(header: dict[str, Any], data: bytearray) -> None:
+    offset, dtype, _ = header["documents"]["ids"]
+    width = np.dtype(dtype).itemsize
+    first, second = data[offset : offset + width], data[offset + width : offset + 2 * width]
+    data[offset : offset + 2 * width] = second + first
+
+
+def _unknown_namespace_number(header: dict[str, Any], data: bytearray) -> None:
+    offset, _, _ = header["documents"]["spaces"]
+    data[offset] = len(header["names"])
+
+
+def _older_format(header: dict[str, Any], data: bytearray) -> None:
+    header["format"] = cache.CACHE_FORMAT - 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_reverse_term_rows, _drop_a_posting, _swap_two_ids, _unknown_namespace_number, _older_format],
+)
 def test_cache_that_disagrees_with_itself_is_rejected(
     tokenizer: Tokenizer, tmp_path: Path, change: Any
 ) -> None:
     path = tmp_path / cache.CACHE_FILE
     cache.save(path, _filled(tokenizer), tokenizer="t1", epoch="e1", seq=1)
-    _rewrite_payload(path, change)
+    _rewrite(path, change)
     restored = LexiconIndex()
     with pytest.raises(cache.CacheInvalid):
+        cache.load(path, restored, tokenizer="t1")
+    assert len(restored) == 0
+
+
+def test_cache_of_the_previous_format_is_not_read(tmp_path: Path) -> None:
+    """A file the format-2 release wrote (intact, same tokenizer) is refused, not misread:
+    the service then rebuilds from the graph."""
+    path = tmp_path / cache.CACHE_FILE
+    write_format2_cache(path, {"m1": ["term"], "m2": ["term", "other"]}, tokenizer="t1")
+    restored = LexiconIndex()
+    with pytest.raises(cache.CacheInvalid, match="format"):
         cache.load(path, restored, tokenizer="t1")
     assert len(restored) == 0
 
@@ -335,9 +374,11 @@ def test_index_loaded_from_cache_takes_writes_like_the_original(
     restored = LexiconIndex()
     cache.load(path, restored, tokenizer="t1")
     for lexicon in (original, restored):
-        lexicon.upsert("m0", "even", b"r", Counter(tokenizer.tokenize("서울 딸기 축제 keymem")))
+        lexicon.upsert(
+            "m0", "even", text_digest("r"), Counter(tokenizer.tokenize("서울 딸기 축제 keymem"))
+        )
         lexicon.remove("m5")
-        lexicon.upsert("n1", "odd", b"n", Counter(tokenizer.tokenize(FIXTURE_DOCS[2])))
+        lexicon.upsert("n1", "odd", text_digest("n"), Counter(tokenizer.tokenize(FIXTURE_DOCS[2])))
     for namespace in ("even", "odd"):
         for query in [*FIXTURE_QUERIES, "서울 축제 keymem"]:
             terms = Counter(tokenizer.tokenize(query))

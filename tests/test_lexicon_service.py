@@ -20,6 +20,7 @@ from keymem.protocol.errors import BadRequest, TooLarge
 from keymem.protocol.worker import Service
 from keymem.services.lexicon import cache
 from keymem.services.lexicon import service as service_module
+from keymem.services.lexicon.tokenizer import TOKENIZER_VERSION
 from keymem.services.stack import InprocStack
 from tests.lexicon_feed_double import FeedDouble
 from tests.lexicon_support import (
@@ -30,6 +31,7 @@ from tests.lexicon_support import (
     search_reply,
     synced_to,
     wait_until,
+    write_format2_cache,
 )
 
 
@@ -288,11 +290,13 @@ def test_restart_from_cache_skips_the_tokenizer(
     assert_mirrors(second, feed.docs)
 
 
+@pytest.mark.parametrize("damage", ["torn", "previous_format"])
 def test_corrupt_cache_is_rebuilt_not_fatal(
     stack: InprocStack,
     feed: FeedDouble,
     start_lexicon: Callable[[], Running],
     short_home: Path,
+    damage: str,
 ) -> None:
     for i in range(50):
         feed.put(f"m{i:03d}", f"부산 회의 {i}")
@@ -301,8 +305,12 @@ def test_corrupt_cache_is_rebuilt_not_fatal(
     wait_until(synced_to(client, feed.seq), "the initial snapshot")
     first.stop()
     path = cache.cache_path(short_home)
-    raw = path.read_bytes()
-    path.write_bytes(raw[: len(raw) - 7])  # a torn write
+    if damage == "torn":
+        raw = path.read_bytes()
+        path.write_bytes(raw[: len(raw) - 7])
+    else:  # what the format-2 release left, with other terms for the same ids
+        stale = {f"m{i:03d}": ["stale"] for i in range(50)}
+        write_format2_cache(path, stale, tokenizer=TOKENIZER_VERSION)
 
     second = start_lexicon()
     assert second.lexicon.cache_state["loaded"] is False

@@ -1,49 +1,78 @@
 """The lexicon's persisted term cache: what lets a restart skip re-running Kiwi.
 
 It is derived state (architecture invariant 2): the index as of one ``(epoch, seq)`` of the
-graph's change feed, per namespace in the compressed-row form the index loads in vectorised
-passes, plus each document's text digest so a later re-snapshot re-tokenizes only the
-documents whose text changed. It lives under ``KEYMEM_HOME/lexicon/``, never in the graph's
+graph's change feed, plus each document's text digest so a later re-snapshot re-tokenizes only
+the documents whose text changed. It lives under ``KEYMEM_HOME/lexicon/``, never in the graph's
 database. Anything wrong with it (missing, truncated, corrupt, another format or tokenizer
-version) makes ``load`` raise ``CacheInvalid``; the service then discards it and rebuilds
-from the graph. Writes go to a temporary file that replaces the old one atomically. Saving is
-split: the serving thread only captures references (``snapshot``), and the arrays are built
-and written on another thread (``write``).
+version, parts that disagree) makes ``load`` raise ``CacheInvalid``; the service then discards
+it and rebuilds from the graph. Writes go to a temporary file that replaces the old one
+atomically. Saving is split: the serving thread only captures references (``snapshot``), and
+the arrays are built and written on another thread (``write``).
 
-Each namespace is stored twice over, document-major (the rows a later save and a compaction
-start from) and term-major (the postings queries read): a restart installs both as flat arrays
-and sorts nothing; each term's postings become objects when a query or write first touches it.
+Every part is a flat little-endian array at an aligned offset, so ``load`` maps the file and
+hands the index views of it: nothing is decoded or copied per document or per term, the
+pages are the page cache's (shared with the next worker forked after a crash, and dropped
+by the kernel under pressure rather than swapped), and a restart costs the checksum and the
+consistency checks. A replaced file stays mapped until its arrays are dropped (unlinked
+inodes live on while mapped).
 
-Layout: ``MAGIC``, a 32-byte BLAKE2b digest of the payload, then the msgpack payload::
+Layout: ``MAGIC``, a 32-byte SHA-256 of everything after it, the header's length (u64), the
+msgpack header, then the sections, each at a multiple of ``ALIGN_BYTES`` from the first::
 
-    {"format": 2, "tokenizer": str, "epoch": str, "seq": int,
-     "namespaces": [{"name", "ids", "digests", "vocab", "ptr": <i8 bytes,
-                     "tids": <i4 bytes, "tfs": <i4 bytes,
-                     "term_ptr": <i8 bytes, "term_rows": <i4 bytes, "term_tfs": <i4 bytes}]}
+    {"format": 3, "tokenizer": str, "epoch": str, "seq": int, "names": [str],
+     "documents": {"ids": S<width>, "spaces": u1|u2|u4, "digests": V16},
+     "namespaces": [{"vocab": [str], "ptr": i8, "tids": u2|i4, "tfs": u1|u2|i4,
+                     "term_ptr": i8, "term_rows": i4, "term_tfs": u1|u2|i4}]}
+
+where each array is ``[offset, dtype, count]``. The document table holds every document, ids
+ascending; namespace ``k``'s rows are the table's rows with ``spaces == k``, in that order,
+stored document-major (what a later save and a compaction start from) and term-major (the
+postings queries read; a restart sorts nothing).
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
+import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgpack
 import numpy as np
 
 from keymem.services.lexicon.index import (
+    DIGEST_DTYPE,
+    AnyIntArray,
+    DocTable,
     FrozenNamespace,
+    FrozenTable,
     LexiconIndex,
     NamespaceCsr,
     TermColumns,
 )
 
-CACHE_FORMAT = 2
-MAGIC = b"KMLEXC\x00\x01"
+CACHE_FORMAT = 3
+MAGIC = b"KMLEXC\x00\x03"
 CHECKSUM_BYTES = 32
+HEAD_BYTES = len(MAGIC) + CHECKSUM_BYTES
+ALIGN_BYTES = 64
 CACHE_FILE = "terms.cache"
+_LENGTH = struct.Struct("<Q")
+# dtypes a file may give each array (the writer picks the narrowest that holds the values)
+_COUNTS = ("|u1", "<u2", "<i4")
+_NAMESPACE_ARRAYS = {
+    "ptr": ("<i8",),
+    "tids": ("<u2", "<i4"),
+    "tfs": _COUNTS,
+    "term_ptr": ("<i8",),
+    "term_rows": ("<i4",),
+    "term_tfs": _COUNTS,
+}
+_SPACE_CODES = ("|u1", "<u2", "<u4")
 
 
 class CacheInvalid(Exception):
@@ -62,116 +91,188 @@ def cache_path(home: Path) -> Path:
     return home / "lexicon" / CACHE_FILE
 
 
-def _checksum(payload: bytes | memoryview) -> bytes:
-    return hashlib.blake2b(payload, digest_size=CHECKSUM_BYTES).digest()
-
-
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What a save writes, captured on the serving thread; ``write`` may run on another."""
 
-    namespaces: list[tuple[str, FrozenNamespace, list[bytes]]]
+    table: FrozenTable
+    namespaces: dict[str, FrozenNamespace]
     tokenizer: str
     epoch: str
     seq: int
 
-    @property
-    def documents(self) -> int:
-        return sum(len(frozen.ids) for _, frozen, _ in self.namespaces)
-
 
 def snapshot(index: LexiconIndex, *, tokenizer: str, epoch: str, seq: int) -> Snapshot:
+    spaces = {name: space.freeze() for name, space in index.namespaces.items()}
+    return Snapshot(index.frozen_table(), spaces, tokenizer, epoch, seq)
+
+
+def _narrowest(values: AnyIntArray, choices: tuple[str, ...]) -> np.ndarray[Any, Any]:
+    top = int(values.max()) if len(values) else 0
+    for dtype in choices:
+        if top <= np.iinfo(np.dtype(dtype)).max:
+            return values.astype(dtype, copy=False)
+    raise ValueError(f"value {top} too large for {choices}")
+
+
+def _arrays(snap: Snapshot) -> tuple[DocTable, list[tuple[list[str], dict[str, Any]]]]:
+    """The document table and, per namespace in its order, the vocabulary and arrays."""
+    table = snap.table.to_table()
     spaces = []
-    for name, space in index.namespaces.items():
-        frozen = space.freeze()
-        spaces.append((name, frozen, list(map(index.digest_of.__getitem__, frozen.ids))))
-    return Snapshot(spaces, tokenizer, epoch, seq)
+    for code, name in enumerate(table.names):
+        csr = snap.namespaces[name].to_csr()
+        if not np.array_equal(csr.ids, table.ids[table.spaces == code]):
+            raise ValueError(f"namespace {name!r} changed while its snapshot was taken")
+        columns = TermColumns.of(csr)
+        tids_dtype = "<u2" if len(csr.vocab) <= np.iinfo(np.uint16).max + 1 else "<i4"
+        arrays = {
+            "ptr": csr.ptr.astype("<i8", copy=False),
+            "tids": csr.tids.astype(tids_dtype, copy=False),
+            "tfs": _narrowest(csr.tfs, _COUNTS),
+            "term_ptr": columns.ptr.astype("<i8", copy=False),
+            "term_rows": columns.rows.astype("<i4", copy=False),
+            "term_tfs": _narrowest(columns.tfs, _COUNTS),
+        }
+        spaces.append((csr.vocab, arrays))
+    return table, spaces
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // ALIGN_BYTES) * ALIGN_BYTES
+
+
+class _Layout:
+    """Offsets of the sections, relative to the first, in the order they are written."""
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray[Any, Any]] = []
+        self.end = 0
+
+    def place(self, array: np.ndarray[Any, Any]) -> list[Any]:
+        array = np.ascontiguousarray(array)
+        offset = _aligned(self.end)
+        self.arrays.append(array)
+        self.end = offset + array.nbytes
+        return [offset, array.dtype.str, len(array)]
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        at = 0
+        for array in self.arrays:
+            offset = _aligned(at)
+            yield b"\x00" * (offset - at)
+            yield array.view(np.uint8).data
+            at = offset + array.nbytes
 
 
 def write(path: Path, snap: Snapshot) -> CacheInfo:
-    spaces: list[dict[str, Any]] = []
-    for name, frozen, digests in snap.namespaces:
-        csr = frozen.to_csr()
-        columns = TermColumns.of(csr)
-        spaces.append(
-            {
-                "name": name,
-                "ids": csr.ids,
-                "digests": digests,
-                "vocab": csr.vocab,
-                "ptr": csr.ptr.astype("<i8").tobytes(),
-                "tids": csr.tids.astype("<i4").tobytes(),
-                "tfs": csr.tfs.astype("<i4").tobytes(),
-                "term_ptr": columns.ptr.astype("<i8").tobytes(),
-                "term_rows": columns.rows.astype("<i4").tobytes(),
-                "term_tfs": columns.tfs.astype("<i4").tobytes(),
-            }
-        )
-    payload: bytes = msgpack.packb(
-        {
-            "format": CACHE_FORMAT,
-            "tokenizer": snap.tokenizer,
-            "epoch": snap.epoch,
-            "seq": snap.seq,
-            "namespaces": spaces,
+    table, spaces = _arrays(snap)
+    layout = _Layout()
+    header = {
+        "format": CACHE_FORMAT,
+        "tokenizer": snap.tokenizer,
+        "epoch": snap.epoch,
+        "seq": snap.seq,
+        "names": table.names,
+        "documents": {
+            "ids": layout.place(table.ids),
+            "spaces": layout.place(_narrowest(table.spaces, _SPACE_CODES)),
+            "digests": layout.place(table.digests),
         },
-        use_bin_type=True,
-    )
+        "namespaces": [
+            {"vocab": vocab, **{key: layout.place(array) for key, array in arrays.items()}}
+            for vocab, arrays in spaces
+        ],
+    }
+    packed: bytes = msgpack.packb(header, use_bin_type=True)
+    lead = _LENGTH.pack(len(packed)) + packed
+    lead += b"\x00" * (_aligned(HEAD_BYTES + len(lead)) - HEAD_BYTES - len(lead))
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a process killed mid-write
         stale.unlink(missing_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as out:
-        out.write(MAGIC)
-        out.write(_checksum(payload))
-        out.write(payload)
-        out.flush()
+        size = _write_checksummed(out, [lead, *layout.chunks()])
         os.fsync(out.fileno())
     os.replace(tmp, path)
-    return CacheInfo(
-        snap.epoch, snap.seq, snap.documents, len(MAGIC) + CHECKSUM_BYTES + len(payload)
-    )
+    return CacheInfo(snap.epoch, snap.seq, len(table.ids), size)
+
+
+def _write_checksummed(out: IO[bytes], chunks: list[bytes | memoryview]) -> int:
+    digest = hashlib.sha256()
+    out.write(MAGIC + b"\x00" * CHECKSUM_BYTES)
+    for chunk in chunks:
+        digest.update(chunk)
+        out.write(chunk)
+    size = out.tell()
+    out.seek(len(MAGIC))
+    out.write(digest.digest())
+    out.flush()
+    return size
 
 
 def save(path: Path, index: LexiconIndex, *, tokenizer: str, epoch: str, seq: int) -> CacheInfo:
     return write(path, snapshot(index, tokenizer=tokenizer, epoch=epoch, seq=seq))
 
 
-def load(path: Path, index: LexiconIndex, *, tokenizer: str) -> CacheInfo:
-    """Fill the empty ``index`` from the cache at ``path``; ``CacheInvalid`` if unusable."""
+def _map(path: Path) -> mmap.mmap:
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as file:
+            if os.fstat(file.fileno()).st_size <= HEAD_BYTES + _LENGTH.size:
+                raise CacheInvalid("not a lexicon cache (too short)")
+            return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
     except FileNotFoundError as exc:
         raise CacheInvalid("no cache yet") from exc
     except OSError as exc:
         raise CacheInvalid(f"cannot read the cache: {exc}") from exc
-    head = len(MAGIC) + CHECKSUM_BYTES
-    if len(raw) < head or not raw.startswith(MAGIC):
-        raise CacheInvalid("not a lexicon cache of this format")
-    payload = memoryview(raw)[head:]
-    if _checksum(payload) != raw[len(MAGIC) : head]:
+
+
+def load(path: Path, index: LexiconIndex, *, tokenizer: str) -> CacheInfo:
+    """Fill the empty ``index`` from the cache at ``path``; ``CacheInvalid`` if unusable."""
+    mapped = _map(path)
+    if mapped[: len(MAGIC)] != MAGIC:
+        raise CacheInvalid(f"not a lexicon cache of format {CACHE_FORMAT}")
+    if hashlib.sha256(memoryview(mapped)[HEAD_BYTES:]).digest() != mapped[len(MAGIC) : HEAD_BYTES]:
         raise CacheInvalid("checksum mismatch (truncated or corrupt)")
     try:
-        body = msgpack.unpackb(payload, raw=False)
-        if body["format"] != CACHE_FORMAT:
-            raise CacheInvalid(f"cache format {body['format']}, expected {CACHE_FORMAT}")
-        if body["tokenizer"] != tokenizer:
-            raise CacheInvalid(f"made by tokenizer {body['tokenizer']!r}, now {tokenizer!r}")
-        for space in body["namespaces"]:
+        (length,) = _LENGTH.unpack_from(mapped, HEAD_BYTES)
+        start = HEAD_BYTES + _LENGTH.size
+        header = msgpack.unpackb(mapped[start : start + length], raw=False)
+        if header["format"] != CACHE_FORMAT:
+            raise CacheInvalid(f"cache format {header['format']}, expected {CACHE_FORMAT}")
+        if header["tokenizer"] != tokenizer:
+            raise CacheInvalid(f"made by tokenizer {header['tokenizer']!r}, now {tokenizer!r}")
+        first = _aligned(start + length)
+
+        def array(spec: list[Any], allowed: tuple[str, ...]) -> np.ndarray[Any, Any]:
+            offset, dtype, count = spec
+            if dtype not in allowed:
+                raise CacheInvalid(f"an array of type {dtype!r}, expected one of {allowed}")
+            return np.frombuffer(mapped, dtype=dtype, count=count, offset=first + offset)
+
+        docs = header["documents"]
+        width = np.dtype(str(docs["ids"][1])).itemsize
+        table = DocTable(
+            ids=array(docs["ids"], (f"|S{width}",)),
+            spaces=array(docs["spaces"], _SPACE_CODES),
+            digests=array(docs["digests"], (DIGEST_DTYPE.str,)),
+            names=[str(name) for name in header["names"]],
+        )
+        if len(header["namespaces"]) != len(table.names):
+            raise CacheInvalid("namespace list does not match the names")
+        spaces = {}
+        for code, (name, space) in enumerate(zip(table.names, header["namespaces"], strict=True)):
+            parts = {key: array(space[key], allowed) for key, allowed in _NAMESPACE_ARRAYS.items()}
             csr = NamespaceCsr(
-                ids=space["ids"],
-                vocab=space["vocab"],
-                ptr=np.frombuffer(space["ptr"], dtype="<i8").astype(np.int64),
-                tids=np.frombuffer(space["tids"], dtype="<i4").astype(np.int32),
-                tfs=np.frombuffer(space["tfs"], dtype="<i4").astype(np.int32),
+                ids=table.ids[table.spaces == code],
+                vocab=[str(term) for term in space["vocab"]],
+                ptr=parts["ptr"],
+                tids=parts["tids"],
+                tfs=parts["tfs"],
             )
-            columns = TermColumns(
-                ptr=np.frombuffer(space["term_ptr"], dtype="<i8").astype(np.int64),
-                rows=np.frombuffer(space["term_rows"], dtype="<i4").astype(np.int32),
-                tfs=np.frombuffer(space["term_tfs"], dtype="<i4").astype(np.int32),
-            )
-            index.load_namespace(str(space["name"]), csr, space["digests"], columns)
-        return CacheInfo(str(body["epoch"]), int(body["seq"]), len(index), len(raw))
+            columns = TermColumns(parts["term_ptr"], parts["term_rows"], parts["term_tfs"])
+            spaces[name] = (csr, columns)
+        index.load(table, spaces)
+        return CacheInfo(str(header["epoch"]), int(header["seq"]), len(index), len(mapped))
     except CacheInvalid:
         index.clear()
         raise

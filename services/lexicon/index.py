@@ -25,9 +25,9 @@ renumbered from its live documents in one vectorised pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,10 +45,40 @@ RADIX_SORT_MAX_TERMS = 2**16 - 1
 PRUNE_MIN_POSTINGS = 2048
 
 IntArray = npt.NDArray[np.int32]
+AnyIntArray = npt.NDArray[np.integer[Any]]
 FloatArray = npt.NDArray[np.float64]
+IdArray = npt.NDArray[np.bytes_]  # UTF-8 document ids, fixed width (numpy ``S``)
+BoolArray = npt.NDArray[np.bool_]
 
 _NO_SLOTS: IntArray = np.zeros(0, dtype=np.int32)
 _NO_TFS: FloatArray = np.zeros(0, dtype=np.float64)
+NO_IDS: IdArray = np.zeros(0, dtype="S1")
+# A text digest (BLAKE2b) is this long; the cache stores digests as fixed-width records.
+DIGEST_BYTES = 16
+DIGEST_DTYPE = np.dtype(f"V{DIGEST_BYTES}")
+
+
+def encode_ids(ids: Sequence[str]) -> IdArray:
+    """Document ids as a fixed-width UTF-8 array (numpy ``S`` drops trailing NULs, so an id
+    may not contain one: ``LexiconIndex.upsert`` refuses those)."""
+    if not ids:
+        return NO_IDS
+    encoded: IdArray = np.array([doc_id.encode("utf-8") for doc_id in ids])
+    return encoded
+
+
+def ascending_ids(ids: IdArray) -> bool:
+    """Whether ``ids`` is strictly ascending (sorted, no repeats): searchable by bisection."""
+    return len(ids) < 2 or bool(np.all(ids[1:] > ids[:-1]))
+
+
+def find_id(ids: IdArray, doc_id: str) -> int | None:
+    """Where ``doc_id`` is in the ascending ``ids``, or None."""
+    key = doc_id.encode("utf-8")
+    if not len(ids) or len(key) > ids.dtype.itemsize:
+        return None
+    at = int(np.searchsorted(ids, key))
+    return at if at < len(ids) and ids[at] == key else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +157,16 @@ class _Postings:
 class NamespaceCsr:
     """A namespace's live documents in compressed rows: what the cache stores and loads.
 
-    Row ``i`` is document ``ids[i]``; its terms are ``vocab[tids[ptr[i]:ptr[i + 1]]]`` with
-    counts ``tfs[ptr[i]:ptr[i + 1]]`` (each term once per row).
+    Row ``i`` is document ``ids[i]`` (UTF-8, ascending, so an id is found by binary search);
+    its terms are ``vocab[tids[ptr[i]:ptr[i + 1]]]`` with counts ``tfs[ptr[i]:ptr[i + 1]]``
+    (each term once per row). ``tids`` and ``tfs`` may be any integer type that holds them.
     """
 
-    ids: list[str]
+    ids: IdArray
     vocab: list[str]
     ptr: npt.NDArray[np.int64]
-    tids: IntArray
-    tfs: IntArray
+    tids: AnyIntArray
+    tfs: AnyIntArray
 
     def validate(self) -> None:
         """Raise ``ValueError`` if the arrays do not describe ``len(ids)`` rows over ``vocab``."""
@@ -150,8 +181,8 @@ class NamespaceCsr:
             raise ValueError("term id outside the vocabulary")
         if len(self.tfs) and int(self.tfs.min()) < 1:
             raise ValueError("term frequency below 1")
-        if len(set(self.ids)) != rows:
-            raise ValueError("duplicate document id")
+        if not ascending_ids(self.ids):
+            raise ValueError("document ids not ascending or not unique")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +191,8 @@ class TermColumns:
     (ascending) with counts ``tfs[...]``. The cache stores them so a restart needs no sort."""
 
     ptr: npt.NDArray[np.int64]
-    rows: IntArray
-    tfs: IntArray
+    rows: AnyIntArray
+    tfs: AnyIntArray
 
     @classmethod
     def of(cls, csr: NamespaceCsr) -> TermColumns:
@@ -221,7 +252,10 @@ class _PostingsTable:
         assert self._base is not None  # ids past the base were appended, so made
         start, end = self._base.ptr[tid : tid + 2].tolist()
         postings = (
-            _Postings(self._base.rows[start:end], self._base.tfs[start:end].astype(np.float64))
+            _Postings(
+                self._base.rows[start:end].astype(np.int32, copy=False),
+                self._base.tfs[start:end].astype(np.float64),
+            )
             if end > start
             else None
         )
@@ -231,56 +265,131 @@ class _PostingsTable:
 
 @dataclass(frozen=True, slots=True)
 class FrozenNamespace:
-    ids: list[str]
-    bags: list[IntArray]  # per document: row 0 term ids, row 1 counts (never mutated)
+    """A namespace's live documents at one moment: the rows of its last bulk load (never
+    mutated) with which of them are still alive, and the bags of the documents added since
+    (never mutated either). Cheap to take; ``to_csr`` may run on another thread."""
+
+    base: NamespaceCsr
+    base_alive: BoolArray
+    added_ids: list[str]
+    added_bags: list[IntArray]  # per document: row 0 term ids, row 1 counts
     terms: list[str]
 
     def to_csr(self) -> NamespaceCsr:
-        """The documents over a vocabulary of their terms only, renumbered in their old order."""
-        sizes = np.fromiter((bag.shape[1] for bag in self.bags), np.int64, len(self.bags))
-        ptr = np.zeros(len(self.bags) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=ptr[1:])
-        pairs = np.concatenate(self.bags, axis=1) if self.bags else np.zeros((2, 0), np.int32)
-        used = np.bincount(pairs[0], minlength=len(self.terms)) > 0
+        """The live documents in id order over a vocabulary of their terms only."""
+        base = self.base
+        keep = np.flatnonzero(self.base_alive)
+        if len(keep) == len(base.ids):
+            ids, ptr, tids, tfs = base.ids, base.ptr, base.tids, base.tfs
+        else:
+            ids = base.ids[keep]
+            ptr, tids, tfs = _gather_rows(base.ptr, base.tids, base.tfs, keep)
+        if self.added_ids:
+            sizes = np.fromiter((bag.shape[1] for bag in self.added_bags), np.int64)
+            pairs = np.concatenate(self.added_bags, axis=1)
+            ids = np.concatenate((ids, encode_ids(self.added_ids)))
+            ptr = np.concatenate((ptr, ptr[-1] + np.cumsum(sizes)))
+            tids = np.concatenate((tids.astype(np.int32), pairs[0]))
+            tfs = np.concatenate((tfs.astype(np.int32), pairs[1]))
+            order = np.argsort(ids, kind="stable")
+            ids = ids[order]
+            ptr, tids, tfs = _gather_rows(ptr, tids, tfs, order)
+        used = np.bincount(tids, minlength=len(self.terms)) > 0
         dense = (np.cumsum(used) - 1).astype(np.int32)
         return NamespaceCsr(
-            ids=self.ids,
+            ids=ids,
             vocab=[self.terms[tid] for tid in np.flatnonzero(used).tolist()],
             ptr=ptr,
-            tids=dense[pairs[0]],
-            tfs=pairs[1].astype(np.int32),
+            tids=dense[tids],
+            tfs=tfs.astype(np.int32),
         )
 
 
+def _gather_rows(
+    ptr: npt.NDArray[np.int64], tids: AnyIntArray, tfs: AnyIntArray, rows: npt.NDArray[np.intp]
+) -> tuple[npt.NDArray[np.int64], AnyIntArray, AnyIntArray]:
+    """Compressed rows ``rows`` (in that order) of the rows ``ptr``/``tids``/``tfs``."""
+    starts = ptr[rows]
+    sizes = ptr[rows + 1] - starts
+    new_ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=new_ptr[1:])
+    entries = np.repeat(starts - new_ptr[:-1], sizes) + np.arange(new_ptr[-1])
+    return new_ptr, tids[entries], tfs[entries]
+
+
+def _row_sums(ptr: npt.NDArray[np.int64], values: AnyIntArray) -> FloatArray:
+    sums = np.zeros(len(ptr) - 1, dtype=np.float64)
+    filled = np.flatnonzero(np.diff(ptr))
+    if len(filled):
+        sums[filled] = np.add.reduceat(values, ptr[filled], dtype=np.int64)
+    return sums
+
+
+_NO_ROWS = NamespaceCsr(
+    ids=NO_IDS, vocab=[], ptr=np.zeros(1, dtype=np.int64), tids=_NO_SLOTS, tfs=_NO_SLOTS
+)
+
+
 class NamespaceIndex:
-    """BM25 over one namespace's documents."""
+    """BM25 over one namespace's documents.
+
+    Slots below ``base_slots`` are the documents of the last bulk load (the cache, or a
+    compaction): their ids (ascending, found by bisection) and term bags stay in ``base``'s
+    arrays, so a restart builds no object per document. Later slots hold the documents
+    written since, found through ``added_slot_of``.
+    """
 
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
         self.terms: list[str] = []
         self.postings = _PostingsTable()
-        self.slot_ids: list[str | None] = []
-        self.slot_of: dict[str, int] = {}
-        # A live slot's bag (row 0 the term ids, row 1 their counts): slots below
-        # ``base_slots`` read theirs from ``base_pairs`` (as loaded), later ones from ``bags``.
-        self.bags: dict[int, IntArray] = {}
-        self.base_slots = 0
-        self.base_pairs: IntArray = np.zeros((2, 0), dtype=np.int32)
-        self.base_ptr: list[int] = [0]
+        self.base = _NO_ROWS
+        self.added_ids: list[str | None] = []  # slot base_slots + i; None once removed
+        self.added_slot_of: dict[str, int] = {}
+        self.bags: dict[int, IntArray] = {}  # an added live slot's term ids (row 0), counts
         self.doc_len: FloatArray = np.zeros(INITIAL_SLOTS, dtype=np.float64)
-        self.alive: npt.NDArray[np.bool_] = np.zeros(INITIAL_SLOTS, dtype=np.bool_)
+        self.alive: BoolArray = np.zeros(INITIAL_SLOTS, dtype=np.bool_)
         self.n_docs = 0
         self.total_len = 0
         self.df_hist: dict[int, int] = {}  # document frequency -> how many terms have it
         self._average_idf: float | None = None
 
-    # -- writes --------------------------------------------------------------------------------
+    # -- documents -----------------------------------------------------------------------------
     def __len__(self) -> int:
         return self.n_docs
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self.slot_of
+        return isinstance(doc_id, str) and self.slot(doc_id) is not None
 
+    @property
+    def base_slots(self) -> int:
+        return len(self.base.ids)
+
+    @property
+    def slot_count(self) -> int:
+        """Slots in use, dead ones included (what a query's score arrays span)."""
+        return self.base_slots + len(self.added_ids)
+
+    def slot(self, doc_id: str) -> int | None:
+        """The live slot of ``doc_id``, or None."""
+        slot = self.added_slot_of.get(doc_id)
+        if slot is None:
+            slot = find_id(self.base.ids, doc_id)
+            if slot is not None and not self.alive[slot]:
+                return None
+        return slot
+
+    def id_at(self, slot: int) -> str:
+        if slot < self.base_slots:
+            return bytes(self.base.ids[slot]).decode("utf-8")
+        return self.added_ids[slot - self.base_slots] or ""
+
+    def ids(self) -> Iterator[str]:
+        for raw in self.base.ids[self.alive[: self.base_slots]].tolist():
+            yield raw.decode("utf-8")
+        yield from self.added_slot_of
+
+    # -- writes --------------------------------------------------------------------------------
     def upsert(self, doc_id: str, counts: Mapping[str, int]) -> None:
         """Index ``doc_id`` with these term counts, replacing any earlier version."""
         self.remove(doc_id)
@@ -310,9 +419,13 @@ class NamespaceIndex:
         self._average_idf = None
 
     def remove(self, doc_id: str) -> bool:
-        slot = self.slot_of.pop(doc_id, None)
+        slot = self.added_slot_of.pop(doc_id, None)
         if slot is None:
-            return False
+            slot = self.slot(doc_id)
+            if slot is None:
+                return False
+        else:
+            self.added_ids[slot - self.base_slots] = None
         bag = self._bag(slot)
         self.bags.pop(slot, None)
         for tid in bag[0].tolist():
@@ -324,27 +437,30 @@ class NamespaceIndex:
             if postings.df == 0:
                 self.postings[tid] = None
         self.alive[slot] = False
-        self.slot_ids[slot] = None
         self.total_len -= int(bag[1].sum())
         self.n_docs -= 1
         self._average_idf = None
-        dead_slots = len(self.slot_ids) - self.n_docs
+        dead_slots = self.slot_count - self.n_docs
         if dead_slots > max(self.n_docs, MIN_DEAD_SLOTS_TO_COMPACT):
             self.load(self.to_csr())
         return True
 
     def _bag(self, slot: int) -> IntArray:
         if slot < self.base_slots:
-            return self.base_pairs[:, self.base_ptr[slot] : self.base_ptr[slot + 1]]
+            start, end = self.base.ptr[slot : slot + 2].tolist()
+            bag: IntArray = np.array(
+                (self.base.tids[start:end], self.base.tfs[start:end]), dtype=np.int32
+            )
+            return bag
         return self.bags[slot]
 
     def _new_slot(self, doc_id: str) -> int:
-        slot = len(self.slot_ids)
+        slot = self.slot_count
         if slot == len(self.alive):
             self.alive = np.concatenate((self.alive, np.zeros(slot, dtype=np.bool_)))
             self.doc_len = np.concatenate((self.doc_len, np.zeros(slot, dtype=np.float64)))
-        self.slot_ids.append(doc_id)
-        self.slot_of[doc_id] = slot
+        self.added_ids.append(doc_id)
+        self.added_slot_of[doc_id] = slot
         self.alive[slot] = True
         return slot
 
@@ -360,12 +476,13 @@ class NamespaceIndex:
 
     # -- bulk form -----------------------------------------------------------------------------
     def freeze(self) -> FrozenNamespace:
-        """References to the live documents' (immutable) bags, in slot order: cheap, and safe
-        to turn into a ``NamespaceCsr`` on another thread while this index keeps changing."""
-        live = sorted(self.slot_of.values())
+        """The live documents by reference (O(documents added since the last load)): safe to
+        turn into a ``NamespaceCsr`` on another thread while this index keeps changing."""
         return FrozenNamespace(
-            ids=[self.slot_ids[slot] or "" for slot in live],
-            bags=[self._bag(slot) for slot in live],
+            base=self.base,
+            base_alive=self.alive[: self.base_slots].copy(),
+            added_ids=list(self.added_slot_of),
+            added_bags=[self.bags[slot] for slot in self.added_slot_of.values()],
             terms=list(self.terms),
         )
 
@@ -374,24 +491,22 @@ class NamespaceIndex:
 
     def load(self, csr: NamespaceCsr, by_term: TermColumns | None = None) -> None:
         """Replace the whole namespace with ``csr`` in vectorised passes (restart, compaction);
-        ``by_term`` is the same documents term-major (the cache's), else sorted here."""
+        ``by_term`` is the same documents term-major (the cache's), else sorted here. The
+        arrays are kept, not copied (the cache's are read-only memory maps)."""
         n = len(csr.ids)
         capacity = max(INITIAL_SLOTS, 2 * n)
-        rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(csr.ptr))
         self.vocab = dict(zip(csr.vocab, range(len(csr.vocab)), strict=True))
         self.terms = list(csr.vocab)
-        self.slot_ids = list[str | None](csr.ids)
-        self.slot_of = dict(zip(csr.ids, range(n), strict=True))
+        self.base = csr
+        self.added_ids = []
+        self.added_slot_of = {}
+        self.bags = {}
         self.alive = np.zeros(capacity, dtype=np.bool_)
         self.alive[:n] = True
         self.doc_len = np.zeros(capacity, dtype=np.float64)
-        self.doc_len[:n] = np.bincount(rows, weights=csr.tfs, minlength=n)
+        self.doc_len[:n] = _row_sums(csr.ptr, csr.tfs)
         self.n_docs = n
         self.total_len = int(csr.tfs.sum())
-        self.bags = {}
-        self.base_slots = n
-        self.base_pairs = np.stack((csr.tids, csr.tfs))
-        self.base_ptr = csr.ptr.tolist()
         columns = TermColumns.of(csr) if by_term is None else by_term
         self.postings = _PostingsTable(columns)
         terms_per_df = np.bincount(np.diff(columns.ptr))
@@ -433,7 +548,7 @@ class NamespaceIndex:
         """Slots of the live documents containing a query term, and their BM25 scores."""
         if not self.n_docs or not self.total_len:
             return _NO_SLOTS, _NO_TFS
-        n = len(self.slot_ids)
+        n = self.slot_count
         scores = np.zeros(n, dtype=np.float64)
         matched = np.zeros(n, dtype=np.bool_)
         for term in self._terms(query):
@@ -463,7 +578,7 @@ class NamespaceIndex:
         remaining_bound = [0.0] * (len(terms) + 1)
         for i in range(len(terms) - 1, -1, -1):
             remaining_bound[i] = remaining_bound[i + 1] + terms[i].bound
-        n = len(self.slot_ids)
+        n = self.slot_count
         alive = self.alive[:n]
         scores = np.zeros(n, dtype=np.float64)
         matched = np.zeros(n, dtype=np.bool_)
@@ -508,7 +623,7 @@ class NamespaceIndex:
             best = np.flatnonzero(scores >= nth)
             slots, scores = slots[best], scores[best]
         ranked = [
-            (self.slot_ids[slot] or "", score)
+            (self.id_at(slot), score)
             for slot, score in zip(slots.tolist(), scores.tolist(), strict=True)
         ]
         ranked.sort(key=lambda hit: (-hit[1], hit[0]))
@@ -535,7 +650,7 @@ class NamespaceIndex:
         total = sum(weights.values()) + unknown * self._average_positive_idf()
         shares: list[float | None] = []
         for doc_id in doc_ids:
-            slot = self.slot_of.get(doc_id)
+            slot = self.slot(doc_id)
             if slot is None:
                 shares.append(None)
                 continue
@@ -554,7 +669,7 @@ class NamespaceIndex:
 
     def terms_of(self, doc_id: str) -> dict[str, int]:
         """The indexed term counts of one document (empty if it is not indexed)."""
-        slot = self.slot_of.get(doc_id)
+        slot = self.slot(doc_id)
         if slot is None:
             return {}
         tids, tfs = self._bag(slot).tolist()
@@ -566,34 +681,71 @@ class NamespaceIndex:
 
 class LexiconIndex:
     """All namespaces, and which namespace and text digest each document id is indexed with
-    (the digest of the text its terms came from: an unchanged document is not re-tokenized)."""
+    (the digest of the text its terms came from: an unchanged document is not re-tokenized).
+
+    The documents of the last bulk load (the cache) stay in arrays: ids ascending, each one's
+    namespace as a small integer and its digest as a fixed-width record, looked up by
+    bisection; documents written since are in ``added``.
+    """
 
     def __init__(self) -> None:
         self.namespaces: dict[str, NamespaceIndex] = {}
-        self.namespace_of: dict[str, str] = {}
-        self.digest_of: dict[str, bytes] = {}
+        self.base = DocTable.empty()
+        self.base_alive: BoolArray = np.zeros(0, dtype=np.bool_)
+        self.added: dict[str, tuple[str, bytes]] = {}  # id -> (namespace, digest)
+        self._documents = 0
 
     def __len__(self) -> int:
-        return len(self.namespace_of)
+        return self._documents
+
+    def entry(self, doc_id: str) -> tuple[str, bytes] | None:
+        """``(namespace, digest)`` of an indexed document, or None."""
+        found = self.added.get(doc_id)
+        if found is None:
+            at = self._base_row(doc_id)
+            if at is not None:
+                found = self.base.names[self.base.spaces[at]], self.base.digests[at].tobytes()
+        return found
+
+    def _base_row(self, doc_id: str) -> int | None:
+        at = find_id(self.base.ids, doc_id)
+        return at if at is not None and self.base_alive[at] else None
 
     def is_current(self, doc_id: str, namespace: str, digest: bytes) -> bool:
-        return self.namespace_of.get(doc_id) == namespace and self.digest_of[doc_id] == digest
+        return self.entry(doc_id) == (namespace, digest)
 
     def upsert(self, doc_id: str, namespace: str, digest: bytes, counts: Mapping[str, int]) -> None:
-        if self.namespace_of.get(doc_id, namespace) != namespace:
+        """Index a document; ``ValueError`` for an id with a NUL (the cache's fixed-width ids
+        cannot hold one) or a digest not ``DIGEST_BYTES`` long."""
+        if "\x00" in doc_id:
+            raise ValueError("a document id may not contain NUL")
+        if len(digest) != DIGEST_BYTES:
+            raise ValueError(f"a text digest is {DIGEST_BYTES} bytes, not {len(digest)}")
+        current = self.entry(doc_id)
+        if current is not None and current[0] != namespace:
             self.remove(doc_id)
+            current = None
         space = self.namespaces.get(namespace)
         if space is None:
             space = self.namespaces[namespace] = NamespaceIndex()
         space.upsert(doc_id, counts)
-        self.namespace_of[doc_id] = namespace
-        self.digest_of[doc_id] = digest
+        if current is None:
+            self._documents += 1
+        elif (at := self._base_row(doc_id)) is not None:
+            self.base_alive[at] = False
+        self.added[doc_id] = (namespace, digest)
 
     def remove(self, doc_id: str) -> bool:
-        namespace = self.namespace_of.pop(doc_id, None)
-        if namespace is None:
-            return False
-        del self.digest_of[doc_id]
+        found = self.added.pop(doc_id, None)
+        if found is None:
+            at = self._base_row(doc_id)
+            if at is None:
+                return False
+            self.base_alive[at] = False
+            namespace = self.base.names[self.base.spaces[at]]
+        else:
+            namespace = found[0]
+        self._documents -= 1
         space = self.namespaces[namespace]
         space.remove(doc_id)
         if not space.n_docs:
@@ -612,33 +764,102 @@ class LexiconIndex:
 
     def ids(self, namespace: str | None = None) -> Iterable[str]:
         if namespace is None:
-            return self.namespace_of.keys()
+            return (doc_id for space in self.namespaces.values() for doc_id in space.ids())
         space = self.namespaces.get(namespace)
-        return () if space is None else space.slot_of.keys()
+        return () if space is None else space.ids()
 
-    def load_namespace(
-        self,
-        namespace: str,
-        csr: NamespaceCsr,
-        digests: Sequence[bytes],
-        by_term: TermColumns | None = None,
-    ) -> None:
-        """Install a whole namespace (from the cache); ``ValueError`` if it does not fit."""
-        csr.validate()
-        if by_term is not None:
+    def frozen_table(self) -> FrozenTable:
+        """Every live document's namespace and digest by reference (O(documents written since
+        the last load)), for a cache save on another thread."""
+        return FrozenTable(self.base, self.base_alive.copy(), dict(self.added))
+
+    def load(self, table: DocTable, spaces: Mapping[str, tuple[NamespaceCsr, TermColumns]]) -> None:
+        """Install the empty index from bulk form (the cache); ``ValueError`` if the parts do
+        not describe the same documents. A namespace's rows are the table's rows in that
+        namespace, in the same (id) order."""
+        table.validate()
+        if self._documents:
+            raise ValueError("the index is not empty")
+        if sorted(spaces) != sorted(table.names):
+            raise ValueError("namespaces do not match the document table")
+        for code, name in enumerate(table.names):
+            csr, by_term = spaces[name]
+            csr.validate()
             by_term.validate(csr)
-        if len(digests) != len(csr.ids):
-            raise ValueError("digest count does not match the document count")
-        if namespace in self.namespaces or not self.namespace_of.keys().isdisjoint(csr.ids):
-            raise ValueError(f"namespace {namespace!r} overlaps documents already loaded")
-        space = NamespaceIndex()
-        space.load(csr, by_term)
-        if space.n_docs:
-            self.namespaces[namespace] = space
-        self.namespace_of.update(zip(csr.ids, repeat(namespace)))
-        self.digest_of.update(zip(csr.ids, digests, strict=True))
+            if not np.array_equal(csr.ids, table.ids[table.spaces == code]):
+                raise ValueError(f"namespace {name!r} rows do not match the document table")
+        for name, (csr, by_term) in spaces.items():
+            space = NamespaceIndex()
+            space.load(csr, by_term)
+            if space.n_docs:
+                self.namespaces[name] = space
+        self.base = table
+        self.base_alive = np.ones(len(table.ids), dtype=np.bool_)
+        self._documents = len(table.ids)
 
     def clear(self) -> None:
         self.namespaces.clear()
-        self.namespace_of.clear()
-        self.digest_of.clear()
+        self.base = DocTable.empty()
+        self.base_alive = np.zeros(0, dtype=np.bool_)
+        self.added.clear()
+        self._documents = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DocTable:
+    """Documents in bulk form: ids ascending, each one's namespace (``names[spaces[i]]``) and
+    text digest."""
+
+    ids: IdArray
+    spaces: AnyIntArray
+    digests: npt.NDArray[np.void]  # DIGEST_BYTES-wide records
+    names: list[str]
+
+    @classmethod
+    def empty(cls) -> DocTable:
+        return cls(NO_IDS, np.zeros(0, np.uint8), np.zeros(0, DIGEST_DTYPE), [])
+
+    def validate(self) -> None:
+        n = len(self.ids)
+        if len(self.spaces) != n or len(self.digests) != n:
+            raise ValueError("document table columns differ in length")
+        if self.digests.dtype != DIGEST_DTYPE:
+            raise ValueError("digest records of the wrong width")
+        if n and (int(self.spaces.min()) < 0 or int(self.spaces.max()) >= len(self.names)):
+            raise ValueError("namespace number outside the names")
+        if len(set(self.names)) != len(self.names):
+            raise ValueError("duplicate namespace name")
+        if not ascending_ids(self.ids):
+            raise ValueError("document ids not ascending or not unique")
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenTable:
+    """``LexiconIndex``'s documents at one moment; ``to_table`` may run on another thread."""
+
+    base: DocTable
+    base_alive: BoolArray
+    added: dict[str, tuple[str, bytes]]
+
+    def to_table(self) -> DocTable:
+        """The live documents, ids ascending, over the namespaces that have any."""
+        keep = np.flatnonzero(self.base_alive)
+        named = [
+            np.asarray(self.base.names, dtype=object)[self.base.spaces[keep]],
+            np.asarray([space for space, _ in self.added.values()], dtype=object),
+        ]
+        ids = np.concatenate((self.base.ids[keep], encode_ids(list(self.added))))
+        digests = np.concatenate(
+            (
+                self.base.digests[keep],
+                np.frombuffer(b"".join(d for _, d in self.added.values()), DIGEST_DTYPE),
+            )
+        )
+        names, spaces = np.unique(np.concatenate(named), return_inverse=True)
+        order = np.argsort(ids, kind="stable")
+        return DocTable(
+            ids=ids[order],
+            spaces=spaces.astype(np.min_scalar_type(max(len(names) - 1, 0)))[order],
+            digests=digests[order],
+            names=[str(name) for name in names.tolist()],
+        )

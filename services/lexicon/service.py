@@ -239,7 +239,7 @@ class Lexicon:
             name: {
                 "documents": space.n_docs,
                 "terms": space.vocabulary_size(),
-                "slots": len(space.slot_ids),
+                "slots": space.slot_count,
                 "avg_doc_len": round(space.total_len / space.n_docs, 3) if space.n_docs else 0.0,
             }
             for name, space in sorted(self.index.namespaces.items())

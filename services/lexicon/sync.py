@@ -34,13 +34,12 @@ from enum import StrEnum
 from typing import Any
 
 from keymem.protocol.errors import Conflict, DeadlineExceeded, KeymemError, Unavailable
-from keymem.services.lexicon.index import LexiconIndex
+from keymem.services.lexicon.index import DIGEST_BYTES, LexiconIndex
 
 log = logging.getLogger("keymem.lexicon.sync")
 
 SNAPSHOT_PAGE_DOCS = 2000  # the feed's maximum page
 EVENT_BATCH = 2000  # events per feed_since call (the feed allows up to 5000)
-DIGEST_BYTES = 16
 KEY_SEPARATOR = "\n"
 
 # (method, body, timeout in ms) -> the graph's reply; raises KeymemError subclasses.
@@ -328,6 +327,7 @@ class FeedFollower:
         if not (
             isinstance(doc, dict)
             and isinstance(doc.get("id"), str)
+            and "\x00" not in doc["id"]
             and isinstance(doc.get("content", ""), str)
             and isinstance(doc.get("keys") or [], list)
         ):
