@@ -33,11 +33,17 @@ class BenchHome:
         )
 
 
+def home_env(home: Path) -> dict[str, str]:
+    """This process's environment with ``home`` as the only keymem setting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    env["KEYMEM_HOME"] = str(home)
+    return env
+
+
 @contextlib.contextmanager
 def bench_home(prefix: str) -> Iterator[BenchHome]:
     home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: ipc paths < 107 bytes
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
-    env["KEYMEM_HOME"] = str(home)
+    env = home_env(home)
     try:
         yield BenchHome(home, env)
     finally:

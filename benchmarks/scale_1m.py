@@ -1,13 +1,14 @@
 """How one machine's figures grow with the store: 10k -> 100k -> 1M memories, in one run per size.
 
-    python -m benchmarks.scale_1m --memories 10000 100000 1000000 [--stores /tmp/km-scale]
-        [--seconds 10] [--hook-runs 20] [--mcp-calls 100] [--out docs/scaling]
+    python -m benchmarks.scale_1m --memories 10000 100000 1000000 [--stores /tmp/km-scale5]
+        [--seconds 10] [--hook-runs 20] [--mcp-calls 100] [--out docs/scaling] [--commit SHA]
 
 For each size it builds (once; kept under ``--stores`` and copied for every run, since the
-build is the expensive part) the synthetic store of ``benchmarks.graph_bench`` through the
-graph's durable ``remember_batch`` in batches of 200, starts the real deployment on a copy
-(`keymem up`: its model check re-embeds every key with the default embedder, the lexicon
-indexes every memory), and measures:
+build is the expensive part) the synthetic store of ``benchmarks.scale_store`` (the stream of
+``benchmarks.graph_bench`` with the default embedder's key vectors, written through
+``keymem import``), starts the real deployment on a copy (`keymem up`: the keys are already
+in the embedder's space, the lexicon indexes every memory from the change feed), and
+measures:
 
 - hybrid search (`memory.search`, rerank on) p50/p99 warm, and the lexicon's own query time;
 - the hook round trip p50/p95 (spawned as a host does);
@@ -47,8 +48,9 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks.deployment import BenchHome, bench_home
 from benchmarks.footprint import memory_mb
-from benchmarks.graph_bench import DIM, Synthetic, build
+from benchmarks.graph_bench import DIM, Synthetic
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop, _wait_indexed
+from benchmarks.scale_store import BUILD_REPORT, KeyVectors, build_store
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
@@ -77,11 +79,11 @@ def _pct(values: list[float], q: float) -> float:
 def ensure_store(stores: Path, memories: int) -> tuple[Path, dict[str, Any]]:
     """The built store of this size (built now if missing) and its build report."""
     home = stores / f"store-{memories}"
-    report = home / "build.json"
-    if not report.exists():
+    report = home / BUILD_REPORT
+    if not report.exists():  # none, or a build that did not finish
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
-        report.write_text(json.dumps(build(home, Synthetic(memories), memories)))
+        build_store(home, memories, KeyVectors(stores))
     return graph_path(home), json.loads(report.read_text())
 
 
@@ -168,10 +170,11 @@ def measure(
     store, built = ensure_store(stores, memories)
     data = Synthetic(memories, seed=memories)  # another stream than the build's
     with bench_home("km-sc-") as deployment:
-        deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS  # the re-embedding's long calls
+        deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS  # a large store's long calls
         shutil.copy(store, graph_path(deployment.home))
         report: dict[str, Any] = {"memories": memories, "store": built}
-        report["up_with_reembedding_s"] = _up(deployment)
+        report["load_average_start"] = [round(x, 1) for x in os.getloadavg()]
+        report["first_up_s"] = _up(deployment)
         endpoints = ipc_endpoints(deployment.home)
         with Client(endpoints.frontend) as client:
             report["lexicon_first_index_s"] = round(_wait_indexed(client, built["memories"]), 1)
@@ -280,7 +283,8 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"{p['program']} {p['rss_mb']:.0f}/{p['pss_mb']:.0f}" for p in r["memory"]["processes"]
         )
         lines.append(
-            f"\n{r['memories']:,}: RSS/PSS MB per process: {per}; load {r['load_average']}"
+            f"\n{r['memories']:,} at {r['commit']}: RSS/PSS MB per process: {per}; "
+            f"load average {r['load_average_start']} at the start, {r['load_average']} at the end"
         )
     return "\n".join(lines)
 
@@ -308,11 +312,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--memories", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--stores", type=Path, default=Path("/tmp/km-scale"))
+    parser.add_argument("--stores", type=Path, default=Path("/tmp/km-scale5"))
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--hook-runs", type=int, default=20)
     parser.add_argument("--mcp-calls", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("docs/scaling"))
+    parser.add_argument("--commit", default="", help="the commit measured, kept in each row")
     parser.add_argument("--costs", action="store_true", help="the in-process cost breakdown")
     parser.add_argument(
         "--scan-keys",
@@ -335,7 +340,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for memories in args.memories:
-        rows.append(measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls))
+        row = measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls)
+        rows.append({"commit": args.commit, **row})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         (args.out / "scale.json").write_text(json.dumps(rows, indent=1))
         plot(rows, args.out / "scale.png")
