@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from keymem.protocol.errors import BadRequest
 from keymem.services.evaluation.dataset import load_benchmark
 from keymem.services.evaluation.loader import KeyMode, LoadedStore, load
 from keymem.services.evaluation.progress import Progress
@@ -88,6 +89,12 @@ def test_an_exact_resave_with_fewer_keys_keeps_every_key(deployed: FullStack) ->
     assert [m["id"] for m in recalled["memories"]] == [again["saved"]]
 
 
+def embedded(running: FullStack) -> int:
+    """Texts the embedder has been asked for so far (its cache's hits and misses)."""
+    cache = running.client.call("embedder", "info", {})["cache"]
+    return int(cache["hits"] + cache["misses"])
+
+
 def test_remember_embeds_only_new_keys_and_asks_the_lexicon_nothing_when_given_keys(
     deployed: FullStack,
 ) -> None:
@@ -103,14 +110,10 @@ def test_remember_embeds_only_new_keys_and_asks_the_lexicon_nothing_when_given_k
         },
     )
 
-    def embedded() -> int:
-        cache = deployed.client.call("embedder", "info", {})["cache"]
-        return int(cache["hits"] + cache["misses"])
-
     def lexicon_requests() -> int:
         return int(deployed.client.call("lexicon", "stats", {})["requests"])
 
-    texts, requests = embedded(), lexicon_requests()
+    texts, requests = embedded(deployed), lexicon_requests()
     saved = deployed.memory(
         "remember",
         {
@@ -119,7 +122,7 @@ def test_remember_embeds_only_new_keys_and_asks_the_lexicon_nothing_when_given_k
             "namespace": namespace,
         },
     )["saved"]
-    assert embedded() - texts == 1  # "optics" only
+    assert embedded(deployed) - texts == 1  # "optics" only
     assert lexicon_requests() - requests == 1  # the previous stats call, nothing else
     keys = keys_of(deployed, saved, namespace)
     assert {c: k["auto"] for c, k in keys.items()} == {
@@ -127,6 +130,58 @@ def test_remember_embeds_only_new_keys_and_asks_the_lexicon_nothing_when_given_k
         "Newton": True,
         "apple": True,
     }
+
+
+def test_keys_the_store_holds_under_the_same_text_are_not_embedded_again(
+    deployed: FullStack,
+) -> None:
+    """A held key's vector comes from the graph: only keys new to the namespace (or written
+    another way, "Harbour" for "harbour") reach the embedder, singly and in a batch, and the
+    memory is still filed under the very same keys."""
+    namespace = "held"
+    first = deployed.memory(
+        "remember",
+        {
+            "content": "The lighthouse at the harbour sounds its fog horn at dusk",
+            "keys": ["harbour", "lighthouse", "fog horn"],
+            "namespace": namespace,
+        },
+    )["saved"]
+    before = embedded(deployed)
+    second = deployed.memory(
+        "remember",
+        {
+            "content": "The lighthouse keeper rows across the harbour every morning",
+            "keys": ["lighthouse", " harbour ", "keeper", "Harbour"],
+            "namespace": namespace,
+        },
+    )["saved"]
+    assert embedded(deployed) - before == 2  # "keeper" and "Harbour"
+    first_keys, second_keys = (
+        keys_of(deployed, first, namespace),
+        keys_of(deployed, second, namespace),
+    )
+    for concept in ("harbour", "lighthouse"):
+        assert second_keys[concept]["key_id"] == first_keys[concept]["key_id"]
+    before = embedded(deployed)
+    items = [
+        {"content": "Fog rolls in from the harbour", "keys": ["fog horn", "keeper"]},
+        {"content": "The tide table hangs in the lighthouse", "keys": ["tide table"]},
+    ]
+    batch = deployed.memory(
+        "remember_batch", {"items": [{**item, "namespace": namespace} for item in items]}
+    )
+    assert len(batch["results"]) == 2
+    assert embedded(deployed) - before == 1  # "tide table"
+    # in another namespace the same text is not held: it is embedded
+    before = embedded(deployed)
+    deployed.memory("remember", {"content": "A harbour far away", "keys": ["harbour"]})
+    assert embedded(deployed) - before == 1
+
+
+def test_held_vectors_refuses_keys_that_are_not_a_list_of_strings(deployed: FullStack) -> None:
+    with pytest.raises(BadRequest, match="keys must be a list of strings"):
+        deployed.client.call("graph", "held_vectors", {"keys": "harbour"})
 
 
 def store_keys(running: FullStack, loaded: LoadedStore) -> dict[str, list[tuple[str, bool]]]:

@@ -17,11 +17,14 @@ import numpy as np
 
 from keymem.protocol.errors import BadRequest, Conflict, NotFound
 from keymem.protocol.fields import body_of, opt_int
+from keymem.protocol.limits import BATCH_MAX_ITEMS, KEYS_PER_MEMORY_MAX
 from keymem.services.graph.keyindex import KeyIndex
-from keymem.services.graph.requests import id_list, opt_str, req_str
+from keymem.services.graph.requests import id_list, namespace_of, opt_str, req_str
 from keymem.services.graph.state import GraphState
 
 REEMBED_PAGE_MAX = 5_000
+# Surfaces one ``held_vectors`` call may ask about: every key of the largest batch.
+HELD_LOOKUP_MAX = BATCH_MAX_ITEMS * KEYS_PER_MEMORY_MAX
 MAX_FINGERPRINT_CHARS = 200
 
 
@@ -37,6 +40,36 @@ def recorded(state: GraphState) -> dict[str, Any] | None:
     if state.dim is None and state.fingerprint is None:
         return None
     return {"fingerprint": state.fingerprint, "dim": state.dim}
+
+
+def held_vectors(state: GraphState, raw: Any) -> dict[str, Any]:
+    """The stored vectors of the namespace's keys whose concept is one of ``keys`` exactly.
+
+    A write needs a vector for each key, but a key the graph already holds resolves by its
+    text and its vector is the one stored: the memory service asks here first and embeds only
+    the rest, so a store whose vocabulary outgrows the embedder's cache does not pay a model
+    call per remember. Only a surface equal to a key's concept (case and all) counts: that
+    vector is the embedding of exactly this text in the store's space (``fingerprint``).
+    """
+    body = body_of(raw)
+    keys = body.get("keys")
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise BadRequest("keys must be a list of strings")
+    if len(keys) > HELD_LOOKUP_MAX:
+        raise BadRequest(f"at most {HELD_LOOKUP_MAX} keys per lookup, got {len(keys)}")
+    index = state.indexes.get(namespace_of(body))
+    held: list[bool] = []
+    rows: list[np.ndarray] = []
+    for surface in keys:
+        clean = surface.strip()
+        key_id = index.exact.get(clean.lower()) if index is not None else None
+        key = state.keys.get(key_id) if key_id is not None else None
+        vector = key.vector if key is not None and key.concept == clean else None
+        held.append(vector is not None)
+        if vector is not None:
+            rows.append(vector)
+    vectors = np.stack(rows) if rows else np.zeros((0, state.dim or 0), dtype=np.float32)
+    return {"fingerprint": state.fingerprint, "held": held, "vectors": vectors}
 
 
 def _target(body: dict[str, Any]) -> tuple[str, int]:

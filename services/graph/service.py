@@ -117,6 +117,7 @@ READ_METHODS = (
     "feed_snapshot",
     "feed_since",
     "fingerprint",
+    "held_vectors",
     "reembed_keys",
     "backup_status",
     "quarantine",
@@ -637,6 +638,9 @@ class GraphService:
 
     def fingerprint(self, raw: Any) -> dict[str, Any] | None:
         return embedding.recorded(self.state)
+
+    def held_vectors(self, raw: Any) -> dict[str, Any]:
+        return embedding.held_vectors(self.state, raw)
 
     def reembed_keys(self, raw: Any) -> dict[str, Any]:
         return embedding.keys_page(self.state, raw)

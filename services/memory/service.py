@@ -99,8 +99,59 @@ class MemoryAPI:
             raise Unavailable("embedder workers disagree on their model; retry after a restart")
         return np.concatenate([o["vectors"] for o in outcomes]), fingerprints.pop()
 
+    def key_vectors(self, groups: list[tuple[Any, list[str]]]) -> tuple[list[Any], str | None]:
+        """One float32 matrix per ``(namespace, key texts)`` group, and the space it is in.
+
+        A key the graph already holds under exactly this text keeps its stored vector
+        (``graph.held_vectors``); only the others go to the embedder, so a remember under
+        known keys makes no model call however large the vocabulary. Vectors of two spaces
+        are never mixed: when the embedder's fingerprint is not the store's, every key is
+        embedded and the graph refuses the write as it would have anyway. A failed lookup
+        just means every key is embedded.
+        """
+        import numpy as np
+
+        wanted: dict[str | None, list[str]] = {}
+        for namespace, texts in groups:
+            if namespace is None or isinstance(namespace, str):
+                wanted.setdefault(namespace, []).extend(texts)
+        lookups = [(ns, list(dict.fromkeys(texts))) for ns, texts in wanted.items()]
+        outcomes = self.client.call_many(
+            [("graph", "held_vectors", {"keys": t, "namespace": ns}) for ns, t in lookups],
+            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
+        )
+        held: dict[tuple[str | None, str], Any] = {}
+        fingerprint: str | None = None
+        for (namespace, texts), outcome in zip(lookups, outcomes, strict=True):
+            if isinstance(outcome, KeymemError):
+                continue
+            fingerprint = outcome["fingerprint"]
+            found = [(namespace, t) for t, h in zip(texts, outcome["held"], strict=True) if h]
+            held.update(zip(found, outcome["vectors"], strict=True))
+
+        def stored(namespace: Any, text: str) -> Any:
+            return held.get((namespace, text)) if isinstance(namespace, str | None) else None
+
+        missing = list(
+            dict.fromkeys(t for ns, texts in groups for t in texts if stored(ns, t) is None)
+        )
+        embedded: dict[str, Any] = {}
+        if missing:
+            vectors, embedder_space = self.embed_keys(missing)
+            if held and embedder_space != fingerprint:
+                held.clear()  # another space: embed them all, for the graph to judge
+                missing = list(dict.fromkeys(t for _, texts in groups for t in texts))
+                vectors, embedder_space = self.embed_keys(missing)
+            embedded = dict(zip(missing, vectors, strict=True))
+            fingerprint = embedder_space
+        matrices = [
+            np.stack([v if (v := stored(ns, t)) is not None else embedded[t] for t in texts])
+            for ns, texts in groups
+        ]
+        return matrices, fingerprint
+
     def _with_vectors(self, item: Any, *, keys_required: bool) -> Any:
-        """``item`` with ``key_vectors`` (and the embedder's fingerprint) for its keys.
+        """``item`` with ``key_vectors`` (and the fingerprint of their space) for its keys.
 
         Keys that are not a list of strings are passed on untouched: the graph names the
         problem. Blank keys are dropped here because the graph would drop them anyway.
@@ -115,8 +166,8 @@ class MemoryAPI:
         usable = [k for k in keys if k.strip()]
         if not usable:
             return {**item, "keys": usable}
-        vectors, fingerprint = self.embed_keys(usable)
-        return {**item, "keys": usable, "key_vectors": vectors, "fingerprint": fingerprint}
+        (vectors,), fingerprint = self.key_vectors([(item.get("namespace"), usable)])
+        return {**item, "keys": usable, "key_vectors": vectors, **fingerprinted(fingerprint)}
 
     def _warm(self, contents: list[Any]) -> None:
         """Let the reranker embed new memories now, off the recall path (not waited for)."""
@@ -169,15 +220,17 @@ class MemoryAPI:
             and isinstance(item.get("keys"), list)
             and all(isinstance(k, str) for k in item["keys"])
         ]
-        texts = [k for _, keys in keyed for k in keys]
-        if texts:
-            vectors, fingerprint = self.embed_keys(texts)
+        if keyed:
             items = list(items)
-            row = 0
-            for i, keys in keyed:
-                items[i] = {**items[i], "keys": keys, "key_vectors": vectors[row : row + len(keys)]}
-                row += len(keys)
-            body = {**body, "items": items, "fingerprint": fingerprint}
+            for i, keys in keyed:  # blank keys dropped; none left: the graph says so
+                items[i] = {**items[i], "keys": keys}
+            keyed = [(i, keys) for i, keys in keyed if keys]
+            matrices, fingerprint = self.key_vectors(
+                [(items[i].get("namespace"), keys) for i, keys in keyed]
+            )
+            for (i, _), vectors in zip(keyed, matrices, strict=True):
+                items[i]["key_vectors"] = vectors
+            body = {**body, "items": items, **fingerprinted(fingerprint)}
         saved = self._write("remember_batch", body)
         self._warm([item.get("content") for item in items if isinstance(item, dict)])
         return saved
@@ -190,6 +243,11 @@ class MemoryAPI:
 
         handler.__name__ = method
         return handler
+
+
+def fingerprinted(fingerprint: str | None) -> dict[str, str]:
+    """The ``fingerprint`` field of a write whose vectors are in that space (none if unknown)."""
+    return {} if fingerprint is None else {"fingerprint": fingerprint}
 
 
 def inherits_keys(body: Any) -> bool:
