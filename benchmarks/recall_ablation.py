@@ -93,6 +93,8 @@ VARIANTS: dict[str, Variant] = {
     "key_half": Variant(fusion=Fusion(key_weight=0.5)),
     "pool30": Variant(body={"pool": 30}),
     "no_link_weight": Variant(fusion=Fusion(link_weighted=False)),
+    # the build before: a hop adds on its own scale, also over the memory it stepped from
+    "hops_over_lender": Variant(fusion=Fusion(hops_below_lender=False)),
     "no_phrases": Variant(fusion=Fusion(phrases=False)),
     "phrases_all_links": Variant(scoring=Scoring(phrase_links="all")),
     "auto_hops": Variant(scoring=Scoring(auto_hops=True)),

@@ -91,6 +91,34 @@ def test_one_specific_key_or_one_step_between_two_memories_is_a_whole_unit() -> 
     assert fuse_blend(pool, None, Fusion(scale="pool"))[1]["score"] == 1.0
 
 
+def test_a_hop_lifts_what_it_reaches_to_just_below_the_memory_it_stepped_from() -> None:
+    # The seed's neighbour through a key on two memories gets a whole hop unit the seed lacks;
+    # added in full it would outrank the seed whose evidence it borrowed.
+    seed = candidate("seed", key=1.0, bm25=4.0)
+    neighbour = candidate("neighbour", key=1.0, bm25=3.0, hop=0.0045, hop_share=0.15)
+    neighbour["components"]["hop_from"] = "seed"
+    lifted = candidate("lifted", hop=0.0045, hop_share=0.15)
+    lifted["components"]["hop_from"] = "seed"
+    pool = [seed, neighbour, lifted, candidate("none", bm25=1.0)]
+    over = fuse_blend(pool, None, Fusion(hops_below_lender=False))
+    assert order(over) == ["neighbour", "seed", "lifted", "none"]
+    fused = fuse_blend(pool, None, Fusion())
+    assert order(fused) == ["seed", "neighbour", "lifted", "none"]
+    scores = {c["memory_id"]: c["score"] for c in fused}
+    assert scores["seed"] == 2.0 and scores["neighbour"] < 2.0
+    # below its lender a hop still counts in full: the hop-only memory keeps its whole unit
+    assert scores["lifted"] == 1.0 and scores["none"] == 0.25
+
+
+def test_a_hop_never_costs_what_it_reaches_its_own_evidence() -> None:
+    # the reached memory's direct evidence beats its lender's: it keeps it, the hop adds nothing
+    seed = candidate("seed", key=1.0)
+    strong = candidate("strong", key=1.0, bm25=5.0, hop=0.0045, hop_share=0.15)
+    strong["components"]["hop_from"] = "seed"
+    fused = fuse_blend([seed, strong, candidate("none", bm25=1.0)], None, Fusion())
+    assert [(c["memory_id"], c["score"]) for c in fused][:2] == [("strong", 2.0), ("seed", 1.0)]
+
+
 def test_stronger_key_evidence_keeps_its_margins() -> None:
     # three matched keys against one: above the unit, the pool's best sets the scale
     pool = [candidate("three", key=3.0), candidate("one", key=1.5), candidate("hub", key=0.02)]

@@ -56,3 +56,17 @@ def test_a_hop_passes_on_its_keys_idf_so_a_name_passes_on_least(graph: GraphServ
     assert found[PAINTS]["hop"] == 0 and found[PAINTS]["key_path"] == pytest.approx(1.0, abs=0.02)
     assert found[HIKING]["hop_share"] == pytest.approx(0.3 * 0.5, rel=0.02)
     assert found[CAMPING]["hop_share"] == pytest.approx(0.3 * 0.25, rel=0.02)
+
+
+def test_a_hop_names_the_memory_it_stepped_from(graph: GraphService) -> None:
+    # the router lifts a hop at most to just below its lender, so the graph says which it was
+    found = {
+        c["content"]: (c["memory_id"], c["components"])
+        for c in graph.recall_candidates(
+            {"vector": vector("lake sunrise painting"), "text": "the lake sunrise painting"}
+        )["candidates"]
+    }
+    seed_id, seed = found[PAINTS]
+    assert seed["hop"] == 0 and seed["hop_from"] is None
+    assert found[HIKING][1]["hop_from"] == seed_id  # one step, through "hobby"
+    assert found[CAMPING][1]["hop_from"] == seed_id  # one step, through "Melanie"

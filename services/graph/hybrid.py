@@ -264,6 +264,7 @@ def recall_candidates(
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
                     "hop_share": round(hop["score"] / seed_score, SCORE_DIGITS) if hop else 0.0,
                     "via": hop["via"] if hop else None,
+                    "hop_from": hop["from"] if hop else None,
                     "key_link": round(key_link.get(memory_id, 0.0), SCORE_DIGITS),
                     "hop_link": round(hop_link.get(memory_id, 0.0), SCORE_DIGITS),
                     "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
@@ -355,8 +356,14 @@ def _named_steps(
                     continue
                 fresh = freshness_factor(freshness(other, now))
                 score = base * matching.HOP_DECAY * idf * link.weight * fresh
-                row = {"memory_id": link.memory_id, "score": round(score, 6), "hop": 1}
-                row.update(via=key_id, named=True)
+                row = {
+                    "memory_id": link.memory_id,
+                    "score": round(score, 6),
+                    "hop": 1,
+                    "via": key_id,
+                    "named": True,
+                    "from": seed,
+                }
                 share = AUTO_LINK_WEIGHT * link.weight / LINK_WEIGHT_DEFAULT**2
                 steps.append((row, share))
     return steps

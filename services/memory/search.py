@@ -61,6 +61,7 @@ TOP_K_DEFAULT = 8
 TOP_K_MAX = 50
 BM25_DEPTH_MAX = 1_000  # the lexicon's limit
 SCORE_DIGITS = 6
+SCORE_STEP = 10.0**-SCORE_DIGITS  # the smallest difference a reply's rounded score shows
 
 # Comparison-shaped questions: evidence for each named entity, not the same one twice.
 COMPARISON_PATTERN = re.compile(
@@ -113,6 +114,8 @@ class Fusion:
       capped, or times its seed's blended evidence — each lost two-hop questions
       (docs/history/, recall on agent keys).
     * ``link_weighted`` — key and hop evidence count at their links' share of an agent's link.
+    * ``hops_below_lender`` — a hop lifts what it reaches at most to just below the memory it
+      stepped from (``below_lenders``).
     * ``evidence`` — comparison questions put one candidate per named entity first.
     * ``phrases`` — the query's own phrases are extracted and embedded for key matching.
     * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
@@ -123,6 +126,7 @@ class Fusion:
     hop_weight: float = 1.0
     scale: str = "floor"
     link_weighted: bool = True
+    hops_below_lender: bool = True
     evidence: bool = True
     phrases: bool = True
     bm25_depth: int = BM25_DEPTH
@@ -442,13 +446,43 @@ def fuse_blend(
         hop = floored([p.get("hop_share", 0.0) for p in parts], HOP_UNIT)
     key_links = [_link_share(p, "key_link", fusion) for p in parts]
     hop_links = [_link_share(p, "hop_link", fusion) for p in parts]
-    scored = []
+    direct, lent = [], []
     for i, p in enumerate(parts):
         score = fusion.key_weight * key[i] * key_links[i] + bm25[i]
         score += fusion.dense_weight * dense[i]
-        score += fusion.hop_weight * hop[i] * hop_links[i]
-        scored.append((score * p.get("factor", 1.0), i))
-    return _ordered(candidates, relevance, scored)
+        direct.append(score * p.get("factor", 1.0))
+        lent.append(fusion.hop_weight * hop[i] * hop_links[i] * p.get("factor", 1.0))
+    if fusion.hops_below_lender:
+        totals = below_lenders(candidates, direct, lent)
+    else:
+        totals = [d + h for d, h in zip(direct, lent, strict=True)]
+    return _ordered(candidates, relevance, [(t, i) for i, t in enumerate(totals)])
+
+
+def below_lenders(
+    candidates: list[dict[str, Any]], direct: list[float], lent: list[float]
+) -> list[float]:
+    """Each candidate's direct evidence plus its hop's, the hop lifting it at most to just
+    below the memory it stepped from (``components.hop_from``, when that is in the pool).
+
+    A hop's evidence is lent: the walk passes on a share of its lender's, so it can say
+    "related to the best match" but never "better than the best match". Added on its own
+    scale it could (a neighbour through a key on two memories gets a whole unit its seed
+    lacks), and on agent-keyed stores the seed's topical neighbours took the top places
+    from the answer. What the hop reaches keeps its own direct evidence in full.
+    """
+    position = {c["memory_id"]: i for i, c in enumerate(candidates)}
+    totals = list(direct)
+    by_hop = sorted(
+        (c["components"].get("hop", 0), i) for i, c in enumerate(candidates) if lent[i] > 0
+    )
+    for _, i in by_hop:  # a lender is settled before what it lends to (fewer hops)
+        lender = position.get(candidates[i]["components"].get("hop_from"))
+        lifted = direct[i] + lent[i]
+        if lender is not None:
+            lifted = min(lifted, totals[lender] - SCORE_STEP)
+        totals[i] = max(direct[i], lifted)
+    return totals
 
 
 def _link_share(parts: dict[str, Any], name: str, fusion: Fusion) -> float:
