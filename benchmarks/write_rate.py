@@ -1,0 +1,254 @@
+"""Durable remember throughput through MCP, and where each write's CPU goes, per store size.
+
+    python -m benchmarks.write_rate --store 10000=/tmp/km-scale/store-10000/graph.duckdb
+        --store 100000=/tmp/km-scale/store-100000/graph.duckdb [--calls 100] [--batches 3]
+
+For each ``SIZE=PATH`` (a graph file: ``benchmarks.scale_1m`` builds them under its
+``--stores``; one that a `keymem up` has already re-embedded with the default embedder starts
+in seconds, not minutes) it starts the real deployment on a copy (`keymem up`), spawns
+`keymem mcp` over stdio with the SDK's client, and measures:
+
+- ``remember`` from one sequential client (remembers/s, p50), 3-6 keys drawn Zipf-like from the
+  store's vocabulary (``benchmarks.graph_bench.Synthetic``), so most keys already exist;
+- ``remember_batch`` of ``--batch-size`` from the same client (memories/s);
+- for each phase, the CPU every process of the deployment spent per memory written (the MCP
+  server, the router with the memory service, the graph, the models, the lexicon), so a loaded
+  box's wall time can be read as the CPU it stands for.
+
+It measures once the lexicon has indexed the whole store (it does after every start), so
+that work is not counted as the writes'.
+
+``--statements`` instead opens a copy of each store in this process and times one durable
+``remember`` (an idempotency key, as MCP sends) by part: the graph's own work, each SQL
+statement of its transaction (wall and CPU: the wall of ``COMMIT`` is mostly the log's
+fsync) and the checkpoints that fall due.
+
+Run it nice'd on the shared box. To compare two trees, run it once with each tree's
+``keymem`` first on ``PYTHONPATH``: the deployment and the MCP server inherit it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from mcp import Client as McpClient
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from benchmarks.deployment import BenchHome, bench_home
+from benchmarks.footprint import deployment_processes
+from benchmarks.graph_bench import Synthetic
+from benchmarks.recall_bench import _wait_indexed
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.services.graph import GraphService
+from keymem.store.database import graph_path
+
+UP_TIMEOUT_S = "1800"
+LIVENESS = "30"  # heartbeat intervals: a re-embedding's long calls at start
+COUNTS_TIMEOUT_MS = 60_000  # one pass over every memory
+SETTLE_S = 3.0  # after a phase: the lexicon and the reranker finish what it gave them
+
+
+def _programs(deployment: BenchHome, mcp_server: psutil.Process | None) -> list[psutil.Process]:
+    processes = deployment_processes(deployment)
+    return processes + ([mcp_server] if mcp_server is not None else [])
+
+
+def _name(process: psutil.Process) -> str:
+    """The program a process runs: ``keymem.services <name>``'s name, or the MCP server."""
+    args = process.cmdline()
+    if "mcp" in args:
+        return "mcp"
+    return args[-1] if args else str(process.pid)
+
+
+def _cpu_s(processes: list[psutil.Process]) -> dict[str, float]:
+    """CPU seconds (user + system) per program, summed over its processes."""
+    out: dict[str, float] = {}
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        name = _name(process)
+        out[name] = out.get(name, 0.0) + times.user + times.system
+    return out
+
+
+async def _phase(
+    processes: list[psutil.Process], memories: int, calls: list[Callable[[], Awaitable[float]]]
+) -> dict[str, Any]:
+    """Run ``calls`` one after another; rate, p50 and each program's CPU ms per memory."""
+    before = _cpu_s(processes)
+    load = os.getloadavg()[0]
+    seconds = [await call() for call in calls]
+    await asyncio.sleep(SETTLE_S)
+    after = _cpu_s(processes)
+    return {
+        "per_s": round(memories / sum(seconds), 1),
+        "call_p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 1),
+        "cpu_ms_per_memory": {
+            name: round((after[name] - before.get(name, 0.0)) / memories * 1000, 2)
+            for name in sorted(after)
+        },
+        "load_average": [round(load, 1), round(os.getloadavg()[0], 1)],
+    }
+
+
+async def _measure_mcp(
+    deployment: BenchHome, data: Synthetic, calls: int, batches: int, batch_size: int
+) -> dict[str, Any]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "keymem.services.cli", "mcp"], env=deployment.env
+    )
+    items = [
+        {k: v for k, v in data.item().items() if k != "key_vectors"}
+        for _ in range(calls + batches * batch_size)
+    ]
+    with tempfile.TemporaryFile("w+") as errlog:
+        async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
+
+            async def timed(tool: str, args: dict[str, Any]) -> float:
+                started = time.perf_counter()
+                result = await mcp.call_tool(tool, args)
+                if result.is_error:
+                    raise RuntimeError(f"{tool}: {result.content}")
+                return time.perf_counter() - started
+
+            await timed("remember", items.pop())  # the session's and the dedup index's first
+            server = next(
+                p for p in psutil.Process().children(recursive=True) if "mcp" in p.cmdline()
+            )
+            processes = _programs(deployment, server)
+
+            def remember(item: dict[str, Any]) -> Callable[[], Awaitable[float]]:
+                return lambda: timed("remember", item)
+
+            def batch(start: int) -> Callable[[], Awaitable[float]]:
+                return lambda: timed("remember_batch", {"items": items[start : start + batch_size]})
+
+            single = await _phase(processes, calls, [remember(item) for item in items[:calls]])
+            batched = await _phase(
+                processes,
+                batches * batch_size,
+                [batch(calls + i * batch_size) for i in range(batches)],
+            )
+    return {"remember": single, f"remember_batch_{batch_size}": batched}
+
+
+def measure(size: int, store: Path, calls: int, batches: int, batch_size: int) -> dict[str, Any]:
+    with bench_home("km-wr-") as deployment:
+        deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
+        shutil.copy(store, graph_path(deployment.home))
+        started = time.perf_counter()
+        deployment.keymem("up", "--timeout", UP_TIMEOUT_S)
+        report: dict[str, Any] = {"memories": size, "up_s": round(time.perf_counter() - started, 1)}
+        with Client(
+            ipc_endpoints(deployment.home).frontend, timeout_ms=COUNTS_TIMEOUT_MS
+        ) as client:
+            # the lexicon indexes the whole store after a start: wait, or its CPU is counted
+            active = client.call("graph", "counts", {})["memories"]
+            report["lexicon_index_s"] = round(_wait_indexed(client, active), 1)
+        data = Synthetic(size, seed=size + 17)  # another stream than the build's
+        report.update(asyncio.run(_measure_mcp(deployment, data, calls, batches, batch_size)))
+    return report
+
+
+class TimedConnection:
+    """A DuckDB connection that adds each statement's wall and CPU seconds to a table, by the
+    statement's first three words (``INSERT INTO memories``)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.wall_s: dict[str, float] = defaultdict(float)
+        self.cpu_s: dict[str, float] = defaultdict(float)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return self.conn.execute(sql, *args)
+        finally:
+            kind = " ".join(sql.split()[:3])
+            self.wall_s[kind] += time.perf_counter() - wall
+            self.cpu_s[kind] += time.process_time() - cpu
+
+
+def statements(size: int, store: Path, calls: int) -> dict[str, Any]:
+    """One durable remember in process, by part (ms per remember; see the module doc)."""
+    work = Path(tempfile.mkdtemp(prefix="km-wr-sql-", dir="/tmp"))
+    try:
+        shutil.copy(store, graph_path(work))
+        graph = GraphService(graph_path(work))
+        data = Synthetic(size, seed=size + 29)
+        items = [{**data.item(), "idempotency_key": uuid.uuid4().hex} for _ in range(calls + 1)]
+        graph.remember(items.pop())  # the dedup index is built on the first write
+        graph.store.checkpoint()
+        timed = TimedConnection(graph.store.conn)
+        graph.store.conn = timed  # type: ignore[assignment]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for item in items:
+            graph.write_group(graph.prepare_remember, [item], "remember", journal_as="remember")
+            graph.checkpoint_due()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        graph.store.conn = timed.conn
+        graph.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def per_call_ms(seconds: float) -> float:
+        return round(seconds / calls * 1000, 2)
+
+    return {
+        "memories": size,
+        "remember_ms": {"wall": per_call_ms(wall), "cpu": per_call_ms(cpu)},
+        "sql_ms": {
+            kind: {"wall": per_call_ms(timed.wall_s[kind]), "cpu": per_call_ms(timed.cpu_s[kind])}
+            for kind in sorted(timed.cpu_s, key=lambda k: -timed.cpu_s[k])
+        },
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--store", action="append", required=True, help="SIZE=PATH of a graph file, repeatable"
+    )
+    parser.add_argument("--calls", type=int, default=100, help="sequential remembers")
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--statements", action="store_true", help="in process, by SQL statement")
+    parser.add_argument("--json", type=Path, help="write the report here too")
+    args = parser.parse_args()
+    rows = []
+    for spec in args.store:
+        size, _, path = spec.partition("=")
+        if args.statements:
+            rows.append(statements(int(size), Path(path), args.calls))
+        else:
+            rows.append(measure(int(size), Path(path), args.calls, args.batches, args.batch_size))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
