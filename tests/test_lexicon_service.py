@@ -20,6 +20,7 @@ from keymem.protocol.errors import BadRequest, TooLarge
 from keymem.protocol.worker import Service
 from keymem.services.lexicon import cache
 from keymem.services.lexicon import service as service_module
+from keymem.services.lexicon.journal import JOURNAL_FILE
 from keymem.services.lexicon.tokenizer import TOKENIZER_VERSION
 from keymem.services.stack import InprocStack
 from tests.lexicon_feed_double import FeedDouble
@@ -375,6 +376,51 @@ def test_periodic_cache_save_survives_a_crash(
     wait_until(synced_to(client, feed.seq), "resume after the crash")
     assert_mirrors(second, feed.docs)
     assert second.lexicon.follower.stats.tokenized == 30
+
+
+@pytest.mark.parametrize("tail", ["whole", "torn"])
+def test_a_crash_replays_the_journal_not_the_tokenizer(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    short_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tail: str,
+) -> None:
+    """Writes applied after the last cache save come back after a crash from the journal,
+    without Kiwi; a torn last record (here the delete) is left to the feed."""
+    monkeypatch.setattr(service_module, "CACHE_SAVE_INTERVAL_S", 0.05)
+    for i in range(100):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    client = stack.client()
+    first = start_lexicon()
+    saved = feed.seq
+    wait_until(lambda: first.lexicon.cache_state.get("saved_seq") == saved, "a background save")
+    monkeypatch.setattr(service_module, "CACHE_SAVE_INTERVAL_S", 3600.0)
+    for i in range(100, 120):
+        feed.put(f"m{i:03d}", f"서울 출장 {i}")
+    feed.put("m005", "제주 휴가 keymem 3.11.2")
+    feed.delete("m000")
+    wait_until(synced_to(client, feed.seq), "the writes after the save")
+    first.worker.worker.service.on_stop.clear()  # a crash: no final save
+    first.stop()
+    if tail == "torn":
+        journal = short_home / "lexicon" / JOURNAL_FILE
+        journal.write_bytes(journal.read_bytes()[:-3])
+
+    second = start_lexicon()
+    state = second.lexicon.cache_state
+    assert state["loaded"] is True and state["seq"] == saved
+    if tail == "whole":
+        assert state["journal_seq"] == feed.seq and state["journal_records"] == 22
+    else:
+        assert saved < state["journal_seq"] < feed.seq
+    wait_until(synced_to(client, feed.seq), "resume after the crash")
+    assert_mirrors(second, feed.docs)
+    stats = second.lexicon.follower.stats
+    assert stats.tokenized == 0
+    assert stats.events == (0 if tail == "whole" else 1)  # the torn record: the delete
+    assert search(client, "제주 휴가") == ["m005"]
 
 
 def test_a_graph_off_the_feed_contract_is_an_error_not_a_crash(

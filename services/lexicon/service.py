@@ -25,6 +25,7 @@ from keymem.protocol.worker import HeartbeatPolicy, Service, remaining_ms
 from keymem.services.config import Settings
 from keymem.services.lexicon import cache
 from keymem.services.lexicon.index import LexiconIndex
+from keymem.services.lexicon.journal import Journal
 from keymem.services.lexicon.keys import DEFAULT_LIMIT, MAX_LIMIT, extract_keys
 from keymem.services.lexicon.sync import FeedFollower
 from keymem.services.lexicon.tokenizer import TOKENIZER_VERSION, Tokenizer, shared_tokenizer
@@ -64,6 +65,7 @@ class Lexicon:
         self.index = LexiconIndex()
         self._client: Client | None = None
         self.cache_state: dict[str, Any] = {"path": str(self.cache_file)}
+        self.journal = Journal(self.cache_file.parent)
         epoch, seq = self._load_cache()
         self.follower = FeedFollower(
             self.index,
@@ -71,6 +73,7 @@ class Lexicon:
             self._call_graph,
             call_timeout_ms=max(1, int(self.max_wait_s * 1000)),
             retry_after_s=RETRY_AFTER_S,
+            journal=self.journal,
             epoch=epoch,
             seq=seq,
         )
@@ -92,19 +95,32 @@ class Lexicon:
             log.info("lexicon cache not used (%s): building from the graph", exc)
             self.cache_state["loaded"] = False
             self.cache_state["reason"] = str(exc)
+            self.journal.stop()
             return None, 0
+        loaded_s = time.perf_counter() - started
+        seq, replayed = self.journal.replay(self.index, info.epoch, info.seq)
         elapsed = time.perf_counter() - started
         log.info(
-            "lexicon cache: %d documents at epoch %s seq %d in %.2f s",
+            "lexicon cache: %d documents at epoch %s seq %d in %.2f s, %d journal records "
+            "to seq %d in %.2f s",
             info.documents,
             info.epoch,
             info.seq,
-            elapsed,
+            loaded_s,
+            replayed,
+            seq,
+            elapsed - loaded_s,
         )
         self.cache_state.update(
-            loaded=True, documents=info.documents, seq=info.seq, load_s=round(elapsed, 3)
+            loaded=True,
+            documents=info.documents,
+            seq=info.seq,
+            load_s=round(loaded_s, 3),
+            journal_records=replayed,
+            journal_seq=seq,
+            journal_s=round(elapsed - loaded_s, 3),
         )
-        return info.epoch, info.seq
+        return info.epoch, seq
 
     def save_cache(self, *, wait: bool = False) -> None:
         """Write the cache if the index changed and is consistent.
@@ -123,6 +139,7 @@ class Lexicon:
         snap = cache.snapshot(
             self.index, tokenizer=TOKENIZER_VERSION, epoch=follower.epoch, seq=follower.seq
         )
+        self.journal.rotate(follower.epoch, follower.seq)
         follower.changed = False
         if wait:
             self._write_cache(snap)
@@ -136,10 +153,11 @@ class Lexicon:
         started = time.perf_counter()
         try:
             info = cache.write(self.cache_file, snap)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             log.warning("could not write the lexicon cache %s: %s", self.cache_file, exc)
             self.follower.changed = True
             return
+        self.journal.saved()
         # replaced whole, so index_stats on the serving thread never sees it half-updated
         self.cache_state = {
             **self.cache_state,

@@ -35,6 +35,7 @@ from typing import Any
 
 from keymem.protocol.errors import Conflict, DeadlineExceeded, KeymemError, Unavailable
 from keymem.services.lexicon.index import DIGEST_BYTES, LexiconIndex
+from keymem.services.lexicon.journal import Journal
 
 log = logging.getLogger("keymem.lexicon.sync")
 
@@ -90,10 +91,12 @@ class FeedFollower:
         *,
         call_timeout_ms: int,
         retry_after_s: float,
+        journal: Journal,
         epoch: str | None = None,
         seq: int = 0,
     ) -> None:
         self.index = index
+        self.journal = journal  # records what is applied while the index continues the cache
         self.analyse = analyse
         self.call = call
         self.call_timeout_ms = call_timeout_ms
@@ -174,6 +177,7 @@ class FeedFollower:
         self.phase = Phase.START
         self.synced = False
         self._queue.clear()
+        self.journal.stop()
 
     def _step(self, deadline: float, *, behind: bool = False) -> None:
         """Fetch at most one page or batch, then apply queued items until ``deadline``.
@@ -196,6 +200,7 @@ class FeedFollower:
                 self._advance_to_head(item)
             elif kind == "end":
                 self._finish_snapshot()
+        self.journal.flush()
         self.stats.last_error = None
 
     def _feed(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +227,7 @@ class FeedFollower:
             )
         self.phase = Phase.SNAPSHOT
         self.synced = False
+        self.journal.stop()
         self.seq = 0
         self._snapshot_epoch = epoch
         self._snapshot_seq = seq
@@ -294,6 +300,7 @@ class FeedFollower:
         if head > self.seq:
             self.seq = head
             self.changed = True
+            self.journal.head(head)
         self.head = head
         self.stats.caught_up_at = time.monotonic()
 
@@ -312,18 +319,21 @@ class FeedFollower:
             return  # already applied (an overlapping batch, or a retry)
         op, doc_id = event.get("op"), event.get("id")
         if op == "delete" and isinstance(doc_id, str):
-            if self.index.remove(doc_id):
-                self.changed = True
-        elif op == "upsert":
-            self._upsert(event.get("doc"))
+            self.index.remove(doc_id)
+            self.journal.delete(seq, doc_id)
+        elif op == "upsert" and (applied := self._upsert(event.get("doc"))) is not None:
+            self.journal.upsert(seq, *applied)
         else:
-            self.stats.malformed += 1
+            if op != "upsert":
+                self.stats.malformed += 1
+            self.journal.head(seq)
         self.seq = seq
         self.head = max(self.head, seq)
         self.stats.events += 1
         self.changed = True
 
-    def _upsert(self, doc: Any) -> None:
+    def _upsert(self, doc: Any) -> tuple[str, str, bytes, Counter[str]] | None:
+        """Index a feed document unless its text is unchanged; what was indexed, if anything."""
         if not (
             isinstance(doc, dict)
             and isinstance(doc.get("id"), str)
@@ -333,16 +343,18 @@ class FeedFollower:
         ):
             self.stats.malformed += 1
             log.warning("skipped a malformed document from the feed: %.200r", doc)
-            return
+            return None
         namespace = str(doc.get("namespace") or "")
         text = document_text(doc)
         digest = text_digest(text)
         if self.index.is_current(doc["id"], namespace, digest):
             self.stats.unchanged += 1
-            return
-        self.index.upsert(doc["id"], namespace, digest, Counter(self.analyse(text)))
+            return None
+        terms = Counter(self.analyse(text))
+        self.index.upsert(doc["id"], namespace, digest, terms)
         self.stats.tokenized += 1
         self.changed = True
+        return doc["id"], namespace, digest, terms
 
     def describe(self) -> dict[str, Any]:
         caught_up_at = self.stats.caught_up_at
