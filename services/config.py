@@ -434,6 +434,15 @@ SLEEP_INTERVAL_H = setting(
     "(`keymem sleep` still runs one)",
     ("graph",),
 )
+KEY_ANN_MIN_KEYS = setting(
+    "KEYMEM_KEY_ANN_MIN_KEYS",
+    integer(0),
+    20_000,
+    "concept keys a namespace needs before its key search goes through an approximate index "
+    "(HNSW, saved in key-ann/ next to the graph file; exact below, and while it is prepared); "
+    "0: always exact",
+    ("graph",),
+)
 
 # What the hook surfaces and what it teaches (docs/RECALL.md).
 INJECT_MIN_RELEVANCE = optional(

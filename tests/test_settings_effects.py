@@ -257,6 +257,10 @@ OBSERVED_ELSEWHERE: dict[str, tuple[str, str | None]] = {
         "test_sleep.py",
         "test_the_schedule_starts_a_pass_once_its_interval_has_passed",
     ),
+    "KEYMEM_KEY_ANN_MIN_KEYS": (
+        "test_key_ann.py",
+        "test_the_threshold_decides_which_namespaces_get_an_index",
+    ),
     "CLAUDE_CONFIG_DIR": (
         "test_install.py",
         "test_the_hosts_own_folder_variables_move_where_install_writes",

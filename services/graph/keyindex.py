@@ -2,15 +2,19 @@
 
 Cosine against every key of a namespace is one matrix-vector product (vectors are stored
 L2-normalised). Rows are appended into spare capacity and removed by swapping the last row in,
-so writes cost O(dim), not a rebuild.
+so writes cost O(dim), not a rebuild. A namespace with many concept keys also has an
+approximate index (``keyann.py``), attached by ``keyann.KeyAnn`` and kept in step here: the
+nearest concept keys then come from it, re-scored exactly from the matrix.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import NamedTuple
 
 import numpy as np
 
+from keymem.services.graph.keyann import Approximate, Snapshot, candidates_for
 from keymem.services.graph.text import script_of, surface_norm
 from keymem.store.records import KeyRecord
 
@@ -30,6 +34,8 @@ class KeyIndex:
         self.exact: dict[str, str] = {}
         # writing system -> keys whose concept is written in it (remember's language hint)
         self.scripts: Counter[str | None] = Counter()
+        # the concept keys' approximate index, once the namespace is large (keyann.py)
+        self.approximate: Approximate | None = None
 
     @classmethod
     def bulk(cls, dim: int, keys: list[KeyRecord]) -> KeyIndex:
@@ -68,6 +74,8 @@ class KeyIndex:
         for surface in key.surfaces():
             self.add_surface(key.id, surface)
         self.scripts[script_of(key.concept)] += 1
+        if self.approximate is not None and not key.is_entity:
+            self.approximate.put(key.id, key.vector)
 
     def add_surface(self, key_id: str, surface: str) -> None:
         norm = surface_norm(surface)
@@ -77,6 +85,8 @@ class KeyIndex:
 
     def remove(self, key: KeyRecord) -> None:
         index = self.pos.pop(key.id)
+        if self.approximate is not None and self.concept_mask[index]:
+            self.approximate.put(key.id, None)
         last = len(self.ids) - 1
         if index != last:
             moved = self.ids[last]
@@ -100,31 +110,84 @@ class KeyIndex:
                 del self.exact[exact]
 
     def set_entity(self, key: KeyRecord) -> None:
-        self.concept_mask[self.pos[key.id]] = not key.is_entity
+        row = self.pos[key.id]
+        self.concept_mask[row] = not key.is_entity
+        if self.approximate is not None:
+            self.approximate.put(key.id, None if key.is_entity else self.matrix[row])
 
     def set_vector(self, key_id: str, vector: np.ndarray) -> None:
-        self.matrix[self.pos[key_id]] = vector
+        row = self.pos[key_id]
+        self.matrix[row] = vector
+        if self.approximate is not None and self.concept_mask[row]:
+            self.approximate.put(key_id, vector)
 
-    def cosines(self, vectors: np.ndarray) -> np.ndarray:
-        """(n_keys,) for one vector, (n_keys, m) for an (m, dim) batch."""
-        live = self.matrix[: len(self.ids)]
-        product: np.ndarray = live @ vectors.T if vectors.ndim == 2 else live @ vectors
-        return product
+    def cosine(self, key_id: str, vector: np.ndarray) -> float:
+        return float(self.matrix[self.pos[key_id]] @ vector)
+
+    def concept_count(self) -> int:
+        return int(np.count_nonzero(self.concept_mask[: len(self.ids)]))
+
+    def snapshot(self, namespace: str, fingerprint: str | None) -> Snapshot:
+        """The concept keys as they are now, copied for a background reader."""
+        n = len(self.ids)
+        rows = np.flatnonzero(self.concept_mask[:n])
+        return Snapshot(
+            namespace,
+            fingerprint,
+            [self.ids[i] for i in rows.tolist()],
+            self.matrix[rows].astype(np.float16),
+        )
+
+    def nearest_concepts(self, vectors: np.ndarray, take: int) -> list[Nearest]:
+        """For each row of ``vectors`` (m, dim; unit length) the rows of its ``take`` nearest
+        concept keys and their cosines, nearest first: every key scored (exact) or, in a
+        namespace with a ready approximate index, its candidates re-scored exactly."""
+        n = len(self.ids)
+        if n == 0 or take <= 0:
+            return [Nearest(np.zeros(0, dtype=np.intp), np.zeros(0, np.float32)) for _ in vectors]
+        approximate = self.approximate
+        if approximate is not None and approximate.ready():
+            assert approximate.keys is not None
+            found = []
+            for vector, ids in zip(
+                vectors, approximate.keys.search(vectors, candidates_for(take)), strict=True
+            ):
+                rows = np.array([self.pos[k] for k in ids], dtype=np.intp)
+                found.append(Nearest.best(rows, self.matrix[rows] @ vector, take))
+            return found
+        sims = np.where(self.concept_mask[:n, None], self.matrix[:n] @ vectors.T, -np.inf)
+        rows = np.arange(n)
+        found = []
+        for column in sims.T:
+            if take < n:
+                part = np.argpartition(-column, take - 1)[:take]
+                found.append(Nearest.best(part, column[part], take))
+            else:
+                found.append(Nearest.best(rows, column, take))
+        return found
 
     def best_concept(
         self, vector: np.ndarray, exclude: set[str] | None = None
     ) -> tuple[str, float] | None:
         """The concept key closest to ``vector`` (optionally skipping some ids)."""
-        n = len(self.ids)
-        if n == 0:
-            return None
-        sims = np.where(self.concept_mask[:n], self.cosines(vector), -np.inf)
-        if exclude:
-            for key_id in exclude:
-                index = self.pos.get(key_id)
-                if index is not None:
-                    sims[index] = -np.inf
-        best = int(np.argmax(sims))
-        if not np.isfinite(sims[best]):
-            return None
-        return self.ids[best], float(sims[best])
+        skip = exclude or set()
+        (nearest,) = self.nearest_concepts(vector[None, :], 1 + len(skip))
+        for row, cosine in zip(nearest.rows.tolist(), nearest.cosines.tolist(), strict=True):
+            if self.ids[row] not in skip:
+                return self.ids[row], cosine
+        return None
+
+
+class Nearest(NamedTuple):
+    """Rows of a ``KeyIndex`` and their cosines to one query vector, nearest first."""
+
+    rows: np.ndarray
+    cosines: np.ndarray
+
+    @classmethod
+    def best(cls, rows: np.ndarray, cosines: np.ndarray, take: int) -> Nearest:
+        """The ``take`` highest finite ``cosines`` (non-concept rows score -inf)."""
+        keep = np.isfinite(cosines)
+        rows, cosines = rows[keep], cosines[keep]
+        order = np.argsort(-cosines, kind="stable")[:take]
+        return cls(rows[order], cosines[order].astype(np.float32))

@@ -18,7 +18,7 @@ from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_number
 from keymem.protocol.limits import CONTENT_MAX_CHARS
 from keymem.services.graph.feedback import RecallBuffer
-from keymem.services.graph.keyindex import KeyIndex
+from keymem.services.graph.keyindex import KeyIndex, Nearest
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import id_list, namespace_of, opt_str
 from keymem.services.graph.state import GraphState
@@ -58,13 +58,11 @@ def query_vector(state: GraphState, body: dict[str, Any]) -> np.ndarray | None:
     return unit
 
 
-def near_misses(index: KeyIndex, sims: np.ndarray, floor: float) -> dict[str, float]:
+def near_misses(index: KeyIndex, nearest: Nearest, floor: float) -> dict[str, float]:
     """A query that matched nothing: its ``NEAR_MISS_KEYS`` nearest concept keys at or above
     ``floor`` (the keys the MCP recall offers as ``nearest_keys``), for alias learning."""
-    n = len(index)
-    eligible = np.where(index.concept_mask[:n], sims, -np.inf)
-    best = np.argsort(-eligible)[:NEAR_MISS_KEYS]
-    return {index.ids[i]: float(eligible[i]) for i in best if eligible[i] >= floor}
+    best = zip(nearest.rows.tolist(), nearest.cosines.tolist(), strict=True)
+    return {index.ids[row]: c for row, c in list(best)[:NEAR_MISS_KEYS] if c >= floor}
 
 
 def match_keys(
@@ -85,31 +83,28 @@ def match_keys(
     index = state.indexes.get(namespace)
     if index is None or len(index) == 0:
         return {"namespace": namespace, "keys": []}
-    sims = None if unit is None else index.cosines(unit)
     literal: dict[str, str] = {}  # key id -> "concept" | "alias"
     if text:
         for phrase in query_phrases(text):
             for key_id in index.literal.get(phrase, ()):
                 key = state.keys[key_id]
                 literal[key_id] = "concept" if phrase == surface_norm(key.concept) else "alias"
+    nearest = (
+        None if unit is None else index.nearest_concepts(unit[None, :], top_k * 4 + len(literal))[0]
+    )
     candidates: dict[str, tuple[float, str, float | None]] = {}
     for key_id, kind in literal.items():
         key = state.keys[key_id]
-        cosine = None if sims is None else float(sims[index.pos[key_id]])
+        cosine = None if unit is None else index.cosine(key_id, unit)
         score = 1.0 if key.is_entity else max(cosine or 0.0, min_cosine)
         candidates[key_id] = (score, kind, cosine)
         if kind == "alias":
             _hit_learned_alias(state, key_id, text or "", now)
     weak: dict[str, float] = {}
-    if sims is not None:
-        n = len(index)
-        eligible = np.where(index.concept_mask[:n], sims, -np.inf)
-        take = min(n, top_k * 4 + len(literal))
-        best = np.argpartition(-eligible, take - 1)[:take] if take < n else np.arange(n)
-        for i in best:
-            cosine = float(eligible[i])
-            key_id = index.ids[i]
-            if key_id in candidates or not np.isfinite(cosine):
+    if nearest is not None:
+        for row, cosine in zip(nearest.rows.tolist(), nearest.cosines.tolist(), strict=True):
+            key_id = index.ids[row]
+            if key_id in candidates:
                 continue
             if cosine >= min_cosine:
                 candidates[key_id] = (cosine, "semantic", cosine)
@@ -117,8 +112,8 @@ def match_keys(
                 weak[key_id] = cosine
     if learn and text and weak:
         buffer.push(text, weak)
-    elif learn and text and sims is not None and not candidates and is_short_concept(text):
-        near = near_misses(index, sims, thresholds.key_recall * NEAR_MISS_SHARE)
+    elif learn and text and nearest is not None and not candidates and is_short_concept(text):
+        near = near_misses(index, nearest, thresholds.key_recall * NEAR_MISS_SHARE)
         buffer.push(text, near, near_miss=True)
     phrase_floor = thresholds.key_recall + PHRASE_MARGIN
     for key_id, cosine in _phrase_matches(index, body, phrase_floor).items():
@@ -176,15 +171,10 @@ def _phrase_matches(index: KeyIndex, body: dict[str, Any], floor: float) -> dict
     norms = np.linalg.norm(raw, axis=1, keepdims=True)
     if not np.all(np.isfinite(norms)) or np.any(norms == 0):
         raise BadRequest("phrase_vectors must be finite and non-zero")
-    n = len(index)
-    sims = np.where(index.concept_mask[:n, None], index.cosines(raw / norms), -np.inf)
-    take = min(n, per_phrase)
     found: dict[str, float] = {}
-    for column in sims.T:
-        best = np.argpartition(-column, take - 1)[:take] if take < n else np.arange(n)
-        for i in best:
-            cosine = float(column[i])
-            key_id = index.ids[i]
+    for nearest in index.nearest_concepts(raw / norms, per_phrase):
+        for row, cosine in zip(nearest.rows.tolist(), nearest.cosines.tolist(), strict=True):
+            key_id = index.ids[row]
             if cosine >= floor and cosine > found.get(key_id, -1.0):
                 found[key_id] = cosine
     return found

@@ -41,6 +41,7 @@ from keymem.services.graph import (
     hybrid,
     idempotency,
     journaling,
+    keyann,
     matching,
     navigate,
     overview,
@@ -128,6 +129,7 @@ READ_METHODS = (
 TTL_SWEEP_INTERVAL_S = 10.0
 BLAS_THREADS = 1
 CHECKPOINT_CHECK_INTERVAL_S = 1.0
+KEY_ANN_CHECK_INTERVAL_S = 1.0  # a namespace grown past the threshold, a finished build
 IDLE_CHECKPOINT_AFTER_S = 5.0
 # A restart replays the write-ahead log written since the last checkpoint, at about this much
 # CPU per byte (~1 ms per kB, ~2 ms per write), while a checkpoint's cost grows with the store
@@ -152,9 +154,15 @@ LOCK_RETRY_S = 0.05
 
 class GraphService:
     def __init__(
-        self, path: Path, key_profile: KeyProfile | None = None, sleep_interval_h: float = 0.0
+        self,
+        path: Path,
+        key_profile: KeyProfile | None = None,
+        sleep_interval_h: float = 0.0,
+        key_ann_min_keys: int = cfg.KEY_ANN_MIN_KEYS.default,
     ) -> None:
         self.home = path.parent
+        # large namespaces' approximate key indexes, saved next to the graph file
+        self.key_ann = keyann.KeyAnn(self.home / keyann.DIRECTORY, key_ann_min_keys)
         self.sleep_interval_h = sleep_interval_h  # 0: no scheduled sleep passes
         self.started_at = time.time()
         self.sleep_pass: sleep.SleepPass | None = None
@@ -181,6 +189,7 @@ class GraphService:
             len(self.state.memories),
             self.load_seconds,
         )
+        self.key_ann_tick()  # a large namespace's index starts loading now, in the background
         try:
             self.sweep()
         except Unavailable:
@@ -401,8 +410,12 @@ class GraphService:
         elif running.done:
             log.warning("sleep pass failed: %s", running.report.error)
 
+    def key_ann_tick(self) -> None:
+        self.key_ann.tick(self.state.indexes, self.state.fingerprint)
+
     def close(self) -> None:
         self.wait_for_backup()
+        self.key_ann.save(self.state.indexes)
         self.journal.flush()
         self.store.close()
 
@@ -696,10 +709,15 @@ def preload(settings: Settings) -> Callable[[], Service]:
     path = graph_path(settings.home)
     key_profile = key_profile_of(settings.config)
     sleep_interval_h = settings.config[cfg.SLEEP_INTERVAL_H]
-    return lambda: make_service(_open_when_free(path, key_profile, sleep_interval_h))
+    key_ann_min_keys = settings.config[cfg.KEY_ANN_MIN_KEYS]
+    return lambda: make_service(
+        _open_when_free(path, key_profile, sleep_interval_h, key_ann_min_keys)
+    )
 
 
-def _open_when_free(path: Path, key_profile: KeyProfile, sleep_interval_h: float) -> GraphService:
+def _open_when_free(
+    path: Path, key_profile: KeyProfile, sleep_interval_h: float, key_ann_min_keys: int
+) -> GraphService:
     """The graph on ``path``, waiting up to ``LOCK_WAIT_S`` for another process to let go of
     the file: a worker whose parent was killed stops once it notices and closes the file
     while the restarted parent's new worker is already starting."""
@@ -707,7 +725,7 @@ def _open_when_free(path: Path, key_profile: KeyProfile, sleep_interval_h: float
     waiting = False
     while True:
         try:
-            return GraphService(path, key_profile, sleep_interval_h)
+            return GraphService(path, key_profile, sleep_interval_h, key_ann_min_keys)
         except StoreLocked:
             if time.monotonic() >= give_up:
                 raise
@@ -734,6 +752,7 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
         service.add(name, getattr(graph, name), idempotent=True)
     service.every(sweep_interval_s, graph.sweep)
     service.every(CHECKPOINT_CHECK_INTERVAL_S, graph.checkpoint_due)
+    service.every(KEY_ANN_CHECK_INTERVAL_S, graph.key_ann_tick)
     service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
     service.every(SLEEP_CHECK_INTERVAL_S, graph.sleep_due)
     service.every(0.0, graph.sleep_tick)  # every loop turn: a slice only while a pass runs

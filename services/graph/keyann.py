@@ -1,0 +1,422 @@
+"""An approximate nearest-key index for a namespace with many concept keys, kept on disk.
+
+The exact key scan is one float32 matrix-vector product per query vector: 3 ms CPU over the 9k
+keys of a 100k store's namespace, 32-34 ms over the 94k of a 1M store's, and a search sends the
+query and each of its phrases. Above ``KEYMEM_KEY_ANN_MIN_KEYS`` concept keys a namespace also
+keeps its concept keys in an HNSW graph (usearch: half-precision vectors, inner product), asks
+it for a few times more candidates than it needs and re-scores those exactly from the float32
+matrix, so a search costs milliseconds whatever the namespace's size (docs/SCALING.md "What
+each tool buys" has the measurements that chose usearch over faiss and voyager). Below the
+threshold — every size ``keymem eval`` runs — search stays exact.
+
+Building the graph costs about 1.5 ms CPU per key (~2.5 minutes for 94k keys), so it is not
+done at every start: it is saved next to the graph file (``key-ann/``) with each key's label
+and a digest of its vector, and a start loads it, checks the files' checksums, and catches up
+with what changed since it was saved (keys added, deleted, re-embedded) exactly as live writes
+do. A missing, corrupt or foreign file (another embedding, dimension or format) is rebuilt. All
+of that runs on one background thread from a snapshot of the keys, while the namespace is
+served exactly; writes meanwhile are queued and applied when the index is handed over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from usearch.index import BatchMatches, Index
+
+log = logging.getLogger("keymem.graph.keyann")
+
+FORMAT = 1
+DIRECTORY = "key-ann"
+# HNSW parameters (measured on real key embeddings: docs/SCALING.md): 16 links per node, 128
+# candidates while inserting; searches look at SEARCH_EXPANSION candidates and return
+# CANDIDATE_FACTOR times what the caller asked (at least MIN_CANDIDATES), which are then
+# re-scored exactly.
+CONNECTIVITY = 16
+ADD_EXPANSION = 128
+SEARCH_EXPANSION = 128
+CANDIDATE_FACTOR = 2
+MIN_CANDIDATES = 32
+VECTOR_DTYPE = "f16"
+# A saved index that misses more than this share of the namespace is rebuilt, not caught up.
+CATCH_UP_MAX_SHARE = 0.5
+CHECKSUM_CHUNK_BYTES = 1 << 24
+BACKGROUND_NICE = 10  # the build shares the box with the serving loop: it yields first
+
+
+def _library() -> str:
+    return f"usearch {version('usearch')}"
+
+
+def digest_vectors(vectors: np.ndarray) -> np.ndarray:
+    """A 64-bit digest per row of half-precision vectors (what the index stores): a changed
+    vector, a re-embedded key or another model's vectors no longer match their saved digest."""
+    words = np.ascontiguousarray(vectors, dtype=np.float16).view(np.uint64)
+    seed = hashlib.shake_128(b"keymem key-ann digest").digest(8 * words.shape[1])
+    multipliers = np.frombuffer(seed, dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        digests: np.ndarray = (words * multipliers).sum(axis=1, dtype=np.uint64)
+    return digests
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A namespace's concept keys at one moment, copied so a background thread may read them
+    while the serving thread writes (half precision: what the index stores)."""
+
+    namespace: str
+    fingerprint: str | None
+    ids: list[str]
+    vectors: np.ndarray  # float16 [n, dim]
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+
+class HnswKeys:
+    """Concept keys in an HNSW graph, each under a stable integer label (rows of the exact
+    matrix move on delete; labels do not)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.index = Index(
+            ndim=dim,
+            metric="ip",
+            dtype=VECTOR_DTYPE,
+            connectivity=CONNECTIVITY,
+            expansion_add=ADD_EXPANSION,
+            expansion_search=SEARCH_EXPANSION,
+        )
+        self.label_of: dict[str, int] = {}
+        self.key_of: dict[int, str] = {}
+        self.digest_of: dict[str, int] = {}
+        self.next_label = 0
+
+    def __len__(self) -> int:
+        return len(self.label_of)
+
+    def add_many(self, ids: list[str], vectors: np.ndarray) -> None:
+        if not ids:
+            return
+        labels = np.arange(self.next_label, self.next_label + len(ids), dtype=np.uint64)
+        self.next_label += len(ids)
+        half = np.asarray(vectors, dtype=np.float16)
+        self.index.add(labels, half, threads=1)
+        for key_id, label, digest in zip(
+            ids, labels.tolist(), digest_vectors(half).tolist(), strict=True
+        ):
+            self.label_of[key_id] = label
+            self.key_of[label] = key_id
+            self.digest_of[key_id] = digest
+
+    def remove(self, key_id: str) -> None:
+        label = self.label_of.pop(key_id, None)
+        if label is None:
+            return
+        del self.key_of[label]
+        del self.digest_of[key_id]
+        self.index.remove(label)
+
+    def search(self, vectors: np.ndarray, count: int) -> list[list[str]]:
+        """The ids of about ``count`` nearest keys of each row of ``vectors`` (m, dim)."""
+        count = min(count, len(self.label_of))
+        if count == 0:
+            return [[] for _ in vectors]
+        matches = self.index.search(vectors, count, threads=1)
+        rows = (
+            zip(matches.keys, matches.counts.tolist(), strict=True)
+            if isinstance(matches, BatchMatches)
+            else [(matches.keys, len(matches.keys))]  # usearch answers one row unbatched
+        )
+        key_of = self.key_of
+        return [[key_of[label] for label in row[:hits].tolist()] for row, hits in rows]
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self, stem: Path, snapshot_meta: dict[str, Any]) -> None:
+        """Write the index, its labels and a manifest with both files' checksums; the manifest
+        is written last, so a crash part-way leaves a set a load refuses."""
+        stem.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ids = list(self.label_of)
+        labels_path = stem.with_suffix(".labels.npz")
+        index_path = stem.with_suffix(".usearch")
+        _write(
+            labels_path,
+            lambda path: np.savez(
+                path,
+                ids=np.array(ids, dtype=str),
+                labels=np.array([self.label_of[k] for k in ids], dtype=np.uint64),
+                digests=np.array([self.digest_of[k] for k in ids], dtype=np.uint64),
+                next_label=np.array(self.next_label, dtype=np.uint64),
+            ),
+        )
+        _write(index_path, lambda path: self.index.save(str(path)))
+        manifest = {
+            **snapshot_meta,
+            "format": FORMAT,
+            "library": _library(),
+            "params": _params(self.dim),
+            "count": len(ids),
+            "checksums": {"index": _checksum(index_path), "labels": _checksum(labels_path)},
+        }
+        _write(stem.with_suffix(".json"), lambda path: path.write_text(json.dumps(manifest)))
+
+    @classmethod
+    def load(cls, stem: Path, expected: dict[str, Any]) -> HnswKeys:
+        """The saved index when every check passes; ``StaleIndex`` says why not."""
+        manifest_path = stem.with_suffix(".json")
+        if not manifest_path.exists():
+            raise StaleIndex("no saved index")
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise StaleIndex(f"unreadable manifest: {exc}") from exc
+        if not isinstance(manifest, dict):
+            raise StaleIndex("unreadable manifest")
+        for field, wanted in {
+            **expected,
+            "format": FORMAT,
+            "library": _library(),
+            "params": _params(int(expected["dim"])),
+        }.items():
+            if manifest.get(field) != wanted:
+                raise StaleIndex(f"{field} is {manifest.get(field)!r}, not {wanted!r}")
+        index_path = stem.with_suffix(".usearch")
+        labels_path = stem.with_suffix(".labels.npz")
+        checksums = manifest.get("checksums") or {}
+        for name, path in (("index", index_path), ("labels", labels_path)):
+            if not path.exists() or _checksum(path) != checksums.get(name):
+                raise StaleIndex(f"the {name} file does not match its checksum")
+        keys = cls(int(expected["dim"]))
+        try:
+            with np.load(labels_path, allow_pickle=False) as saved:
+                ids = [str(k) for k in saved["ids"].tolist()]
+                labels = saved["labels"].astype(np.uint64)
+                digests = saved["digests"].astype(np.uint64)
+                keys.next_label = int(saved["next_label"])
+            keys.index.load(str(index_path))
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise StaleIndex(f"unreadable index: {exc}") from exc
+        if not (
+            len(ids) == len(labels) == len(digests) == len(keys.index) == manifest.get("count")
+        ) or len(set(labels.tolist())) != len(ids):
+            raise StaleIndex("the index and its labels disagree")
+        keys.label_of = dict(zip(ids, labels.tolist(), strict=True))
+        keys.key_of = dict(zip(labels.tolist(), ids, strict=True))
+        keys.digest_of = dict(zip(ids, digests.tolist(), strict=True))
+        if len(keys.label_of) != len(ids) or max(keys.key_of, default=-1) >= keys.next_label:
+            raise StaleIndex("the labels are not unique")
+        return keys
+
+    def catch_up(self, snapshot: Snapshot) -> int:
+        """Bring a loaded index to ``snapshot``: drop keys gone or re-embedded, add the rest.
+        Returns how many keys changed."""
+        digests = digest_vectors(snapshot.vectors)
+        current = dict(zip(snapshot.ids, digests.tolist(), strict=True))
+        gone = [k for k, d in self.digest_of.items() if current.get(k) != d]
+        for key_id in gone:
+            self.remove(key_id)
+        rows = [i for i, key_id in enumerate(snapshot.ids) if key_id not in self.label_of]
+        self.add_many([snapshot.ids[i] for i in rows], snapshot.vectors[rows])
+        return len(gone) + len(rows)
+
+
+class StaleIndex(Exception):
+    """A saved index that must not be used (missing, corrupt, or of another key space)."""
+
+
+def _params(dim: int) -> dict[str, Any]:
+    return {
+        "dim": dim,
+        "metric": "ip",
+        "dtype": VECTOR_DTYPE,
+        "connectivity": CONNECTIVITY,
+        "expansion_add": ADD_EXPANSION,
+    }
+
+
+def _checksum(path: Path) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHECKSUM_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write(path: Path, fill: Any) -> None:
+    """``fill(temporary)``, fsynced, then renamed over ``path`` (0600)."""
+    # same suffix: numpy adds ".npz" to a name without it
+    temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        fill(temporary)
+        os.chmod(temporary, 0o600)
+        with temporary.open("rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+
+
+def stem_for(directory: Path, namespace: str) -> Path:
+    """One namespace's files (namespaces may hold any character; file names may not)."""
+    return directory / hashlib.blake2b(namespace.encode(), digest_size=10).hexdigest()
+
+
+def prepare(stem: Path, snapshot: Snapshot) -> HnswKeys:
+    """The index for ``snapshot``: the saved one caught up when it is sound, else a new one
+    (then saved). Runs on the background thread."""
+    meta = {
+        "namespace": snapshot.namespace,
+        "dim": snapshot.dim,
+        "fingerprint": snapshot.fingerprint,
+    }
+    try:
+        keys = HnswKeys.load(stem, meta)
+        stale = len(set(keys.label_of) - set(snapshot.ids)) + len(
+            set(snapshot.ids) - set(keys.label_of)
+        )
+        if stale > CATCH_UP_MAX_SHARE * max(1, len(snapshot.ids)):
+            raise StaleIndex(f"{stale} of {len(snapshot.ids)} keys changed since it was saved")
+        changed = keys.catch_up(snapshot)
+        log.info(
+            "key index of %r loaded (%d keys, %d caught up)",
+            snapshot.namespace,
+            len(keys),
+            changed,
+        )
+        if changed:
+            keys.save(stem, meta)
+        return keys
+    except StaleIndex as why:
+        log.info("key index of %r is rebuilt: %s", snapshot.namespace, why)
+    keys = HnswKeys(snapshot.dim)
+    keys.add_many(snapshot.ids, snapshot.vectors)
+    keys.save(stem, meta)
+    return keys
+
+
+def candidates_for(take: int) -> int:
+    """How many candidates the index returns for ``take`` keys (re-scored exactly after)."""
+    return max(MIN_CANDIDATES, CANDIDATE_FACTOR * take)
+
+
+class Approximate:
+    """One namespace's approximate index through its life: prepared on a background thread,
+    then kept in step with every key write. Until it is ready, writes queue and search is
+    exact. The thread is a daemon: a stop never waits for a build (the files it leaves half
+    written fail their checksums and are rebuilt)."""
+
+    one_at_a_time = threading.Lock()  # builds share two cores with everything else
+
+    def __init__(self, stem: Path, snapshot: Snapshot) -> None:
+        self.stem = stem
+        self.meta = {
+            "namespace": snapshot.namespace,
+            "dim": snapshot.dim,
+            "fingerprint": snapshot.fingerprint,
+        }
+        self.keys: HnswKeys | None = None
+        self.pending: list[tuple[str, np.ndarray | None]] = []  # (key id, vector or delete)
+        self.unsaved = 0  # writes since the last save
+        self.failed = False
+        self.prepared: HnswKeys | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(
+            target=self._prepare, args=(snapshot,), name="key-ann", daemon=True
+        )
+        self.thread.start()
+
+    def _prepare(self, snapshot: Snapshot) -> None:
+        with self.one_at_a_time:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+            try:
+                self.prepared = prepare(self.stem, snapshot)
+            except Exception:
+                log.exception("the key index of %r could not be prepared", snapshot.namespace)
+            finally:
+                self.done.set()
+
+    def ready(self) -> bool:
+        """True once the index serves; the first call after the background work finished
+        applies the writes queued meanwhile (on the serving thread)."""
+        if self.keys is not None:
+            return True
+        if self.failed or not self.done.is_set():
+            return False
+        if self.prepared is None:
+            self.failed = True
+            return False
+        self.keys, self.prepared = self.prepared, None
+        for key_id, vector in self.pending:
+            self._apply(key_id, vector)
+        self.unsaved = len(self.pending)
+        self.pending = []
+        return True
+
+    def put(self, key_id: str, vector: np.ndarray | None) -> None:
+        """A concept key written (``vector``) or gone (None)."""
+        if self.keys is None:
+            self.pending.append((key_id, None if vector is None else vector.copy()))
+        else:
+            self._apply(key_id, vector)
+            self.unsaved += 1
+
+    def _apply(self, key_id: str, vector: np.ndarray | None) -> None:
+        assert self.keys is not None
+        self.keys.remove(key_id)
+        if vector is not None:
+            self.keys.add_many([key_id], vector[None, :])
+
+    def save(self) -> None:
+        """Save when writes happened since the last save."""
+        if self.ready() and self.unsaved:
+            assert self.keys is not None
+            self.keys.save(self.stem, self.meta)
+            self.unsaved = 0
+
+
+class Indexed(Protocol):
+    """What the manager needs of a namespace's ``KeyIndex``."""
+
+    approximate: Approximate | None
+
+    def concept_count(self) -> int: ...
+
+    def snapshot(self, namespace: str, fingerprint: str | None) -> Snapshot: ...
+
+
+class KeyAnn:
+    """Attaches an approximate index to every namespace with at least ``min_keys`` concept
+    keys (0: none) and saves them at stop. ``tick`` runs from the serving loop."""
+
+    def __init__(self, directory: Path, min_keys: int) -> None:
+        self.directory = directory
+        self.min_keys = min_keys
+
+    def tick(self, indexes: Mapping[str, Indexed], fingerprint: str | None) -> None:
+        if self.min_keys <= 0:
+            return
+        for namespace, index in indexes.items():
+            if index.approximate is not None:
+                index.approximate.ready()  # hands a finished build over
+            elif index.concept_count() >= self.min_keys:
+                snapshot = index.snapshot(namespace, fingerprint)
+                index.approximate = Approximate(stem_for(self.directory, namespace), snapshot)
+
+    def save(self, indexes: Mapping[str, Indexed]) -> None:
+        for index in indexes.values():
+            if index.approximate is not None:
+                index.approximate.save()
