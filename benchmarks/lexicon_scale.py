@@ -17,12 +17,22 @@ For each corpus size it:
    - query p50/p99 with 1 and 8 client processes through the router, queries rotating;
    - update rate end to end: the stand-in releases new/corrected memories as feed events, timed
      until the lexicon's seq reaches the new head (Kiwi + feed + index);
-   - the lexicon's RSS.
+   - the lexicon's RSS;
+   - worker restart: ``kill -9`` of the worker forked from the process that keeps Kiwi
+     (services/prefork.py) until a new one holds every document, caught up to the head (its
+     cache plus the feed since), then the first query, and the new worker's RSS / USS / PSS;
+     once right after a cache save, once with ``CATCH_UP_EVENTS`` written since.
+
+``--bulk`` builds each corpus's index in vectorised passes (sentence term counts summed per
+document) instead of document by document: what makes 1M documents a matter of seconds; the
+per-document add rate and the rank-bm25 reference are then not measured. In process it also
+times ``cache.load`` of the saved cache into an empty index, and the file's checksum alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import os
@@ -40,13 +50,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import psutil
+
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
 from keymem.protocol.errors import KeymemError
 from keymem.protocol.stats import percentile
 from keymem.protocol.worker import Service, Worker
 from keymem.services.lexicon import cache
-from keymem.services.lexicon.index import LexiconIndex, NamespaceIndex
+from keymem.services.lexicon.index import (
+    DIGEST_DTYPE,
+    DocTable,
+    LexiconIndex,
+    NamespaceCsr,
+    NamespaceIndex,
+    TermColumns,
+)
 from keymem.services.lexicon.sync import text_digest
 from keymem.services.lexicon.tokenizer import TOKENIZER_VERSION, Tokenizer
 
@@ -62,6 +82,8 @@ TOP_N = 10
 INDEX_QUERY_ROUNDS = 3  # in-process passes over the query list
 REFERENCE_QUERIES = 30  # rank-bm25 is slow: this many queries
 UPDATE_EVENTS = 5_000
+# Released just before a kill -9, so the next worker applies them after its cache (with Kiwi).
+CATCH_UP_EVENTS = 500
 CLIENT_COUNTS = (1, 8)
 READY_TIMEOUT_S = 300.0
 POLL_S = 0.02
@@ -129,6 +151,39 @@ class CorpusMaker:
         tokens = [t for i in picks for t in self.pool_tokens[i]]
         return text, tokens
 
+    def bulk_index(self, n: int) -> LexiconIndex:
+        """An index of ``n`` documents built in vectorised passes: each
+        document is 1-3 pool sentences, its term counts the sum of theirs."""
+        vocab = sorted({t for tokens in self.pool_tokens for t in tokens})
+        tid = {term: i for i, term in enumerate(vocab)}
+        sentences = [Counter(tid[t] for t in tokens) for tokens in self.pool_tokens]
+        s_ptr = np.cumsum([0, *map(len, sentences)])
+        s_tids = np.fromiter((t for c in sentences for t in c), np.int64, s_ptr[-1])
+        s_tfs = np.fromiter((f for c in sentences for f in c.values()), np.int64, s_ptr[-1])
+        rng = np.random.default_rng(SEED + n)
+        per_doc = rng.integers(1, 4, size=n)
+        picks = rng.integers(0, len(sentences), size=int(per_doc.sum()))
+        sizes = s_ptr[picks + 1] - s_ptr[picks]
+        starts = np.cumsum(sizes) - sizes
+        entries = np.repeat(s_ptr[picks] - starts, sizes) + np.arange(int(sizes.sum()))
+        docs = np.repeat(np.repeat(np.arange(n), per_doc), sizes)
+        keys, where = np.unique(docs * len(vocab) + s_tids[entries], return_inverse=True)
+        tfs = np.bincount(where, weights=s_tfs[entries]).astype(np.int32)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys // len(vocab), minlength=n), out=ptr[1:])
+        bounds = np.cumsum(per_doc)
+        texts = [
+            " ".join(self.pool[i] for i in picks[end - k : end].tolist())
+            for k, end in zip(per_doc.tolist(), bounds.tolist(), strict=True)
+        ]
+        ids = np.array([doc_id(i).encode() for i in range(n)])
+        csr = NamespaceCsr(ids, vocab, ptr, (keys % len(vocab)).astype(np.int32), tfs)
+        digests = np.frombuffer(b"".join(map(text_digest, texts)), DIGEST_DTYPE)
+        table = DocTable(ids, np.zeros(n, np.uint8), digests, [NAMESPACE])
+        index = LexiconIndex()
+        index.load(table, {NAMESPACE: (csr, TermColumns.of(csr))})
+        return index
+
     def corpus(self, n: int) -> Corpus:
         rng = random.Random(SEED + n)
         texts, tokens = [], []
@@ -161,19 +216,9 @@ def measure_in_process(corpus: Corpus, reference_max: int) -> tuple[LexiconIndex
         lexicon.upsert(doc_id(i), NAMESPACE, text_digest(text), Counter(tokens))
     build_s = time.perf_counter() - started
     space = lexicon.namespaces[NAMESPACE]
-    queries = [Counter(q) for q in corpus.query_tokens]
-    samples: list[float] = []
-    for _ in range(INDEX_QUERY_ROUNDS):
-        for query in queries:
-            t0 = time.perf_counter()
-            space.top(query, TOP_N)
-            samples.append(time.perf_counter() - t0)
-    report: dict[str, Any] = {
-        "documents": n,
-        "terms": space.vocabulary_size(),
-        "avg_doc_len": round(space.total_len / n, 1),
+    report = {
         "index_build_docs_per_s": round(n / build_s),
-        "index_query": _ms_summary(samples),
+        **_index_figures(lexicon, corpus.query_tokens),
     }
     if n <= reference_max:
         report["rank_bm25"] = _reference(corpus, space)
@@ -181,6 +226,38 @@ def measure_in_process(corpus: Corpus, reference_max: int) -> tuple[LexiconIndex
             report["rank_bm25"]["query"]["p50_ms"] / report["index_query"]["p50_ms"], 1
         )
     return lexicon, report
+
+
+def _index_figures(lexicon: LexiconIndex, query_tokens: list[list[str]]) -> dict[str, Any]:
+    space = lexicon.namespaces[NAMESPACE]
+    queries = [Counter(q) for q in query_tokens]
+    samples: list[float] = []
+    for _ in range(INDEX_QUERY_ROUNDS):
+        for query in queries:
+            t0 = time.perf_counter()
+            space.top(query, TOP_N)
+            samples.append(time.perf_counter() - t0)
+    return {
+        "documents": len(lexicon),
+        "terms": space.vocabulary_size(),
+        "avg_doc_len": round(space.total_len / len(lexicon), 1),
+        "index_query": _ms_summary(samples),
+    }
+
+
+def measure_cache_load(path: Path) -> dict[str, float]:
+    """``cache.load`` of the saved file into an empty index (wall and CPU), and the
+    checksum over the file alone (a part of it)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    cache.load(path, LexiconIndex(), tokenizer=TOKENIZER_VERSION)
+    report = {
+        "wall_s": round(time.perf_counter() - started, 3),
+        "cpu_s": round(time.process_time() - cpu, 3),
+    }
+    started = time.perf_counter()
+    hashlib.sha256(path.read_bytes()).digest()
+    report["read_and_checksum_s"] = round(time.perf_counter() - started, 3)
+    return report
 
 
 def _reference(corpus: Corpus, space: NamespaceIndex) -> dict[str, Any]:
@@ -213,6 +290,7 @@ class FeedStandIn:
     def __init__(self, seq: int, documents: int) -> None:
         self.seq = seq
         self.documents = documents
+        self.added = 0  # new documents released so far
         self.events: list[dict[str, Any]] = []
         self.maker = CorpusMaker(None)
 
@@ -233,7 +311,10 @@ class FeedStandIn:
         count = int(body["count"])
         rng = random.Random(SEED - count)
         for k in range(count):
-            target = self.documents + k if k % 2 == 0 else rng.randrange(self.documents)
+            if k % 2 == 0:
+                target, self.added = self.documents + self.added, self.added + 1
+            else:
+                target = rng.randrange(self.documents)
             text, _ = self.maker.document(rng)
             self.seq += 1
             doc = {"id": doc_id(target), "namespace": NAMESPACE, "content": text, "keys": []}
@@ -317,13 +398,12 @@ def _load(endpoint: str, queries: list[str], clients: int, seconds: float) -> di
 
 
 def measure_service(
-    lexicon: LexiconIndex, corpus: Corpus, seconds: float, home: Path
+    lexicon: LexiconIndex, queries: list[str], seconds: float, home: Path
 ) -> dict[str, Any]:
-    n = len(corpus.texts)
+    n = len(lexicon)
     started = time.perf_counter()
-    info = cache.save(
-        cache.cache_path(home), lexicon, tokenizer=TOKENIZER_VERSION, epoch=EPOCH, seq=n
-    )
+    path = cache.cache_path(home)
+    info = cache.save(path, lexicon, tokenizer=TOKENIZER_VERSION, epoch=EPOCH, seq=n)
     save_s = time.perf_counter() - started
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
     env["KEYMEM_HOME"] = str(home)
@@ -333,7 +413,11 @@ def measure_service(
         _spawn(env, "keymem.services", "router"),
         _spawn(env, "benchmarks.lexicon_scale", "serve-feed", str(n), str(n)),
     ]
-    report: dict[str, Any] = {"cache_bytes": info.bytes, "cache_save_s": round(save_s, 2)}
+    report: dict[str, Any] = {
+        "cache_bytes": info.bytes,
+        "cache_save_s": round(save_s, 2),
+        "cache_load_in_process": measure_cache_load(path),
+    }
     try:
         with Client(endpoints.frontend) as client:
             spawned = time.perf_counter()
@@ -347,17 +431,26 @@ def measure_service(
             report["kiwi_warm_s"] = stats["kiwi"]["warm_s"]
             report["rss_mb"] = round(client.call("lexicon", "stats")["rss_bytes"] / 2**20, 1)
             report["router"] = [
-                _load(endpoints.frontend, corpus.queries, c, seconds) for c in CLIENT_COUNTS
+                _load(endpoints.frontend, queries, c, seconds) for c in CLIENT_COUNTS
             ]
             router_stats = client.call("router", "stats")
             direct = router_stats["services"]["lexicon"]["workers"][0]["direct"]
-            report["direct"] = [_load(direct, corpus.queries, 1, seconds)]
+            report["direct"] = [_load(direct, queries, 1, seconds)]
             head = client.call("graph", "release", {"count": UPDATE_EVENTS})["head"]
             t0 = time.perf_counter()
             _wait_ready(client, n + UPDATE_EVENTS // 2, head)
             report["feed_updates_per_s"] = round(UPDATE_EVENTS / (time.perf_counter() - t0))
             report["rss_mb_after_updates"] = round(
                 client.call("lexicon", "stats")["rss_bytes"] / 2**20, 1
+            )
+            documents = n + UPDATE_EVENTS // 2
+            _wait_saved(client, head)
+            report["worker_restart"] = _restart_worker(client, documents, head, queries[0])
+            head = client.call("graph", "release", {"count": CATCH_UP_EVENTS})["head"]
+            documents += CATCH_UP_EVENTS // 2
+            _wait_ready(client, documents, head)
+            report["worker_restart_catching_up"] = _restart_worker(
+                client, documents, head, queries[0]
             )
     finally:
         for proc in reversed(procs):
@@ -370,7 +463,45 @@ def measure_service(
     return report
 
 
-def measure(sizes: list[int], seconds: float, reference_max: int) -> dict[str, Any]:
+def _wait_saved(client: Client, seq: int) -> None:
+    """Until the worker's periodic cache save has reached ``seq``."""
+    give_up = time.perf_counter() + READY_TIMEOUT_S
+    while client.call("lexicon", "index_stats")["cache"].get("saved_seq", -1) < seq:
+        if time.perf_counter() > give_up:
+            raise TimeoutError("the lexicon did not save its cache")
+        time.sleep(POLL_S)
+
+
+def _restart_worker(client: Client, documents: int, head: int, query: str) -> dict[str, Any]:
+    """kill -9 the serving worker; seconds until its successor (forked from the parent that
+    keeps Kiwi) holds every document caught up to ``head``, the first query after that, and
+    the successor's memory."""
+    old = client.call("lexicon", "ping")["pid"]
+    killed = time.perf_counter()
+    os.kill(old, signal.SIGKILL)
+    ready_s = _wait_ready(client, documents, head)
+    t0 = time.perf_counter()
+    client.call("lexicon", "search", {"query": query, "namespace": NAMESPACE, "top_n": TOP_N})
+    first_query_ms = (time.perf_counter() - t0) * 1000
+    stats = client.call("lexicon", "index_stats")
+    worker = psutil.Process(client.call("lexicon", "ping")["pid"])
+    memory = worker.memory_full_info()
+    parent = worker.parent()
+    return {
+        "ready_s": round(ready_s, 2),
+        "ready_since_kill_s": round(time.perf_counter() - killed - first_query_ms / 1000, 2),
+        "cache_load_s": stats["cache"].get("load_s"),
+        "events_replayed": stats["sync"]["events"],
+        "tokenized": stats["sync"]["tokenized"],
+        "first_query_ms": round(first_query_ms, 1),
+        "rss_mb": round(memory.rss / 2**20, 1),
+        "uss_mb": round(memory.uss / 2**20, 1),
+        "pss_mb": round(memory.pss / 2**20, 1),
+        "parent_pss_mb": None if parent is None else round(parent.memory_full_info().pss / 2**20),
+    }
+
+
+def measure(sizes: list[int], seconds: float, reference_max: int, bulk: bool) -> dict[str, Any]:
     from keymem.services.lexicon.tokenizer import shared_tokenizer
 
     t0 = time.perf_counter()
@@ -384,13 +515,21 @@ def measure(sizes: list[int], seconds: float, reference_max: int) -> dict[str, A
         "sizes": [],
     }
     for n in sizes:
-        corpus = maker.corpus(n)
-        lexicon, row = measure_in_process(corpus, reference_max)
+        if bulk:
+            started = time.perf_counter()
+            lexicon = maker.bulk_index(n)
+            row = {
+                "bulk_build_s": round(time.perf_counter() - started, 1),
+                **_index_figures(lexicon, maker.query_tokens),
+            }
+        else:
+            lexicon, row = measure_in_process(maker.corpus(n), reference_max)
         home = Path(tempfile.mkdtemp(prefix="km-lex-", dir="/tmp"))
         try:
-            row["service"] = measure_service(lexicon, corpus, seconds, home)
+            row["service"] = measure_service(lexicon, maker.queries, seconds, home)
         finally:
             shutil.rmtree(home, ignore_errors=True)
+        del lexicon
         row["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
         report["sizes"].append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
@@ -404,28 +543,34 @@ def render(report: dict[str, Any]) -> str:
         "",
         "| docs | index query p50 / p99 ms | rank-bm25 p50 ms | speed-up | "
         "router 1 client p50 / p99 ms | router 8 clients p50 / p99 ms (req/s) | "
-        "direct p50 ms | restart s | feed updates/s | index adds/s | RSS MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "direct p50 ms | cold start s | worker kill -9 to ready s (cache load s; with "
+        f"{CATCH_UP_EVENTS} events to catch up) | "
+        "first query ms | feed updates/s | index adds/s | RSS MB | worker RSS / USS MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["sizes"]:
         svc = row["service"]
         one, eight = svc["router"]
         ref = row.get("rank_bm25")
-        lines.append(
-            f"| {row['documents']:,} "
-            f"| {row['index_query']['p50_ms']:.3f} / {row['index_query']['p99_ms']:.3f} "
-            f"| {ref['query']['p50_ms']:.1f} | {row['speedup_p50']:.0f}x "
-            if ref
-            else f"| {row['documents']:,} "
-            f"| {row['index_query']['p50_ms']:.3f} / {row['index_query']['p99_ms']:.3f} | - | - "
-        )
-        lines[-1] += (
-            f"| {one['p50_ms']:.2f} / {one['p99_ms']:.2f} "
-            f"| {eight['p50_ms']:.2f} / {eight['p99_ms']:.2f} ({eight['throughput_per_s']:.0f}) "
-            f"| {svc['direct'][0]['p50_ms']:.2f} | {svc['restart_to_ready_s']:.2f} "
-            f"| {svc['feed_updates_per_s']:,} | {row['index_build_docs_per_s']:,} "
-            f"| {svc['rss_mb']} |"
-        )
+        again = svc["worker_restart"]
+        cells = [
+            f"{row['documents']:,}",
+            f"{row['index_query']['p50_ms']:.3f} / {row['index_query']['p99_ms']:.3f}",
+            f"{ref['query']['p50_ms']:.1f}" if ref else "-",
+            f"{row['speedup_p50']:.0f}x" if ref else "-",
+            f"{one['p50_ms']:.2f} / {one['p99_ms']:.2f}",
+            f"{eight['p50_ms']:.2f} / {eight['p99_ms']:.2f} ({eight['throughput_per_s']:.0f})",
+            f"{svc['direct'][0]['p50_ms']:.2f}",
+            f"{svc['restart_to_ready_s']:.2f}",
+            f"{again['ready_s']:.2f} ({again['cache_load_s']}; "
+            f"{svc['worker_restart_catching_up']['ready_s']:.2f})",
+            f"{again['first_query_ms']:.1f}",
+            f"{svc['feed_updates_per_s']:,}",
+            f"{row['index_build_docs_per_s']:,}" if "index_build_docs_per_s" in row else "-",
+            f"{svc['rss_mb']}",
+            f"{again['rss_mb']} / {again['uss_mb']}",
+        ]
+        lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -436,9 +581,12 @@ def main() -> int:
     parser.add_argument("--docs", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--reference-max", type=int, default=100_000)
+    parser.add_argument(
+        "--bulk", action="store_true", help="build each index in vectorised passes (1M: seconds)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    report = measure(args.docs, args.seconds, args.reference_max)
+    report = measure(args.docs, args.seconds, args.reference_max, args.bulk)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
 
