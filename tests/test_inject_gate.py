@@ -94,6 +94,19 @@ def test_the_memory_holding_what_is_asked_is_shown_before_a_slightly_stronger_ma
     assert ids(chosen) == ["top"]
 
 
+def test_the_subject_decides_only_when_the_graph_could_say() -> None:
+    prompt = "Is Oscar Melanie's pet?"
+    keys = [
+        {"key_id": "k-oscar", "concept": "Oscar", "key_type": "name"},
+        {"key_id": "k-melanie", "concept": "Melanie", "key_type": "name"},
+    ]
+    pet = candidate("pet", content="Caroline has a guinea pig named Oscar", keys=("k-oscar",))
+    kept, rejected = admit(prompt, [pet], keys, {"pet": 1.0}, Gate(), {"pet": "k-caroline"})
+    assert kept == [] and rejected["other_entity"] == 1
+    kept, _ = admit(prompt, [pet], keys, {"pet": 1.0}, Gate(), None)
+    assert ids(kept) == ["pet"]
+
+
 def test_a_named_entity_must_be_whom_the_memory_is_about() -> None:
     keys = [{"key_id": "k-dana", "concept": "Dana", "aliases": [], "key_type": "name"}]
     prompt = "what did Dana say about the acme invoice"
@@ -185,9 +198,10 @@ PEOPLE = {
     "adoption": ("Caroline is researching adoption agencies", ["Caroline"]),
     "jiwoo": ("The user's name is Jiwoo and they live in Busan", ["Jiwoo"]),
     "coffee": ("Donggyun drinks a cup of black coffee every morning", ["Donggyun"]),
+    "oscar": ("Caroline has a guinea pig named Oscar", ["Caroline", "Oscar"]),
 }
 TOPICS = {"race": "charity race", "guitar": "guitar", "adoption": "adoption",
-          "jiwoo": "home", "coffee": "coffee"}  # fmt: skip
+          "jiwoo": "home", "coffee": "coffee", "oscar": "pet"}  # fmt: skip
 # A prompt that says a stored fact in other words, and the memory it must surface.
 PARAPHRASES = [
     ("Can you remind me where I live?", "jiwoo"),
@@ -264,6 +278,17 @@ def test_inject_stays_silent_when_the_prompt_pins_anothers_fact_on_someone(
     reply = ungated.inject({"prompt": "What did Caroline realize after her charity race?",
                             "namespaces": ["people"]})  # fmt: skip
     assert ids["race"] in shown(reply)
+
+
+def test_a_memory_is_about_the_person_its_text_names_first(people: FullStack) -> None:
+    oscar = people.ids["oscar"]
+    assert oscar in shown(injected(people, "What pet does Caroline have?"))
+    # Oscar is Caroline's: filed under Oscar, but not an answer about Melanie's pet
+    wrong = injected(people, "Is Oscar Melanie's pet?")
+    assert oscar not in shown(wrong) and wrong["rejected"]["other_entity"] >= 1
+    without = Inject(Search(people.client), Gate(subjects=False))
+    reply = without.inject({"prompt": "Is Oscar Melanie's pet?", "namespaces": ["people"]})
+    assert oscar in shown(reply)
 
 
 def test_an_attribute_the_memory_lacks_is_not_answered_by_the_name_alone(

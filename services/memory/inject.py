@@ -8,7 +8,9 @@ in parallel (``Search.search_all``) — and keeps a candidate only when
 * it is about whom the prompt names: when the prompt names people or things the store has as
   name/proper-noun keys, the memory must mention (or be filed under) one of them — "what did
   Caroline say about the race" must not surface Melanie's race; when it names a person, only a
-  person counts ("what did Joanna take to the beach in Tampa" is not answered by Nate's Tampa);
+  person counts ("what did Joanna take to the beach in Tampa" is not answered by Nate's Tampa),
+  and a memory whose text names another of its persons first is that person's ("Is Oscar
+  Melanie's pet?" is not answered by "Caroline has a guinea pig named Oscar");
 * every structured token of the prompt (a version like 3.11.2 or v0.6.2, an issue like #123, a
   hash) appears in it verbatim — "3.11.2" must not surface a note about 3.12;
 * the graph connects it to the prompt (a matched key, a literal name, or a hop) and its
@@ -172,14 +174,36 @@ def without_entities(prompt: str, entities: Sequence[Entity]) -> str:
 
 
 def about_entities(
-    candidate: dict[str, Any], entities: list[Entity], persons: bool = False
+    candidate: dict[str, Any],
+    entities: list[Entity],
+    persons: bool = False,
+    subject: str | None = None,
 ) -> bool:
+    """The memory is about one of the named entities — when the prompt names a person (and
+    ``persons``), about one of the named persons, and its ``subject`` (the person its text
+    names first, when known) is one of them."""
     if not entities:
         return True
     if persons and any(e.person for e in entities):
         entities = [e for e in entities if e.person]
+        if subject is not None and all(e.key_id != subject for e in entities):
+            return False
     filed = set(candidate.get("matched_keys") or [])
     return any(e.key_id in filed or e.named_in(candidate["content"]) for e in entities)
+
+
+def subject_of(content: str, keys: list[dict[str, Any]]) -> str | None:
+    """The key id of the person (a ``name`` key the memory is filed under) its text names
+    first: whom the memory is about. None when its text names none of them."""
+    first: tuple[int, str] | None = None
+    for key in keys:
+        if key.get("key_type") != "name":
+            continue
+        for surface in [key.get("concept"), *(key.get("aliases") or [])]:
+            found = _surface_pattern(surface).search(content) if surface else None
+            if found and (first is None or found.start() < first[0]):
+                first = (found.start(), str(key["key_id"]))
+    return None if first is None else first[1]
 
 
 def crosses_scripts(prompt: str, candidate: dict[str, Any], keys: list[dict[str, Any]]) -> bool:
@@ -208,6 +232,7 @@ class Gate:
     cross_script: bool = True
     cross_relevance: float | None = None  # None: the level for the score kind
     persons: bool = True
+    subjects: bool = True
 
     def cross_floor(self, kind: str) -> float | None:
         if self.cross_relevance is not None:
@@ -227,15 +252,17 @@ class Gate:
 
 @dataclass
 class Observation:
-    """What the gates judge in one namespace: search's candidates and matched keys, and how
+    """What the gates judge in one namespace: search's candidates and matched keys, how
     much of the prompt (named entities left out) each candidate covers — None where the
-    lexicon could not say."""
+    lexicon could not say —, and each candidate's subject (``subject_of``; None where the
+    graph could not say)."""
 
     namespace: str
     candidates: list[dict[str, Any]]
     keys: list[dict[str, Any]]
     coverage: dict[str, float] | None = None
     degraded: dict[str, str] = field(default_factory=dict)
+    subjects: dict[str, str | None] | None = None
 
 
 def admit(
@@ -244,13 +271,16 @@ def admit(
     keys: list[dict[str, Any]],
     coverage: dict[str, float] | None,
     gate: Gate,
+    subjects: dict[str, str | None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The candidates inject may show, in their order, and how many each gate rejected.
 
     ``coverage`` (memory id -> share of the idf weight of what the prompt asks, its named
     entities left out) is None when the lexicon could not say; the coverage and premise gates
-    then stand aside.
+    then stand aside. ``subjects`` (memory id -> the person key its text names first) is None
+    when the graph could not say; the subject check then stands aside.
     """
+    known = (subjects or {}) if gate.subjects else {}
     rejected = dict.fromkeys(REJECTIONS, 0)
     required = structured_tokens(prompt)
     entities = named_entities(prompt, keys) if gate.entities else []
@@ -270,7 +300,8 @@ def admit(
         # across scripts the relevance is the only judge; words that hold half of what is
         # asked outweigh a long memory's partial reading by the reranker
         floor = gate.cross_floor(kind) if crosses else None if lexical else gate.floor(kind)
-        if not about_entities(candidate, entities, gate.persons):
+        subject = known.get(candidate["memory_id"])
+        if not about_entities(candidate, entities, gate.persons, subject):
             rejected["other_entity"] += 1
             elsewhere.append(candidate)
         elif any(token not in candidate["content"].lower() for token in required):
@@ -316,7 +347,9 @@ def judge(
     kept: list[tuple[float, dict[str, Any]]] = []
     rejected = dict.fromkeys(REJECTIONS, 0)
     for seen in observations:
-        admitted, counts = admit(prompt, seen.candidates, seen.keys, seen.coverage, gate)
+        admitted, counts = admit(
+            prompt, seen.candidates, seen.keys, seen.coverage, gate, seen.subjects
+        )
         held = seen.coverage or {}
         kept.extend((c["score"] + (held.get(c["memory_id"]) or 0.0), c) for c in admitted)
         for reason, count in counts.items():
@@ -398,12 +431,12 @@ class Inject:
             Observation(f["namespace"], f["memories"], f["keys"], degraded=f["degraded"])
             for f in found
         ]
-        self._cover(prompt, observations)
+        self._annotate(prompt, observations)
         return observations
 
-    def _cover(self, prompt: str, observations: list[Observation]) -> None:
-        """Each candidate's coverage of the prompt, its named entities left out, in one
-        parallel round of ``lexicon.coverage`` calls.
+    def _annotate(self, prompt: str, observations: list[Observation]) -> None:
+        """Each candidate's coverage of the prompt, its named entities left out, and its
+        subject, in one parallel round of ``lexicon.coverage`` and ``graph.memory_keys`` calls.
 
         A long prompt is mostly pasted material around a question, so, as for the reranker, its
         sentences at both ends are covered separately and a candidate keeps its best share. A
@@ -416,6 +449,8 @@ class Inject:
             if not ids:
                 seen.coverage = {}
                 continue
+            calls.append(("graph", "memory_keys", {"memory_ids": ids, "namespace": seen.namespace}))
+            owners.append(seen)
             asked = without_entities(prompt, named_entities(prompt, seen.keys))
             if not re.search(r"\w", asked):
                 continue
@@ -426,15 +461,22 @@ class Inject:
         if not calls:
             return
         outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
-        for seen, outcome, (_, _, body) in zip(owners, outcomes, calls, strict=True):
+        for seen, outcome, (service, method, body) in zip(owners, outcomes, calls, strict=True):
             if isinstance(outcome, KeymemError):
-                seen.degraded["lexicon"] = f"coverage: {outcome}"
-                continue
-            best = seen.coverage if seen.coverage is not None else {}
-            for memory_id, share in zip(body["ids"], outcome["coverage"], strict=True):
-                if share is not None:
-                    best[memory_id] = max(share, best.get(memory_id, 0.0))
-            seen.coverage = best
+                seen.degraded[service] = f"{method}: {outcome}"
+            elif service == "graph":
+                content = {c["memory_id"]: c["content"] for c in seen.candidates}
+                seen.subjects = {
+                    memory_id: subject_of(content[memory_id], keys)
+                    for memory_id, keys in outcome["memories"].items()
+                    if memory_id in content
+                }
+            else:
+                best = seen.coverage if seen.coverage is not None else {}
+                for memory_id, share in zip(body["ids"], outcome["coverage"], strict=True):
+                    if share is not None:
+                        best[memory_id] = max(share, best.get(memory_id, 0.0))
+                seen.coverage = best
 
 
 def previews(chosen: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
