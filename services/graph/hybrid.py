@@ -16,7 +16,8 @@ themselves (the router reranks the pool and decides what to show):
    hop score, unless its last step joined two auto-keys' links (no hop, ``auto_hops``);
    ``hop_share`` is that score over the seed's (what the walk passed on: 0.3 × IDF × link
    weight for one step), ``key_link`` / ``hop_link`` the share of an agent's link the
-   evidence came through;
+   evidence came through, ``hop_from`` the memory the hop stepped from (the router lifts a
+   hop at most to just below it);
 4. fallback — when none of that found anything, the members of the nearest keys below the
    threshold, for the reranker to judge (``_nearest_key_members``);
 5. anchor — whether any signal was strong enough to answer at all (a literal key, a key above

@@ -8,7 +8,8 @@ Hybrid search (the engine behind inject and ``keymem eval``):
    and hops, in one call over the graph's in-memory state (``recall_candidates``);
 3. rerank — the reranker scores the pool against the query; the final order blends every
    evidence the pool carries — BM25 and reranker relevance min–max normalised over the pool,
-   key path and hops on their own specificity-weighted scale — and sums them (``fuse_blend``,
+   key path and hops on their own specificity-weighted scale — and sums them, a hop lifting
+   what it reaches at most to just below the memory it stepped from (``fuse_blend``,
    ``Fusion``; the ablation behind it: docs/RECALL.md);
 4. evidence — a comparison question ("A or B", "둘 다", "비교") gets the best evidence for each
    named entity into the answer, not two passages about the same one.
