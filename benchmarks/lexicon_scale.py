@@ -492,7 +492,7 @@ def _restart_worker(client: Client, documents: int, head: int, query: str) -> di
         "ready_since_kill_s": round(time.perf_counter() - killed - first_query_ms / 1000, 2),
         "cache_load_s": stats["cache"].get("load_s"),
         "journal_records": stats["cache"].get("journal_records"),
-        "events_replayed": stats["sync"]["events"],
+        "feed_events": stats["sync"]["events"],
         "tokenized": stats["sync"]["tokenized"],
         "first_query_ms": round(first_query_ms, 1),
         "rss_mb": round(memory.rss / 2**20, 1),
