@@ -53,13 +53,17 @@ CONCURRENT_CLIENTS = 8
 IN_PROCESS_WRITES = 300
 
 
+def vocabulary_size(memories: int) -> int:
+    """Keys per namespace of the synthetic store of ``memories``."""
+    return max(50, int(max(1, memories // NAMESPACES) * 4.5 / MEMORIES_PER_KEY))
+
+
 class Synthetic:
     """Deterministic synthetic memories over shared, Zipf-popular keys."""
 
     def __init__(self, memories: int, seed: int = 1) -> None:
         self.rng = np.random.default_rng(seed)
-        per_namespace = max(1, memories // NAMESPACES)
-        vocabulary = max(50, int(per_namespace * 4.5 / MEMORIES_PER_KEY))
+        vocabulary = vocabulary_size(memories)
         self.namespaces = [f"ns{i}" for i in range(NAMESPACES)]
         self.words = {
             ns: [f"{ns} concept {j}" for j in range(vocabulary)] for ns in self.namespaces

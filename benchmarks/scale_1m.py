@@ -5,8 +5,8 @@
 
 For each size it builds (once; kept under ``--stores`` and copied for every run, since the
 build is the expensive part) the synthetic store of ``benchmarks.scale_store`` (the stream of
-``benchmarks.graph_bench`` with the default embedder's key vectors, written through
-``keymem import``), starts the real deployment on a copy (`keymem up`: the keys are already
+``benchmarks.graph_bench`` with the default embedder's key vectors, the rows
+``remember_batch`` writes, bulk-loaded), starts the real deployment on a copy (`keymem up`: the keys are already
 in the embedder's space, the lexicon indexes every memory from the change feed), and
 measures:
 
@@ -48,9 +48,9 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks.deployment import BenchHome, bench_home
 from benchmarks.footprint import memory_mb
-from benchmarks.graph_bench import DIM, Synthetic
+from benchmarks.graph_bench import DIM, Synthetic, vocabulary_size
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop, _wait_indexed
-from benchmarks.scale_store import BUILD_REPORT, KeyVectors, build_store
+from benchmarks.scale_store import BUILD_REPORT, KeyVectors, bulk_store
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
@@ -83,7 +83,9 @@ def ensure_store(stores: Path, memories: int) -> tuple[Path, dict[str, Any]]:
     if not report.exists():  # none, or a build that did not finish
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
-        build_store(home, memories, KeyVectors(stores))
+        vectors = KeyVectors(stores)
+        table = vectors.table(vocabulary_size(memories))
+        bulk_store(home, memories, table, vectors.fingerprint())
     return graph_path(home), json.loads(report.read_text())
 
 

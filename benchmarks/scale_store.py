@@ -1,17 +1,21 @@
-"""The synthetic stores of ``benchmarks.scale_1m``, written through ``keymem import`` in chunks.
+"""The synthetic stores of ``benchmarks.scale_1m``: 10k to 1M memories in seconds of CPU.
 
     python -m benchmarks.scale_store --memories 10000 100000 1000000 [--stores /tmp/km-scale5]
+    python -m benchmarks.scale_store --memories 100000 --remember-batch 2000   # the write path
 
 The memories are ``benchmarks.graph_bench``'s synthetic stream (4 namespaces, 3-6 Zipf-shared
 keys each), but every key carries the default embedder's vector: the distinct key strings are
 embedded once, in batches, by the real model (kept under ``--stores/embedded/``, in the order
 that makes a smaller store's vocabulary a prefix of a larger one's, and resumed after a
 kill), and the store records that model's fingerprint, so ``keymem up`` on it re-embeds
-nothing. A store is written as export-format files of ``IMPORT_CHUNK`` memories each, every
-file through the real ``keymem import`` (the whole file validated against the graph's row
-rules, one transaction, change-feed events for the lexicon). The graph's own
-``remember_batch`` resolves each key and commits each batch of at most 200: about 50 memories
-a second on this box, five hours for 1M (docs/SCALING.md).
+nothing.
+
+The rows are the ones ``remember_batch`` writes for the stream (tests/test_scale_store.py
+compares the two), written by DuckDB from numpy arrays in one transaction. The real write
+paths cost too much CPU for a 1M build on a shared box (docs/SCALING.md): ``remember_batch``
+~13 ms a memory (key resolution and commit in Python), ``keymem import`` ~1 ms (a JSON file,
+its validation and the insert, one Python object per row); at load 20-28, where a nice'd
+process gets ~3% of a core, either takes hours for 1M.
 """
 
 from __future__ import annotations
@@ -32,24 +36,24 @@ import duckdb
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks.deployment import BenchHome, home_env
-from benchmarks.graph_bench import NAMESPACES, Synthetic
+from benchmarks.graph_bench import (
+    KEYS_PER_MEMORY,
+    NAMESPACES,
+    ZIPF_EXPONENT,
+    vocabulary_size,
+)
 from keymem.protocol.limits import BATCH_MAX_ITEMS
 from keymem.services.config import Settings
 from keymem.services.embedder.backends import EmbeddingBackend, fingerprint, load_backend
 from keymem.services.embedder.settings import EmbedderSettings
 from keymem.services.graph import GraphService
 from keymem.services.graph.service import BLAS_THREADS
-from keymem.store.database import graph_path, memory_row
-from keymem.store.portable import EXPORT_FORMAT, EXPORT_VERSION, EXPORTED_TABLES
-from keymem.store.records import LinkRecord, MemoryRecord
-from keymem.store.schema import SCHEMA_VERSION, migrate
+from keymem.store.changes import OP_UPSERT
+from keymem.store.database import GraphStore, graph_path
 
 EMBED_BATCH = 1024
 EMBED_WORKERS = 3
 PART_KEYS = 16 * EMBED_BATCH  # keys per saved part: what a kill can cost
-IMPORT_CHUNK = 100_000
-ID_DIGITS = 12
 ID_SPACE = 2**48
 ID_MIXER = 0x9E3779B97F4B % ID_SPACE | 1  # odd: n -> n * mixer is a bijection modulo 2**48
 KEY_ID_BASE = 2**46  # key and batch ids from their own ranges: no id names two rows
@@ -141,106 +145,6 @@ def _embed_part(job: tuple[KeyVectors, int]) -> tuple[int, float]:
     return start, time.process_time() - cpu_started
 
 
-def _scrambled_id(n: int) -> str:
-    """A distinct 12-hex-digit id per ``n`` (< 2**48) that looks like the graph's own ids."""
-    return f"{(n * ID_MIXER) % ID_SPACE:0{ID_DIGITS}x}"
-
-
-def _columns() -> dict[str, list[str]]:
-    """Each exported table's columns in this schema's order."""
-    conn = duckdb.connect()
-    migrate(conn)
-    return {
-        table: [str(row[0]) for row in conn.execute(f"DESCRIBE {table}").fetchall()]
-        for table in EXPORTED_TABLES
-    }
-
-
-class ExportChunks:
-    """The synthetic stream as export documents, each with the keys its memories use first."""
-
-    def __init__(self, data: Synthetic, fingerprint: str, created_at: float) -> None:
-        self.data = data
-        self.fingerprint = fingerprint
-        self.created_at = created_at
-        self.columns = _columns()
-        self.written: dict[str, str] = {}  # key text -> key id, for keys already exported
-        self.memories = 0
-
-    def _key_id(self, namespace: int, concept: str, vector: np.ndarray, new: list[Any]) -> str:
-        key_id = self.written.get(concept)
-        if key_id is None:
-            key_id = _scrambled_id(KEY_ID_BASE + len(self.written))
-            self.written[concept] = key_id
-            new.append(
-                [
-                    key_id,
-                    self.data.namespaces[namespace],
-                    concept,
-                    "concept",
-                    self.created_at,
-                    [float(x) for x in vector],
-                ]
-            )
-        return key_id
-
-    def next(self, count: int) -> dict[str, Any]:
-        keys: list[Any] = []
-        memories: list[Any] = []
-        links: list[Any] = []
-        source = json.dumps({"batch_id": _scrambled_id(BATCH_ID_BASE + self.memories)})
-        for _ in range(count):
-            item = self.data.item()
-            namespace = self.data.namespaces.index(item["namespace"])
-            memory_id = _scrambled_id(self.memories)
-            self.memories += 1
-            now = self.created_at + self.memories * SECONDS_BETWEEN_MEMORIES
-            memories.append(
-                list(
-                    memory_row(
-                        MemoryRecord(
-                            id=memory_id,
-                            namespace=item["namespace"],
-                            content=item["content"],
-                            created_at=now,
-                            source=source,
-                            last_accessed=now,
-                            last_confirmed_at=now,
-                            confirmation_count=1,
-                            decay_profile=DECAY_PROFILE,
-                            last_confirmation_evidence=EVIDENCE,
-                            last_confirmation_source=source,
-                        )
-                    )
-                )
-            )
-            for concept, vector in zip(item["keys"], item["key_vectors"], strict=True):
-                link = LinkRecord(self._key_id(namespace, concept, vector, keys), memory_id)
-                links.append([link.key_id, link.memory_id, link.weight, link.auto, link.learned])
-        rows = {"keys": keys, "memories": memories, "links": links}
-        return {
-            "format": EXPORT_FORMAT,
-            "version": EXPORT_VERSION,
-            "schema_version": SCHEMA_VERSION,
-            "exported_at": time.time(),
-            "meta": {"fingerprint": self.fingerprint, "dim": str(self.data.vectors.shape[2])},
-            "tables": {
-                table: {"columns": self.columns[table], "rows": rows.get(table, [])}
-                for table in EXPORTED_TABLES
-            },
-        }
-
-
-def keymem_import(home: Path, document: dict[str, Any], folder: Path) -> float:
-    """``keymem import`` of ``document`` into ``home`` as a user runs it; its wall seconds."""
-    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".json") as handle:
-        json.dump(document, handle, separators=(",", ":"))
-        handle.flush()
-        started = time.perf_counter()
-        BenchHome(home, home_env(home)).keymem("import", handle.name)
-        return time.perf_counter() - started
-
-
 def _counts(path: Path) -> dict[str, int]:
     with duckdb.connect(str(path), read_only=True) as conn:
         return {
@@ -249,51 +153,167 @@ def _counts(path: Path) -> dict[str, int]:
         }
 
 
-def build_store(home: Path, memories: int, vectors: KeyVectors) -> dict[str, Any]:
-    """Write the synthetic store of ``memories`` into ``home`` (empty) through keymem import;
-    its report, also kept as ``home/build.json``."""
-    data = Synthetic(memories)
-    vocab = len(data.words[data.namespaces[0]])
-    data.vectors = vectors.table(vocab)
-    chunks = ExportChunks(
-        data, vectors.fingerprint(), time.time() - memories * SECONDS_BETWEEN_MEMORIES
+class Stream:
+    """``Synthetic``'s stream drawn for the whole store at once with numpy: memory ``i`` in
+    namespace ``i % 4``, 3-6 distinct keys drawn by the same Zipf popularity (a duplicate
+    drawn again, which is sampling without replacement). ``Synthetic.item`` draws one
+    memory at a time over the whole vocabulary: ~0.3 ms each at 1M, five minutes of CPU."""
+
+    def __init__(self, memories: int, vocab: int, seed: int = 1) -> None:
+        rng = np.random.default_rng(seed)
+        weights = 1.0 / np.arange(1, vocab + 1) ** ZIPF_EXPONENT
+        cumulative = np.cumsum(weights / weights.sum())
+        counts = rng.integers(KEYS_PER_MEMORY[0], KEYS_PER_MEMORY[1] + 1, size=memories)
+        self.memory = np.repeat(np.arange(memories, dtype=np.int64), counts)
+        self.concept = np.searchsorted(cumulative, rng.random(len(self.memory)) * cumulative[-1])
+        while True:
+            pairs = self.memory * vocab + self.concept
+            duplicate = np.ones(len(pairs), dtype=bool)
+            duplicate[np.unique(pairs, return_index=True)[1]] = False
+            if not duplicate.any():
+                break
+            drawn = rng.random(int(duplicate.sum())) * cumulative[-1]
+            self.concept[duplicate] = np.searchsorted(cumulative, drawn)
+        self.namespace = self.memory % NAMESPACES
+        self.key_row = self.concept * NAMESPACES + self.namespace  # KeyVectors' row of the key
+
+
+def _ids(numbers: np.ndarray) -> np.ndarray:
+    """``_scrambled_id``'s number for each of ``numbers`` (uint64 wraps modulo 2**64)."""
+    return ((numbers.astype(np.uint64) * np.uint64(ID_MIXER)) % np.uint64(ID_SPACE)).astype(
+        np.int64
     )
-    started = time.perf_counter()
-    import_s = 0.0
-    for start in range(0, memories, IMPORT_CHUNK):
-        document = chunks.next(min(IMPORT_CHUNK, memories - start))
-        import_s += keymem_import(home, document, home.parent)
-        print(f"imported {chunks.memories:,} / {memories:,}", file=sys.stderr, flush=True)
-    seconds = time.perf_counter() - started
+
+
+BULK_SQL = (
+    "CREATE TEMP MACRO hex_id(n) AS lower(lpad(to_hex(n), 12, '0'))",
+    """INSERT INTO keys (id, namespace, concept, key_type, created_at, vector)
+    SELECT hex_id(id), 'ns' || namespace, 'ns' || namespace || ' concept ' || concept,
+        'concept', $created, vector
+    FROM used_keys""",
+    """INSERT INTO memories (id, namespace, content, created_at, source, supersedes,
+        superseded_by, depth, access_count, last_accessed, expires_at, last_confirmed_at,
+        confirmation_count, decay_profile, last_confirmation_evidence,
+        last_confirmation_source, last_confirmation_id)
+    SELECT hex_id(m.id), 'ns' || m.namespace, m.content, m.at, m.source, NULL, NULL, 0.0, 0,
+        m.at, NULL, m.at, 1, $profile, $evidence, m.source, NULL
+    FROM (
+        SELECT any_value(memory_id) AS id, any_value(namespace) AS namespace,
+            $created + (memory + 1) * $spacing AS at,
+            '{"batch_id": "' || hex_id(any_value(batch_id)) || '"}' AS source,
+            'synthetic memory ' || (memory + 1) || ' about '
+                || string_agg('ns' || namespace || ' concept ' || concept, ' and ' ORDER BY pos)
+                AS content
+        FROM links_in GROUP BY memory
+    ) AS m""",
+    """INSERT INTO links (key_id, memory_id, weight, auto, learned)
+    SELECT hex_id(key_id), hex_id(memory_id), 1.0, false, false FROM links_in""",
+    """INSERT INTO events (seq, op, memory_id, namespace, committed_at)
+    SELECT row_number() OVER (ORDER BY id), $op, id, namespace, $now FROM memories""",
+)
+
+
+def bulk_store(home: Path, memories: int, table: np.ndarray, fingerprint: str) -> dict[str, Any]:
+    """The synthetic store in ``home`` written by DuckDB from numpy arrays in one transaction,
+    its keys' vectors from ``table`` (as ``KeyVectors.table``) recorded as ``fingerprint``'s."""
+    vocab = table.shape[1]
+    started, cpu_started = time.perf_counter(), time.process_time()
+    stream = Stream(memories, vocab)
+    flat = table.reshape(NAMESPACES * vocab, -1)  # namespace-major rows
+    used = np.unique(stream.key_row)
+    namespace_of, concept_of = used % NAMESPACES, used // NAMESPACES
+    key_vectors = flat[namespace_of * vocab + concept_of]
+    store = GraphStore(graph_path(home))
+    conn = store.conn
+    conn.register(
+        "used_keys",
+        {
+            "id": _ids(KEY_ID_BASE + used),
+            "namespace": namespace_of,
+            "concept": concept_of,
+            "vector": np.array([v.tobytes() for v in key_vectors], dtype=object),
+        },
+    )
+    within = np.arange(len(stream.memory)) - np.repeat(
+        np.searchsorted(stream.memory, np.arange(memories)), np.bincount(stream.memory)
+    )
+    conn.register(
+        "links_in",
+        {
+            "memory": stream.memory,
+            "memory_id": _ids(stream.memory),
+            "batch_id": _ids(BATCH_ID_BASE + stream.memory // BATCH_MAX_ITEMS),
+            "pos": within,
+            "namespace": stream.namespace,
+            "concept": stream.concept,
+            "key_id": _ids(KEY_ID_BASE + stream.key_row),
+        },
+    )
+    created = time.time() - memories * SECONDS_BETWEEN_MEMORIES
+    values = {
+        "created": created,
+        "spacing": SECONDS_BETWEEN_MEMORIES,
+        "profile": DECAY_PROFILE,
+        "evidence": EVIDENCE,
+        "op": OP_UPSERT,
+        "now": time.time(),
+    }
+    conn.execute("BEGIN TRANSACTION")
+    for sql in BULK_SQL:
+        conn.execute(sql, {name: values[name] for name in values if f"${name}" in sql})
+    for name, value in (("fingerprint", fingerprint), ("dim", str(flat.shape[1]))):
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
+    conn.execute("COMMIT")
+    store.close()
     report = {
         **_counts(graph_path(home)),
-        "write_path": f"keymem import, files of {IMPORT_CHUNK:,} memories",
-        "import_s": round(import_s, 1),
-        "build_s": round(seconds, 1),
-        "imported_per_s": round(memories / import_s, 1),
+        "write_path": "bulk: DuckDB INSERT ... SELECT from numpy arrays, one transaction",
+        "build_s": round(time.perf_counter() - started, 1),
+        "build_cpu_s": round(time.process_time() - cpu_started, 1),
     }
     (home / BUILD_REPORT).write_text(json.dumps(report))  # written last: the store is whole
     return report
 
 
-def remember_batch_rate(home: Path, memories: int, vectors: KeyVectors, count: int) -> float:
-    """Memories/s of the graph's own ``remember_batch`` (in process, batches of the most it
-    takes) appending ``count`` more of the stream to a copy of the built store."""
-    data = Synthetic(memories)
-    data.vectors = vectors.table(len(data.words[data.namespaces[0]]))
-    for _ in range(memories):  # past the memories the store already holds
-        data.item()
+def stream_items(stream: Stream, table: np.ndarray, first: int) -> list[dict[str, Any]]:
+    """``stream``'s memories as ``remember_batch`` items (numbered from ``first``)."""
+    items = []
+    starts = np.searchsorted(stream.memory, np.arange(stream.memory[-1] + 2))
+    for memory in range(len(starts) - 1):
+        at = slice(starts[memory], starts[memory + 1])
+        namespace = int(stream.namespace[at][0])
+        keys = [f"ns{namespace} concept {c}" for c in stream.concept[at]]
+        items.append(
+            {
+                "content": f"synthetic memory {first + memory + 1} about {' and '.join(keys)}",
+                "keys": keys,
+                "key_vectors": table[namespace, stream.concept[at]],
+                "namespace": f"ns{namespace}",
+            }
+        )
+    return items
+
+
+def remember_batch_rate(home: Path, vectors: KeyVectors, count: int) -> dict[str, float]:
+    """The graph's own ``remember_batch`` (in process, batches of the most it takes) adding
+    ``count`` more memories to a copy of the built store: memories/s and CPU ms a memory."""
+    memories = json.loads((home / BUILD_REPORT).read_text())["memories"]
+    table = vectors.table(vocabulary_size(memories))
+    items = stream_items(Stream(count, table.shape[1], seed=2), table, memories)
     # one BLAS thread, as the graph service process has
     with tempfile.TemporaryDirectory(dir=home.parent) as work, threadpool_limits(BLAS_THREADS):
         shutil.copy(graph_path(home), graph_path(Path(work)))
         graph = GraphService(graph_path(Path(work)))
-        graph.remember(data.item())  # the lazy dedup index, outside the measurement
-        started = time.perf_counter()
-        for _ in range(0, count, BATCH_MAX_ITEMS):
-            graph.remember_batch({"items": [data.item() for _ in range(BATCH_MAX_ITEMS)]})
-        seconds = time.perf_counter() - started
+        graph.remember(items.pop())  # the lazy dedup index, outside the measurement
+        started, cpu_started = time.perf_counter(), time.process_time()
+        for at in range(0, len(items), BATCH_MAX_ITEMS):
+            graph.remember_batch({"items": items[at : at + BATCH_MAX_ITEMS]})
+        seconds, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         graph.close()
-    return round(count / seconds, 1)
+    return {
+        "remember_batch_per_s": round(len(items) / seconds, 1),
+        "cpu_ms_per_memory": round(cpu_s / len(items) * 1000, 2),
+    }
 
 
 def main() -> int:
@@ -313,18 +333,17 @@ def main() -> int:
     args = parser.parse_args()
     vectors = KeyVectors(args.stores, args.embed_workers)
     if not args.remember_batch:  # every key of the largest store first, with every worker
-        largest = Synthetic(max(args.memories))
-        embedded = vectors.embed(len(largest.words["ns0"]) * NAMESPACES)
+        embedded = vectors.embed(vocabulary_size(max(args.memories)) * NAMESPACES)
         print(json.dumps({"embedded": embedded}), flush=True)
-        del largest
     for memories in args.memories:
         home = args.stores / f"store-{memories}"
         if args.remember_batch:
-            rate = remember_batch_rate(home, memories, vectors, args.remember_batch)
-            print(json.dumps({"memories": memories, "remember_batch_per_s": rate}), flush=True)
+            rate = remember_batch_rate(home, vectors, args.remember_batch)
+            print(json.dumps({"memories": memories, **rate}), flush=True)
             continue
         home.mkdir(parents=True)
-        report = build_store(home, memories, vectors)
+        vocab = vocabulary_size(memories)
+        report = bulk_store(home, memories, vectors.table(vocab), vectors.fingerprint())
         print(json.dumps({"memories": memories, **report}), flush=True)
     return 0
 
