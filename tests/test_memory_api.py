@@ -6,10 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import BadRequest, Unavailable
+from keymem.protocol.errors import BadRequest, Conflict, Unavailable
 from keymem.protocol.worker import HeartbeatPolicy
 from keymem.services import graph
 from keymem.services.embedder.service import Embedder
@@ -84,6 +85,30 @@ def test_a_batch_larger_than_one_embed_call_is_split_and_saved_whole(deployed: D
     result = deployed.call("remember_batch", {"items": items})
     assert len(result["results"]) == 100 and all(r["saved"] for r in result["results"])
     assert deployed.counts()["memories"] == 100
+
+
+def test_a_store_of_another_model_gets_no_mixed_vectors(deployed: Deployed) -> None:
+    """Keys the store holds keep their stored vectors, but a write that also needs the embedder
+    (another model, another width) is refused by the graph as a space mismatch instead of
+    failing on rows of two widths; one under held keys only stays in the store's space."""
+    small = np.eye(1, 8, dtype=np.float32)
+    deployed.client.call(
+        "graph",
+        "remember",
+        {
+            "content": "The harbour",
+            "keys": ["harbour"],
+            "key_vectors": small,
+            "fingerprint": "small",
+        },
+    )
+    with pytest.raises(Conflict) as refused:
+        deployed.call("remember", {"content": "The harbour keeper", "keys": ["harbour", "keeper"]})
+    assert refused.value.detail["fingerprint_mismatch"] is True
+    assert deployed.counts()["memories"] == 1
+    saved = deployed.call("remember", {"content": "Boats in the harbour", "keys": ["harbour"]})
+    assert saved["saved"]
+    assert deployed.counts()["keys"] == 1
 
 
 def test_blank_keys_are_dropped_and_unusable_ones_get_the_graphs_error(deployed: Deployed) -> None:

@@ -105,9 +105,9 @@ class MemoryAPI:
         A key the graph already holds under exactly this text keeps its stored vector
         (``graph.held_vectors``); only the others go to the embedder, so a remember under
         known keys makes no model call however large the vocabulary. Vectors of two spaces
-        are never mixed: when the embedder's fingerprint is not the store's, every key is
-        embedded and the graph refuses the write as it would have anyway. A failed lookup
-        just means every key is embedded.
+        are never mixed (nor rows of two widths stacked): when the embedder's fingerprint is
+        not the store's, every key is embedded and the graph refuses the write by its space,
+        as it did before. A failed lookup just means every key is embedded.
         """
         import numpy as np
 
