@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -145,12 +146,14 @@ class HnswKeys:
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, stem: Path, snapshot_meta: dict[str, Any]) -> None:
-        """Write the index, its labels and a manifest with both files' checksums; the manifest
-        is written last, so a crash part-way leaves a set a load refuses."""
+        """Write the index and its labels under new names, then the manifest naming them with
+        their checksums, then remove the previous ones: a crash at any point leaves either the
+        old set or the new one whole."""
         stem.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         ids = list(self.label_of)
-        labels_path = stem.with_suffix(".labels.npz")
-        index_path = stem.with_suffix(".usearch")
+        generation = f"{stem.name}.{secrets.token_hex(4)}"
+        labels_path = stem.with_name(f"{generation}.labels.npz")
+        index_path = stem.with_name(f"{generation}.usearch")
         _write(
             labels_path,
             lambda path: np.savez(
@@ -168,9 +171,14 @@ class HnswKeys:
             "library": _library(),
             "params": _params(self.dim),
             "count": len(ids),
+            "files": {"index": index_path.name, "labels": labels_path.name},
             "checksums": {"index": _checksum(index_path), "labels": _checksum(labels_path)},
         }
-        _write(stem.with_suffix(".json"), lambda path: path.write_text(json.dumps(manifest)))
+        manifest_path = stem.with_suffix(".json")
+        _write(manifest_path, lambda path: path.write_text(json.dumps(manifest)))
+        for old in stem.parent.glob(f"{stem.name}.*"):
+            if old != manifest_path and not old.name.startswith(generation):
+                old.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, stem: Path, expected: dict[str, Any]) -> HnswKeys:
@@ -192,12 +200,18 @@ class HnswKeys:
         }.items():
             if manifest.get(field) != wanted:
                 raise StaleIndex(f"{field} is {manifest.get(field)!r}, not {wanted!r}")
-        index_path = stem.with_suffix(".usearch")
-        labels_path = stem.with_suffix(".labels.npz")
+        files = manifest.get("files") or {}
         checksums = manifest.get("checksums") or {}
-        for name, path in (("index", index_path), ("labels", labels_path)):
+        paths = {}
+        for name in ("index", "labels"):
+            file_name = files.get(name)
+            if not isinstance(file_name, str) or not file_name.startswith(f"{stem.name}."):
+                raise StaleIndex(f"the manifest names no {name} file of this namespace")
+            path = stem.with_name(Path(file_name).name)
             if not path.exists() or _checksum(path) != checksums.get(name):
                 raise StaleIndex(f"the {name} file does not match its checksum")
+            paths[name] = path
+        index_path, labels_path = paths["index"], paths["labels"]
         keys = cls(int(expected["dim"]))
         try:
             with np.load(labels_path, allow_pickle=False) as saved:
@@ -329,7 +343,6 @@ class Approximate:
         }
         self.keys: HnswKeys | None = None
         self.pending: list[tuple[str, np.ndarray | None]] = []  # (key id, vector or delete)
-        self.unsaved = 0  # writes since the last save
         self.failed = False
         self.prepared: HnswKeys | None = None
         self.done = threading.Event()
@@ -362,7 +375,6 @@ class Approximate:
         self.keys, self.prepared = self.prepared, None
         for key_id, vector in self.pending:
             self._apply(key_id, vector)
-        self.unsaved = len(self.pending)
         self.pending = []
         return True
 
@@ -372,20 +384,12 @@ class Approximate:
             self.pending.append((key_id, None if vector is None else vector.copy()))
         else:
             self._apply(key_id, vector)
-            self.unsaved += 1
 
     def _apply(self, key_id: str, vector: np.ndarray | None) -> None:
         assert self.keys is not None
         self.keys.remove(key_id)
         if vector is not None:
             self.keys.add_many([key_id], vector[None, :])
-
-    def save(self) -> None:
-        """Save when writes happened since the last save."""
-        if self.ready() and self.unsaved:
-            assert self.keys is not None
-            self.keys.save(self.stem, self.meta)
-            self.unsaved = 0
 
 
 class Indexed(Protocol):
@@ -400,7 +404,9 @@ class Indexed(Protocol):
 
 class KeyAnn:
     """Attaches an approximate index to every namespace with at least ``min_keys`` concept
-    keys (0: none) and saves them at stop. ``tick`` runs from the serving loop."""
+    keys (0: none). ``tick`` runs from the serving loop. Nothing is saved at stop (a large
+    index would not be written within the stop deadline): the next start catches the saved
+    index up with the writes since, and saves it again, in the background."""
 
     def __init__(self, directory: Path, min_keys: int) -> None:
         self.directory = directory
@@ -415,8 +421,3 @@ class KeyAnn:
             elif index.concept_count() >= self.min_keys:
                 snapshot = index.snapshot(namespace, fingerprint)
                 index.approximate = Approximate(stem_for(self.directory, namespace), snapshot)
-
-    def save(self, indexes: Mapping[str, Indexed]) -> None:
-        for index in indexes.values():
-            if index.approximate is not None:
-                index.approximate.save()

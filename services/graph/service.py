@@ -415,7 +415,6 @@ class GraphService:
 
     def close(self) -> None:
         self.wait_for_backup()
-        self.key_ann.save(self.state.indexes)
         self.journal.flush()
         self.store.close()
 
