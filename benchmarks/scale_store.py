@@ -11,11 +11,12 @@ kill), and the store records that model's fingerprint, so ``keymem up`` on it re
 nothing.
 
 The rows are the ones ``remember_batch`` writes for the stream (tests/test_scale_store.py
-compares the two), written by DuckDB from numpy arrays in one transaction. The real write
-paths cost too much CPU for a 1M build on a shared box (docs/SCALING.md): ``remember_batch``
-~13 ms a memory (key resolution and commit in Python), ``keymem import`` ~1 ms (a JSON file,
-its validation and the insert, one Python object per row); at load 20-28, where a nice'd
-process gets ~3% of a core, either takes hours for 1M.
+compares the two), written by DuckDB from numpy arrays in one transaction: ~0.08 ms of CPU a
+memory. The real write paths cost ~0.5-0.7 ms (``remember_batch`` of 200 in process, at 10k
+and 100k; ``--remember-batch``) and ~1 ms (``keymem import``: a JSON file, its validation and
+the insert, one Python object per row); on the shared box at load 20-28, where a nice'd
+process gets a few per cent of a core, either takes two hours or more for 1M
+(docs/SCALING.md).
 """
 
 from __future__ import annotations
