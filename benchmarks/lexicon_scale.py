@@ -464,12 +464,17 @@ def measure_service(
 
 
 def _wait_saved(client: Client, seq: int) -> None:
-    """Until the worker's periodic cache save has reached ``seq``."""
+    """Until the worker's periodic cache save has reached ``seq`` (a worker that missed
+    heartbeats meanwhile, as format 2's save on the serving thread did at 1M, is asked again)."""
     give_up = time.perf_counter() + READY_TIMEOUT_S
-    while client.call("lexicon", "index_stats")["cache"].get("saved_seq", -1) < seq:
-        if time.perf_counter() > give_up:
-            raise TimeoutError("the lexicon did not save its cache")
+    while time.perf_counter() < give_up:
+        try:
+            if client.call("lexicon", "index_stats")["cache"].get("saved_seq", -1) >= seq:
+                return
+        except KeymemError:
+            pass
         time.sleep(POLL_S)
+    raise TimeoutError("the lexicon did not save its cache")
 
 
 def _restart_worker(client: Client, documents: int, head: int, query: str) -> dict[str, Any]:
