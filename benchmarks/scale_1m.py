@@ -6,9 +6,9 @@
 For each size it builds (once; kept under ``--stores`` and copied for every run, since the
 build is the expensive part) the synthetic store of ``benchmarks.scale_store`` (the stream of
 ``benchmarks.graph_bench`` with the default embedder's key vectors, the rows
-``remember_batch`` writes, bulk-loaded), starts the real deployment on a copy (`keymem up`: the keys are already
-in the embedder's space, the lexicon indexes every memory from the change feed), and
-measures:
+``remember_batch`` writes, bulk-loaded), starts the real deployment on a copy (`keymem up`:
+the keys are already in the embedder's space, the lexicon indexes every memory from the
+change feed), and measures:
 
 - hybrid search (`memory.search`, rerank on) p50/p99 warm, and the lexicon's own query time;
 - the hook round trip p50/p95 (spawned as a host does);
@@ -275,7 +275,7 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
 
 def render(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| figure | " + " | ".join(f"{r['memories']:,}" for r in rows) + " |",
+        "| figure | " + " | ".join(f"{r['memories']:,} ({r['commit']})" for r in rows) + " |",
         "|---|" + "---:|" * len(rows),
     ]
     for label, _, read in FIGURES:
@@ -292,12 +292,18 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    sizes = [r["memories"] for r in rows]
+    """One panel per figure, one line per commit measured."""
+    runs = {
+        commit: sorted((r for r in rows if r["commit"] == commit), key=lambda r: r["memories"])
+        for commit in dict.fromkeys(r["commit"] for r in rows)
+    }
     columns = 4
     count = len(FIGURES)
     fig, axes = plt.subplots(-(-count // columns), columns, figsize=(16, 12))
     for ax, (label, unit, read) in zip(axes.flat, FIGURES, strict=False):
-        ax.plot(sizes, [read(r) for r in rows], marker="o")
+        for commit, run in runs.items():
+            sizes = [r["memories"] for r in run]
+            ax.plot(sizes, [read(r) for r in run], marker="o", label=commit or None)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(label, fontsize=10)
@@ -305,6 +311,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylabel(unit)
     for ax in list(axes.flat)[count:]:
         ax.axis("off")
+    if len(runs) > 1:
+        axes.flat[0].legend(title="commit", fontsize=8)
     fig.suptitle("keymem on one 2-core machine (shared, loaded): figures against store size")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -320,6 +328,14 @@ def main() -> int:
     parser.add_argument("--mcp-calls", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("docs/scaling"))
     parser.add_argument("--commit", default="", help="the commit measured, kept in each row")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="instead of measuring: the rows of these scale.json files into --out (a plot line "
+        "per commit)",
+    )
     parser.add_argument("--costs", action="store_true", help="the in-process cost breakdown")
     parser.add_argument(
         "--scan-keys",
@@ -340,6 +356,12 @@ def main() -> int:
             print(json.dumps(costs(memories, args.stores)), flush=True)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        rows = [row for path in args.merge for row in json.loads(path.read_text())]
+        (args.out / "scale.json").write_text(json.dumps(rows, indent=1))
+        plot(rows, args.out / "scale.png")
+        print(render(rows))
+        return 0
     rows = []
     for memories in args.memories:
         row = measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls)

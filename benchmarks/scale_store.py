@@ -63,6 +63,7 @@ SECONDS_BETWEEN_MEMORIES = 0.01
 DECAY_PROFILE = "standard"
 EVIDENCE = "user"
 BUILD_REPORT = "build.json"
+BULK_MEMORY_GB = 8  # DuckDB's working memory for the 1M inserts (its aggregates and indexes)
 
 
 def key_text(row: int) -> str:
@@ -259,6 +260,7 @@ def bulk_store(home: Path, memories: int, table: np.ndarray, fingerprint: str) -
         "op": OP_UPSERT,
         "now": time.time(),
     }
+    conn.execute(f"SET memory_limit = '{BULK_MEMORY_GB}GB'")  # the graph's own limit is small
     conn.execute("BEGIN TRANSACTION")
     for sql in BULK_SQL:
         conn.execute(sql, {name: values[name] for name in values if f"${name}" in sql})
