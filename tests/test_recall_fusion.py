@@ -110,6 +110,19 @@ def test_a_hop_lifts_what_it_reaches_to_just_below_the_memory_it_stepped_from() 
     assert scores["lifted"] == 1.0 and scores["none"] == 0.25
 
 
+def test_a_second_step_stays_below_the_first_step_it_came_through() -> None:
+    # seed -> first (one step) -> second (two steps): each is settled after its lender, so the
+    # chain keeps its order although the second step carries the larger hop share
+    seed = candidate("seed", bm25=2.0)
+    first = candidate("first", bm25=1.0, hop=0.001, hop_share=0.15)
+    second = candidate("second", bm25=1.0, hop=0.001, hop_share=0.3)
+    first["components"]["hop_from"] = "seed"
+    second["components"].update(hop=2, hop_from="first")
+    pool = [second, first, seed, candidate("none")]
+    assert order(fuse_blend(pool, None, Fusion())) == ["seed", "first", "second", "none"]
+    assert order(fuse_blend(pool, None, Fusion(hops_below_lender=False)))[0] == "second"
+
+
 def test_a_hop_never_costs_what_it_reaches_its_own_evidence() -> None:
     # the reached memory's direct evidence beats its lender's: it keeps it, the hop adds nothing
     seed = candidate("seed", key=1.0)
