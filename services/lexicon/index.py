@@ -90,7 +90,9 @@ class _QueryTerm:
 
 
 class _Postings:
-    """One term's (slot, term frequency) entries: merged arrays plus a pending tail."""
+    """One term's (slot, term frequency) entries: merged arrays plus a pending tail. The
+    counts keep their narrow stored type (often u8, a view of the cache): only the saturation
+    below is float64."""
 
     __slots__ = (
         "dead",
@@ -104,7 +106,7 @@ class _Postings:
         "tfs",
     )
 
-    def __init__(self, slots: IntArray = _NO_SLOTS, tfs: FloatArray = _NO_TFS) -> None:
+    def __init__(self, slots: IntArray = _NO_SLOTS, tfs: AnyIntArray = _NO_SLOTS) -> None:
         self.slots = slots
         self.tfs = tfs
         self.pending_slots: list[int] = []
@@ -122,12 +124,12 @@ class _Postings:
         self.pending_tfs.append(tf)
         self.df += 1
 
-    def arrays(self, alive: npt.NDArray[np.bool_]) -> tuple[IntArray, FloatArray]:
+    def arrays(self, alive: npt.NDArray[np.bool_]) -> tuple[IntArray, AnyIntArray]:
         if self.pending_slots:
             self.slots = np.concatenate(
                 (self.slots, np.asarray(self.pending_slots, dtype=np.int32))
             )
-            self.tfs = np.concatenate((self.tfs, np.asarray(self.pending_tfs, dtype=np.float64)))
+            self.tfs = np.concatenate((self.tfs, np.asarray(self.pending_tfs, dtype=np.int32)))
             self.pending_slots = []
             self.pending_tfs = []
             self.saturation = None
@@ -254,7 +256,7 @@ class _PostingsTable:
         postings = (
             _Postings(
                 self._base.rows[start:end].astype(np.int32, copy=False),
-                self._base.tfs[start:end].astype(np.float64),
+                self._base.tfs[start:end],
             )
             if end > start
             else None
