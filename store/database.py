@@ -8,6 +8,8 @@ commit, not per row), inside one transaction together with their change-feed eve
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import logging
 import time
@@ -26,9 +28,10 @@ from keymem.store.records import (
     AliasCandidate,
     KeyAlias,
     KeyRecord,
-    LinkRecord,
+    LinkColumns,
     MemoryRecord,
     Outcome,
+    shared,
 )
 from keymem.store.schema import migrate
 
@@ -36,6 +39,8 @@ log = logging.getLogger("keymem.store")
 
 GRAPH_FILE_NAME = "graph.duckdb"
 DUCKDB_MEMORY_LIMIT = "256MB"
+# Lowered to this for a moment after the load, which makes DuckDB drop its cached blocks.
+DUCKDB_RELEASE_LIMIT = "1MB"
 # Inserts with up to this many cells use a VALUES list, larger ones column lists (unnest).
 VALUES_MAX_PARAMS = 200
 # Up to this many rows an UPDATE runs per row through the primary-key index; more rows join.
@@ -43,6 +48,7 @@ POINT_UPDATE_MAX_ROWS = 2
 
 # Tables of memory-pair flags and the MemoryRecord list each loads into.
 FLAG_TABLES = (("contradictions", "contradicts"), ("near_duplicates", "near_duplicates"))
+# In MemoryRecord's field order: a row of them constructs one.
 MEMORY_COLUMNS = (
     ("id", "VARCHAR"),
     ("namespace", "VARCHAR"),
@@ -62,6 +68,8 @@ MEMORY_COLUMNS = (
     ("last_confirmation_source", "VARCHAR"),
     ("last_confirmation_id", "VARCHAR"),
 )
+# Columns whose values are mostly distinct; the others load with equal values shared.
+UNIQUE_MEMORY_COLUMNS = frozenset({"id", "content", "created_at", "last_confirmed_at"})
 
 
 class StoreLocked(Unavailable):
@@ -98,14 +106,6 @@ EFFECTIVE_LINKS = (
 FOLD_LINK_WEIGHTS_MIN_ROWS = 1_000
 
 
-def _float_or_none(value: Any) -> float | None:
-    """fetchnumpy turns SQL NULL in a DOUBLE column into NaN (or a masked value)."""
-    if value is None:
-        return None
-    number = float(value)
-    return None if number != number else number
-
-
 def memory_row(m: MemoryRecord) -> tuple[Any, ...]:
     return (
         m.id,
@@ -134,12 +134,38 @@ def vector_bytes(vector: np.ndarray) -> bytes:
 
 @dataclass
 class LoadedGraph:
+    """The file's rows as the graph starts from them.
+
+    ``key_matrix`` (the matrix the key vectors are rows of, when every vector has the graph's
+    dimension), ``key_columns`` and ``memory_columns`` are the fetched columns in the records'
+    order, kept so the start-up quarantine can check whole columns at once.
+    """
+
     keys: dict[str, KeyRecord] = field(default_factory=dict)
     memories: dict[str, MemoryRecord] = field(default_factory=dict)
-    links: list[LinkRecord] = field(default_factory=list)  # sorted by memory
+    links: LinkColumns = field(default_factory=LinkColumns.empty)  # sorted by memory
     meta: dict[str, str] = field(default_factory=dict)
     head_seq: int = 0
     first_seq: int = 1
+    key_matrix: np.ndarray | None = None
+    key_columns: dict[str, np.ndarray] = field(default_factory=dict)
+    memory_columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _canonical(column: np.ndarray, owners: dict[str, Any]) -> np.ndarray:
+    """Ids of a link column as the owning records' own strings, so a link adds no string."""
+    own = {name: name for name in owners}
+    return np.array([own.get(name, name) for name in column.tolist()], dtype=object)
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc only; elsewhere nothing)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def _vectors(blobs: Any, width: int) -> np.ndarray | list[np.ndarray]:
@@ -188,7 +214,25 @@ class GraphStore:
 
     # -- load ------------------------------------------------------------------------------
     def load(self) -> LoadedGraph:
+        """Every row of the graph as records, links as columns (see ``LoadedGraph``).
+
+        Equal values share one object (ids in links are the records' own strings, a namespace
+        or a profile is one string), and DuckDB's block cache and the allocator's freed pages
+        are handed back at the end: the load reads the whole file once, then the graph serves
+        from its own copy.
+        """
         graph = LoadedGraph(meta=self.read_meta())
+        self._load_keys(graph)
+        self._load_memories(graph)
+        self._load_links(graph)
+        lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
+        pruned_through = int(graph.meta.get("pruned_through", "0") or 0)
+        graph.head_seq = int(hi) if hi is not None else pruned_through
+        graph.first_seq = int(lo) if lo is not None else pruned_through + 1
+        self.release_cache()
+        return graph
+
+    def _load_keys(self, graph: LoadedGraph) -> None:
         dim = int(graph.meta.get("dim", "0") or 0)
         cols = self.conn.execute(
             "SELECT id, namespace, concept, key_type, created_at, vector FROM keys"
@@ -196,14 +240,20 @@ class GraphStore:
         if len(cols["id"]):
             width = dim or len(cols["vector"][0]) // 4
             matrix = _vectors(cols["vector"], width)
-            for i, key_id in enumerate(cols["id"]):
+            if isinstance(matrix, np.ndarray):
+                graph.key_matrix = matrix
+            graph.key_columns = {"created_at": cols["created_at"], "key_type": cols["key_type"]}
+            for key_id, namespace, concept, key_type, created_at, vector in zip(
+                cols["id"].tolist(),
+                shared(cols["namespace"].tolist()),
+                cols["concept"].tolist(),
+                shared(cols["key_type"].tolist()),
+                cols["created_at"].tolist(),
+                matrix,
+                strict=True,
+            ):
                 graph.keys[key_id] = KeyRecord(
-                    id=key_id,
-                    namespace=cols["namespace"][i],
-                    concept=cols["concept"][i],
-                    key_type=cols["key_type"][i],
-                    created_at=float(cols["created_at"][i]),
-                    vector=matrix[i],
+                    key_id, namespace, concept, key_type, created_at, vector
                 )
         for key_id, alias, learned, added_at, hits, last_hit in self.conn.execute(
             "SELECT key_id, alias, learned, added_at, hits, last_hit_at FROM key_aliases"
@@ -217,61 +267,56 @@ class GraphStore:
             key = graph.keys.get(key_id)
             if key is not None:
                 key.candidates[query_norm] = AliasCandidate(query, count, last_seen)
+
+    def _load_memories(self, graph: LoadedGraph) -> None:
         names = ", ".join(name for name, _ in MEMORY_COLUMNS)
         columns = self.conn.execute(f"SELECT {names} FROM memories").fetchnumpy()
-        lists = [columns[name].tolist() for name, _ in MEMORY_COLUMNS]
+        graph.memory_columns = columns
+        lists = [
+            columns[name].tolist()
+            if name in UNIQUE_MEMORY_COLUMNS
+            else shared(columns[name].tolist())
+            for name, _ in MEMORY_COLUMNS
+        ]
+        memories = graph.memories
         for row in zip(*lists, strict=True):
-            memory = MemoryRecord(
-                id=row[0],
-                namespace=row[1],
-                content=row[2],
-                created_at=row[3],
-                source=row[4],
-                supersedes=row[5],
-                superseded_by=row[6],
-                depth=row[7],
-                access_count=row[8],
-                last_accessed=row[9],
-                expires_at=_float_or_none(row[10]),
-                last_confirmed_at=row[11],
-                confirmation_count=row[12],
-                decay_profile=row[13],
-                last_confirmation_evidence=row[14],
-                last_confirmation_source=row[15],
-                last_confirmation_id=row[16],
-                related_to=[],
-                contradicts=[],
-            )
-            graph.memories[memory.id] = memory
+            memories[row[0]] = MemoryRecord(*row)
         for memory_id, related_id in self.conn.execute(
             "SELECT memory_id, related_id FROM related ORDER BY memory_id, pos"
         ).fetchall():
-            if memory_id in graph.memories:
-                graph.memories[memory_id].related_to.append(related_id)
+            if memory_id in memories:
+                memories[memory_id].related_to.append(related_id)
         for table, attribute in FLAG_TABLES:
             for memory_id, other_id in self.conn.execute(
                 f"SELECT memory_id, other_id FROM {table}"
             ).fetchall():
-                if memory_id in graph.memories:
-                    getattr(graph.memories[memory_id], attribute).append(other_id)
+                if memory_id in memories:
+                    getattr(memories[memory_id], attribute).append(other_id)
+
+    def _load_links(self, graph: LoadedGraph) -> None:
         # Sorted by memory, so the service groups a memory's links with one slice.
         links = self.conn.execute(f"{EFFECTIVE_LINKS} ORDER BY memory_id").fetchnumpy()
-        graph.links = list(
-            map(
-                LinkRecord,
-                links["key_id"].tolist(),
-                links["memory_id"].tolist(),
-                links["weight"].tolist(),
-                links["auto"].tolist(),
-                links["learned"].tolist(),
-            )
+        graph.links = LinkColumns(
+            key_id=_canonical(links["key_id"], graph.keys),
+            memory_id=_canonical(links["memory_id"], graph.memories),
+            weight=np.asarray(links["weight"], dtype=np.float64),
+            auto=np.asarray(links["auto"], dtype=bool),
+            learned=np.asarray(links["learned"], dtype=bool),
         )
 
-        lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
-        pruned_through = int(graph.meta.get("pruned_through", "0") or 0)
-        graph.head_seq = int(hi) if hi is not None else pruned_through
-        graph.first_seq = int(lo) if lo is not None else pruned_through + 1
-        return graph
+    def release_cache(self) -> None:
+        """Drop DuckDB's cached table blocks and return freed heap pages to the system.
+
+        After a full read the cache holds most of the file (~85 MB at 100k memories) and the
+        C heap the query's transient buffers: neither serves the graph, which keeps its own
+        copy. Writes read the blocks they need again.
+        """
+        try:
+            self.conn.execute(f"SET memory_limit = '{DUCKDB_RELEASE_LIMIT}'")
+            self.conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+        except duckdb.Error:
+            log.debug("DuckDB kept its cache", exc_info=True)
+        trim_heap()
 
     # -- writes ----------------------------------------------------------------------------
     def commit(self, changes: Changes, head_seq: int) -> int:

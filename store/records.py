@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 KEY_TYPES = ("concept", "name", "proper_noun")
 DECAY_PROFILES = ("transient", "standard", "stable", "permanent")
 EVIDENCE_TYPES = ("user", "authoritative_source", "observation")
+
+T = TypeVar("T")
 
 
 def to_json(value: dict[str, Any] | None) -> str | None:
@@ -103,6 +105,68 @@ class LinkRecord:
     # Made by hook learning (an association the agent's reads taught), not written with the
     # memory (services/graph/feedback.py).
     learned: bool = False
+
+
+@dataclass(slots=True)
+class LinkColumns:
+    """Links as the store loads them: one array per column, row i of each is one link.
+
+    The graph checks them a column at a time at start-up and builds its ``LinkRecord``s only
+    from the rows it keeps.
+    """
+
+    key_id: np.ndarray  # object array of str
+    memory_id: np.ndarray  # object array of str
+    weight: np.ndarray  # float64
+    auto: np.ndarray  # bool
+    learned: np.ndarray  # bool
+
+    @classmethod
+    def empty(cls) -> LinkColumns:
+        ids = np.empty(0, dtype=object)
+        flags = np.empty(0, dtype=bool)
+        return cls(ids, ids, np.empty(0), flags, flags)
+
+    def __len__(self) -> int:
+        return len(self.key_id)
+
+    def take(self, rows: np.ndarray) -> LinkColumns:
+        """The links at ``rows`` (a boolean mask or indices), in order."""
+        return LinkColumns(
+            self.key_id[rows],
+            self.memory_id[rows],
+            self.weight[rows],
+            self.auto[rows],
+            self.learned[rows],
+        )
+
+    def record(self, row: int) -> LinkRecord:
+        return LinkRecord(
+            self.key_id[row],
+            self.memory_id[row],
+            float(self.weight[row]),
+            bool(self.auto[row]),
+            bool(self.learned[row]),
+        )
+
+    def records(self) -> list[LinkRecord]:
+        return list(
+            map(
+                LinkRecord,
+                self.key_id.tolist(),
+                self.memory_id.tolist(),
+                shared(self.weight.tolist()),
+                self.auto.tolist(),
+                self.learned.tolist(),
+            )
+        )
+
+
+def shared(values: list[T]) -> list[T]:
+    """``values`` with equal values as one object: a namespace repeated on every row is one
+    string, the default link weight one float."""
+    seen: dict[T, T] = {}
+    return [seen.setdefault(value, value) for value in values]
 
 
 @dataclass(frozen=True, slots=True)

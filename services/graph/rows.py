@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,10 @@ from keymem.store.records import (
 
 # Rows the quarantine lists in full; beyond this only the count grows.
 QUARANTINE_LISTED_MAX = 100
+# Key vectors checked this many at a time at start-up (bounds the temporary arrays).
+SCREEN_ROWS = 8192
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,38 +156,111 @@ def chain_cycles(next_of: Mapping[str, str | None]) -> set[str]:
     return looped
 
 
+def _finite_column(column: np.ndarray) -> np.ndarray:
+    """Per row: a number that is not NULL, NaN or infinite."""
+    values = np.asarray(np.ma.getdata(column), dtype=np.float64)
+    ok: np.ndarray = np.isfinite(values) & ~np.ma.getmaskarray(column)
+    return ok
+
+
+def _one_of(column: np.ndarray, allowed: tuple[str, ...]) -> np.ndarray:
+    ok: np.ndarray = np.isin(np.ma.getdata(column), allowed) & ~np.ma.getmaskarray(column)
+    return ok
+
+
+def _flagged(rows: list[T], ok: np.ndarray) -> list[T]:
+    return [rows[i] for i in np.flatnonzero(~ok)]
+
+
+def _key_suspects(loaded: LoadedGraph, dim: int | None) -> list[KeyRecord]:
+    """The keys that may break a rule: those a column check flags, or every key when the
+    vectors did not load as one matrix of the graph's dimension."""
+    keys = list(loaded.keys.values())
+    matrix, columns = loaded.key_matrix, loaded.key_columns
+    if matrix is None or matrix.shape != (len(keys), dim) or not columns:
+        return keys
+    ok = _finite_column(columns["created_at"]) & _one_of(columns["key_type"], KEY_TYPES)
+    for start in range(0, len(keys), SCREEN_ROWS):
+        block = matrix[start : start + SCREEN_ROWS]
+        ok[start : start + SCREEN_ROWS] &= np.isfinite(block).all(axis=1) & block.any(axis=1)
+    return _flagged(keys, ok)
+
+
+def _memory_suspects(loaded: LoadedGraph) -> list[MemoryRecord]:
+    """The memories that may break a rule (``memory_problem`` decides), by column."""
+    memories = list(loaded.memories.values())
+    columns = loaded.memory_columns
+    if not columns or len(columns["id"]) != len(memories):
+        return memories
+    depth = np.ma.getdata(columns["depth"])
+    ok = _finite_column(columns["depth"]) & (depth >= DEPTH_MIN) & (depth <= DEPTH_MAX)
+    for name in ("created_at", "last_accessed", "last_confirmed_at"):
+        ok &= _finite_column(columns[name])
+    ok &= np.ma.getmaskarray(columns["expires_at"]) | _finite_column(columns["expires_at"])
+    ok &= _one_of(columns["decay_profile"], DECAY_PROFILES)
+    for name in ("access_count", "confirmation_count"):
+        ok &= np.ma.getdata(columns[name]) >= 0
+    ids = np.ma.getdata(columns["id"])
+    for name in ("supersedes", "superseded_by"):
+        ok &= np.ma.getmaskarray(columns[name]) | (np.ma.getdata(columns[name]) != ids)
+    return _flagged(memories, ok)
+
+
+def _link_reason(key_namespace: str | None, memory_namespace: str | None) -> str | None:
+    if key_namespace is None or memory_namespace is None:
+        return "its key or memory is missing or quarantined"
+    if key_namespace != memory_namespace:
+        return "its key and memory are in different namespaces"
+    return None
+
+
+def _quarantine_links(loaded: LoadedGraph) -> list[Quarantined]:
+    """Take out the links to a missing end, across namespaces or with a bad weight, checking
+    each column at once and explaining only the rows it takes."""
+    links = loaded.links
+    key_namespace = {k.id: k.namespace for k in loaded.keys.values()}
+    memory_namespace = {m.id: m.namespace for m in loaded.memories.values()}
+    key_ends = [key_namespace.get(k) for k in links.key_id.tolist()]
+    memory_ends = [memory_namespace.get(m) for m in links.memory_id.tolist()]
+    ok = np.fromiter(
+        (k is not None and k == m for k, m in zip(key_ends, memory_ends, strict=True)),
+        dtype=bool,
+        count=len(links),
+    )
+    weight = links.weight
+    ok &= np.isfinite(weight) & (weight >= LINK_WEIGHT_MIN) & (weight <= LINK_WEIGHT_MAX)
+    out: list[Quarantined] = []
+    for row in np.flatnonzero(~ok).tolist():
+        link = links.record(row)
+        why = _link_reason(key_ends[row], memory_ends[row]) or link_problem(link)
+        if why is None:
+            ok[row] = True
+        else:
+            out.append(Quarantined("links", f"{link.key_id}/{link.memory_id}", why))
+    if out:
+        loaded.links = links.take(ok)
+    return out
+
+
 def quarantine(loaded: LoadedGraph) -> list[Quarantined]:
     """Take every unsound row out of ``loaded`` (in place); returns what was taken and why."""
     dim = int(loaded.meta["dim"]) if loaded.meta.get("dim") else None
     if dim is None and loaded.keys:  # no dimension recorded: the one most keys have
         dim = Counter(k.vector.size for k in loaded.keys.values()).most_common(1)[0][0]
     out: list[Quarantined] = []
-    for key in list(loaded.keys.values()):
+    for key in _key_suspects(loaded, dim):
         if (reason := key_problem(key, dim, strict=False)) is not None:
             out.append(Quarantined("keys", key.id, reason))
             del loaded.keys[key.id]
-    for memory in list(loaded.memories.values()):
+    for memory in _memory_suspects(loaded):
         if (reason := memory_problem(memory, strict=False)) is not None:
             out.append(Quarantined("memories", memory.id, reason))
             del loaded.memories[memory.id]
-    chains = {m.id: m.superseded_by for m in loaded.memories.values()}
+    chains = {m.id: m.superseded_by for m in loaded.memories.values() if m.superseded_by}
     for memory_id in sorted(chain_cycles(chains)):
         out.append(Quarantined("memories", memory_id, "its version chain loops (superseded_by)"))
         del loaded.memories[memory_id]
-    kept: list[LinkRecord] = []
-    for link in loaded.links:
-        end_key, end_memory = loaded.keys.get(link.key_id), loaded.memories.get(link.memory_id)
-        if end_key is None or end_memory is None:
-            why: str | None = "its key or memory is missing or quarantined"
-        elif end_key.namespace != end_memory.namespace:
-            why = "its key and memory are in different namespaces"
-        else:
-            why = link_problem(link)
-        if why is None:
-            kept.append(link)
-        else:
-            out.append(Quarantined("links", f"{link.key_id}/{link.memory_id}", why))
-    loaded.links = kept
+    out.extend(_quarantine_links(loaded))
     return out
 
 

@@ -11,6 +11,7 @@ import heapq
 import itertools
 import secrets
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -43,13 +44,12 @@ def _weight(link: LinkRecord) -> float:
     return link.weight
 
 
-def _runs(values: list[str]) -> list[tuple[int, int]]:
+def _runs(column: np.ndarray) -> list[tuple[int, int]]:
     """[start, end) of each run of equal consecutive values."""
-    if not values:
+    if not len(column):
         return []
-    column = np.asarray(values, dtype=object)
     cuts = (np.flatnonzero(column[1:] != column[:-1]) + 1).tolist()
-    edges = [0, *cuts, len(values)]
+    edges = [0, *cuts, len(column)]
     return list(itertools.pairwise(edges))
 
 
@@ -82,25 +82,26 @@ class GraphState:
         self._strongest: dict[str, list[LinkRecord]] = {}
         # The store deletes links with their key or memory in one transaction, so every
         # loaded link has both ends.
-        for start, end in _runs([link.memory_id for link in loaded.links]):
-            group = loaded.links[start:end]
+        links = loaded.links.records()
+        for start, end in _runs(loaded.links.memory_id):
+            group = links[start:end]
             self.mem_links[group[0].memory_id] = {link.key_id: link for link in group}
         key_links = self.key_links
-        for link in loaded.links:
+        for link in links:
             key_links[link.key_id][link.memory_id] = link
         inactive = {m.id for m in self.memories.values() if m.superseded_by is not None}
         self.active_count.update(
             Counter(
-                link.key_id
-                for link in loaded.links
-                if link.memory_id not in inactive and not link.learned
+                link.key_id for link in links if not link.learned and link.memory_id not in inactive
             )
         )
         by_namespace: dict[str, list[KeyRecord]] = defaultdict(list)
         for key in self.keys.values():
             by_namespace[key.namespace].append(key)
         for namespace, keys in by_namespace.items():
-            self.indexes[namespace] = KeyIndex.bulk(len(keys[0].vector), keys)
+            index = KeyIndex.bulk(len(keys[0].vector), keys)
+            self.indexes[namespace] = index
+            self._share_vectors(index, index.ids)
         for memory in self.memories.values():
             if memory.expires_at is not None:
                 self.ttl_heap.append((memory.expires_at, memory.id))
@@ -206,11 +207,11 @@ class GraphState:
     # -- keys ------------------------------------------------------------------------------
     def add_key(self, key: KeyRecord) -> None:
         self.keys[key.id] = key
-        self.index_for(key.namespace, len(key.vector)).add(key)
+        self._index_add(key)
         self.changes.add_key(key)
 
     def delete_key(self, key: KeyRecord) -> None:
-        self.indexes[key.namespace].remove(key)
+        self._index_remove(key)
         del self.keys[key.id]
         self.active_count.pop(key.id, None)
         self.changes.delete_key(key.id)
@@ -243,12 +244,32 @@ class GraphState:
         return True
 
     def remove_alias(self, key: KeyRecord, alias: KeyAlias) -> None:
-        index = self.indexes[key.namespace]
-        index.remove(key)
+        self._index_remove(key)
         key.aliases.remove(alias)
-        index.add(key)
+        self._index_add(key)
         self.changes.rewrite_aliases(key)
         self.docs_changed_for_key(key.id)
+
+    # A key's record reads its vector from its namespace's matrix (one copy of each vector):
+    # every change that moves rows of a matrix points the records of the moved rows again.
+    def _share_vectors(self, index: KeyIndex, key_ids: Iterable[str]) -> None:
+        matrix, pos, keys = index.matrix, index.pos, self.keys
+        for key_id in key_ids:
+            keys[key_id].vector = matrix[pos[key_id]]
+
+    def _index_add(self, key: KeyRecord) -> None:
+        index = self.index_for(key.namespace, len(key.vector))
+        matrix = index.matrix
+        index.add(key)
+        self._share_vectors(index, index.ids if index.matrix is not matrix else (key.id,))
+
+    def _index_remove(self, key: KeyRecord) -> None:
+        index = self.indexes[key.namespace]
+        key.vector = key.vector.copy()  # its row is about to hold another key's vector
+        last = index.ids[-1]
+        index.remove(key)
+        if last != key.id:
+            self._share_vectors(index, (last,))
 
     def set_key_type(self, key: KeyRecord, key_type: str) -> None:
         key.key_type = key_type

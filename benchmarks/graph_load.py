@@ -1,0 +1,134 @@
+"""What the graph worker's start-up costs on a built store: CPU and memory by phase.
+
+    python -m benchmarks.graph_load --store /tmp/km-scale/store-100000 [--trace 20] [--json]
+
+In a fresh process (so its RSS is the graph's alone) it copies the store's graph file and
+starts the graph as the service does (``GraphService._load_state``: the cyclic GC paused, then
+``store.load``, ``rows.quarantine``, ``GraphState``), timing each phase in CPU seconds (load
+inflates CPU time less than wall time) and reading the RSS after each, the peak RSS, and the
+RSS once the loaded rows are dropped (what the worker then holds). ``--trace N`` runs it again
+under tracemalloc and lists the N source lines that hold the most memory after the load (the
+traced run is several times slower; its times are not comparable).
+
+``costs(store)`` returns the same figures for another benchmark (``scale_1m --costs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from keymem.services.graph import rows
+from keymem.services.graph.state import GraphState
+from keymem.store.database import GraphStore, graph_path
+
+HUB_MIN_LINKS = 50
+MB = 1 << 20
+
+
+def _rss_mb() -> float:
+    return round(psutil.Process().memory_info().rss / MB, 1)
+
+
+def _peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # kB on Linux
+
+
+def measure(store: Path, trace: int = 0) -> dict[str, Any]:
+    """Start the graph from a copy of ``store``'s file in this process; the figures by phase."""
+    work = Path(tempfile.mkdtemp(prefix="km-graph-load-", dir="/tmp"))
+    try:
+        path = graph_path(work)
+        shutil.copy(graph_path(store), path)
+        out: dict[str, Any] = {"store": str(store), "rss_start_mb": _rss_mb()}
+        if trace:
+            tracemalloc.start()
+        gc.disable()
+        started = time.process_time()
+        opened = GraphStore(path)
+        loaded = opened.load()
+        loaded_at = time.process_time()
+        out["rss_loaded_mb"] = _rss_mb()
+        quarantined = rows.quarantine(loaded)
+        checked_at = time.process_time()
+        out["rss_checked_mb"] = _rss_mb()
+        state = GraphState(loaded, HUB_MIN_LINKS)
+        built_at = time.process_time()
+        out["rss_state_mb"] = _rss_mb()
+        del loaded
+        gc.enable()
+        gc.freeze()
+        out.update(
+            memories=len(state.memories),
+            keys=len(state.keys),
+            links=sum(len(links) for links in state.mem_links.values()),
+            quarantined=len(quarantined),
+            load_cpu_s=round(loaded_at - started, 2),
+            quarantine_cpu_s=round(checked_at - loaded_at, 2),
+            state_cpu_s=round(built_at - checked_at, 2),
+            total_cpu_s=round(built_at - started, 2),
+            rss_held_mb=_rss_mb(),
+            rss_peak_mb=_peak_rss_mb(),
+        )
+        out["graph_mb"] = round(out["rss_held_mb"] - out["rss_start_mb"], 1)
+        out["bytes_per_memory"] = round(out["graph_mb"] * MB / max(1, out["memories"]))
+        if trace:
+            lines = tracemalloc.take_snapshot().statistics("lineno")
+            out["traced_mb"] = round(sum(s.size for s in lines) / MB, 1)
+            out["top_lines"] = [
+                {"mb": round(s.size / MB, 1), "objects": s.count, "line": str(s.traceback)}
+                for s in lines[:trace]
+            ]
+            tracemalloc.stop()
+        opened.close()
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def costs(store: Path, trace: int = 0) -> dict[str, Any]:
+    """``measure`` in a fresh interpreter (this one's heap would count in the RSS)."""
+    command = [sys.executable, "-m", "benchmarks.graph_load", "--store", str(store), "--json"]
+    if trace:
+        command += ["--trace", str(trace)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    figures: dict[str, Any] = json.loads(done.stdout)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", type=Path, required=True, help="a KEYMEM_HOME with a graph")
+    parser.add_argument("--trace", type=int, default=0, help="list the N heaviest lines")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    figures = measure(args.store)
+    if args.trace:
+        figures["traced"] = measure(args.store, trace=args.trace)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    traced = figures.pop("traced", None)
+    for name, value in figures.items():
+        print(f"{name:>20}  {value}")
+    if traced is not None:
+        print(f"traced run: {traced['traced_mb']} MB traced after the load")
+        for line in traced["top_lines"]:
+            print(f"{line['mb']:>8} MB {line['objects']:>9}  {line['line']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

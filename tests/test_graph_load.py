@@ -1,0 +1,215 @@
+"""The graph's start-up load: rows read in columns, checked a column at a time.
+
+A restart must answer every read as the running graph did (records, link weights changed since
+the last fold, version chains, flags), a damaged row must still be quarantined with its reason
+while its sound neighbours load, and a key's vector must stay the one it was given through
+every change of its namespace's matrix (the records read their vectors from it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pytest
+
+from keymem.services.graph import GraphService
+from keymem.services.graph.state import GraphState
+from keymem.store.database import GraphStore
+from keymem.store.records import KeyAlias, KeyRecord
+from tests.graph_helpers import GRAPH_FILE, key_id_of, open_graph
+from tests.vectors import remember_body
+
+
+def reads(graph: GraphService) -> dict[str, Any]:
+    """What a client can read of the whole graph, and the link state ranking depends on."""
+    state = graph.state
+    ids = sorted(state.memories)
+    by_namespace: dict[str, list[str]] = {}
+    for memory_id in ids:
+        by_namespace.setdefault(state.memories[memory_id].namespace, []).append(memory_id)
+    return {
+        "memories": {
+            ns: graph.get_memories({"ids": members, "namespace": ns})["memories"]
+            for ns, members in by_namespace.items()
+        },
+        "keys": {
+            key_id: graph.read_key({"key_id": key_id, "namespace": key.namespace, "limit": 50})
+            for key_id, key in sorted(state.keys.items())
+        },
+        "links": {
+            (k, m): (link.weight, link.auto, link.learned)
+            for m, links in state.mem_links.items()
+            for k, link in links.items()
+        },
+        "by_key": {(k, m) for k, links in state.key_links.items() for m in links},
+        "active": {k: n for k, n in state.active_count.items() if n},
+        "flags": {
+            m.id: (m.related_to, m.contradicts, m.near_duplicates) for m in state.memories.values()
+        },
+    }
+
+
+def test_a_restart_answers_every_read_as_the_running_graph_did(tmp_path: Path) -> None:
+    graph = open_graph(tmp_path)
+    try:
+        first = graph.remember(remember_body("Dana prefers tabs", ["Dana", "indentation"]))
+        fixed = graph.correct({"memory_id": first["saved"], "content": "Dana prefers spaces"})
+        graph.remember(remember_body("커피는 하루 두 잔", ["coffee"], namespace="health"))
+        linked = graph.remember(
+            remember_body(
+                "Linked notes on editors",
+                ["indentation", "editor"],
+                related_to=[fixed["new_id"]],
+                ttl_seconds=3600,
+            )
+        )["saved"]
+        # a twin with a shared key: the newer supersedes it and flags the conflict
+        graph.remember(remember_body("Linked notes on editors", ["editor"]))
+        editor = key_id_of(graph, "editor")
+        # reinforced weights live in link_weights until a fold: the load must apply them
+        graph.read_memory({"memory_id": fixed["new_id"], "via_key_id": key_id_of(graph, "Dana")})
+        graph.dismiss({"memory_id": linked, "key_id": editor})
+        before = reads(graph)
+    finally:
+        graph.close()
+    assert len(before["links"]) >= 6 and any(w != 1.0 for w, _, _ in before["links"].values())
+    graph = open_graph(tmp_path)
+    try:
+        assert graph.quarantine({})["count"] == 0
+        assert reads(graph) == before
+    finally:
+        graph.close()
+
+
+def damage(path: Path, statements: list[tuple[str, list[Any]]]) -> None:
+    conn = duckdb.connect(str(path))
+    try:
+        for sql, params in statements:
+            conn.execute(sql, params)
+    finally:
+        conn.close()
+
+
+def test_damaged_rows_of_every_kind_are_quarantined_and_their_neighbours_load(
+    tmp_path: Path,
+) -> None:
+    graph = open_graph(tmp_path)
+    try:
+        sound = graph.remember(remember_body("Sound memory", ["sound", "shared"]))["saved"]
+        bent = graph.remember(remember_body("Bent memory", ["bent", "shared"]))["saved"]
+        aged = graph.remember(remember_body("Aged memory", ["aged", "shared"]))["saved"]
+        other = graph.remember(remember_body("다른 기억", ["other"], namespace="elsewhere"))
+        keys = {c: key_id_of(graph, c) for c in ("sound", "shared", "bent", "aged")}
+    finally:
+        graph.close()
+    path = tmp_path / GRAPH_FILE
+    link_sql = "UPDATE links SET weight = ? WHERE key_id = ? AND memory_id = ?"
+    damage(
+        path,
+        [
+            (link_sql, [float("nan"), keys["shared"], sound]),
+            (link_sql, [99.0, keys["sound"], sound]),
+            ("UPDATE keys SET vector = ? WHERE id = ?", [b"\0\0\x80\x7f" * 512, keys["bent"]]),
+            ("UPDATE memories SET access_count = -3 WHERE id = ?", [bent]),
+            ("UPDATE memories SET expires_at = 'inf'::DOUBLE WHERE id = ?", [aged]),
+            ("INSERT INTO links VALUES (?, 'nothing-here', 1.0, false, false)", [keys["aged"]]),
+            ("INSERT INTO links VALUES (?, ?, 1.0, false, false)", [keys["aged"], other["saved"]]),
+        ],
+    )
+    graph = open_graph(tmp_path)
+    try:
+        report = graph.quarantine({})
+        reasons = {(q["table"], q["row"]): q["reason"] for q in report["rows"]}
+        assert "link weight" in reasons[("links", f"{keys['shared']}/{sound}")]
+        assert "link weight" in reasons[("links", f"{keys['sound']}/{sound}")]
+        assert "finite" in reasons[("keys", keys["bent"])]
+        assert "must not be negative" in reasons[("memories", bent)]
+        assert "expires_at" in reasons[("memories", aged)]
+        assert "missing" in reasons[("links", f"{keys['aged']}/nothing-here")]
+        assert "different namespaces" in reasons[("links", f"{keys['aged']}/{other['saved']}")]
+        state = graph.state
+        assert {bent, aged}.isdisjoint(state.memories) and keys["bent"] not in state.keys
+        # the sound rows around them load: the memory, its keys, the other namespace
+        assert sound in state.memories and other["saved"] in state.memories
+        assert state.link(keys["shared"], sound) is None
+        assert set(state.mem_links.get(sound, {})) == set()
+        assert graph.get_memories({"ids": [sound]})["memories"][0]["content"] == "Sound memory"
+    finally:
+        graph.close()
+
+
+def unit(rng: np.random.Generator, dim: int) -> np.ndarray:
+    vector = rng.standard_normal(dim).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def assert_vectors(state: GraphState, given: dict[str, np.ndarray]) -> None:
+    """Each key reads the vector it was given, from its namespace's one matrix."""
+    assert set(state.keys) == set(given)
+    for key_id, key in state.keys.items():
+        index = state.indexes[key.namespace]
+        assert np.array_equal(key.vector, given[key_id])
+        assert np.array_equal(index.matrix[index.pos[key_id]], given[key_id])
+        assert np.shares_memory(key.vector, index.matrix)
+
+
+def test_key_vectors_stay_their_own_through_growth_deletes_and_alias_changes(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(7)
+    dim = 16
+    given: dict[str, np.ndarray] = {}
+    store = GraphStore(tmp_path / GRAPH_FILE)
+    store.set_meta({"dim": str(dim)})
+    state = GraphState(store.load(), hub_min_links=50)
+
+    def add(concept: str) -> KeyRecord:
+        key = KeyRecord(f"k{len(given)}", "default", concept, "concept", 1.0, unit(rng, dim))
+        given[key.id] = key.vector.copy()
+        state.add_key(key)
+        return key
+
+    for i in range(3):
+        add(f"seed {i}")
+    state.add_alias(state.keys["k0"], KeyAlias("first alias"))
+    store.commit(state.changes, state.head_seq)
+    store.close()
+
+    store = GraphStore(tmp_path / GRAPH_FILE)
+    state = GraphState(store.load(), hub_min_links=50)
+    store.close()
+    assert_vectors(state, given)
+    index = state.indexes["default"]
+    capacity = len(index.matrix)
+    added = [add(f"grown {i}") for i in range(capacity)]  # past the spare rows: it reallocates
+    assert len(index.matrix) > capacity
+    assert_vectors(state, given)
+    for key in (state.keys["k1"], added[5], added[-1]):  # the last row and rows swapped into
+        state.delete_key(key)
+        del given[key.id]
+        assert_vectors(state, given)
+    state.remove_alias(state.keys["k0"], state.keys["k0"].aliases[0])
+    assert_vectors(state, given)
+    assert index.exact.get("first alias") is None
+
+
+@pytest.mark.parametrize("namespaces", [1, 3])
+def test_key_vectors_load_from_one_matrix_per_namespace(tmp_path: Path, namespaces: int) -> None:
+    rng = np.random.default_rng(namespaces)
+    dim = 8
+    store = GraphStore(tmp_path / GRAPH_FILE)
+    store.set_meta({"dim": str(dim)})
+    state = GraphState(store.load(), hub_min_links=50)
+    given = {}
+    for i in range(40):
+        vector = unit(rng, dim)
+        key = KeyRecord(f"k{i}", f"ns{i % namespaces}", f"concept {i}", "concept", 1.0, vector)
+        given[key.id] = vector.copy()
+        state.add_key(key)
+    store.commit(state.changes, state.head_seq)
+    state = GraphState(store.load(), hub_min_links=50)
+    store.close()
+    assert_vectors(state, given)
