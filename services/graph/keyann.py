@@ -318,6 +318,7 @@ def prepare(stem: Path, snapshot: Snapshot) -> HnswKeys:
     keys = HnswKeys(snapshot.dim)
     keys.add_many(snapshot.ids, snapshot.vectors)
     keys.save(stem, meta)
+    log.info("key index of %r built (%d keys)", snapshot.namespace, len(keys))
     return keys
 
 
