@@ -234,3 +234,21 @@ def test_the_threshold_decides_which_namespaces_get_an_index(home: Path) -> None
             assert (graph.state.indexes["default"].approximate is not None) is indexed
         finally:
             graph.close()
+
+
+def test_an_index_of_another_embedding_is_rebuilt(
+    home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A manifest naming another model's vectors (as after a re-embedding) is not loaded."""
+    (manifest,) = (home / keyann.DIRECTORY).glob("*.json")
+    saved = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**saved, "fingerprint": "onnx:another-model"}))
+    with caplog.at_level(logging.INFO, logger="keymem.graph.keyann"):
+        graph = open_graph(home)
+        try:
+            index = ready_index(graph)
+            for query in vectors(QUERIES):
+                assert top_ids(index, query, 5) == exact_top(index, query, 5)
+        finally:
+            graph.close()
+    assert "rebuilt: fingerprint is 'onnx:another-model'" in caplog.text
