@@ -252,3 +252,24 @@ def test_an_index_of_another_embedding_is_rebuilt(
         finally:
             graph.close()
     assert "rebuilt: fingerprint is 'onnx:another-model'" in caplog.text
+
+
+def test_an_index_that_cannot_be_saved_still_serves(
+    home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disk that refuses the files (here the folder's name taken by a file) costs the next
+    start a build, not this one its index."""
+    folder = home / keyann.DIRECTORY
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+    folder.write_text("in the way")
+    with caplog.at_level(logging.INFO, logger="keymem.graph.keyann"):
+        graph = open_graph(home)
+        try:
+            ready_index(graph)
+            graph.remember(remember_body("Friday talk", ["quantum chromodynamics lecture"]))
+            assert matched(graph, "quantum chromodynamics")[0] == "quantum chromodynamics lecture"
+        finally:
+            graph.close()
+    assert "not saved" in caplog.text

@@ -289,8 +289,8 @@ def stem_for(directory: Path, namespace: str) -> Path:
 
 
 def prepare(stem: Path, snapshot: Snapshot) -> HnswKeys:
-    """The index for ``snapshot``: the saved one caught up when it is sound, else a new one
-    (then saved). Runs on the background thread."""
+    """The index for ``snapshot``: the saved one caught up when it is sound, else a new one;
+    saved when it changed. Runs on the background thread."""
     meta = {
         "namespace": snapshot.namespace,
         "dim": snapshot.dim,
@@ -310,15 +310,17 @@ def prepare(stem: Path, snapshot: Snapshot) -> HnswKeys:
             len(keys),
             changed,
         )
-        if changed:
-            keys.save(stem, meta)
-        return keys
     except StaleIndex as why:
         log.info("key index of %r is rebuilt: %s", snapshot.namespace, why)
-    keys = HnswKeys(snapshot.dim)
-    keys.add_many(snapshot.ids, snapshot.vectors)
-    keys.save(stem, meta)
-    log.info("key index of %r built (%d keys)", snapshot.namespace, len(keys))
+        keys = HnswKeys(snapshot.dim)
+        keys.add_many(snapshot.ids, snapshot.vectors)
+        changed = len(keys)
+        log.info("key index of %r built (%d keys)", snapshot.namespace, len(keys))
+    if changed:
+        try:
+            keys.save(stem, meta)
+        except OSError as exc:  # a full or read-only disk: serve it, build again next start
+            log.warning("key index of %r not saved: %s", snapshot.namespace, exc)
     return keys
 
 
