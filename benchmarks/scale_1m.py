@@ -160,6 +160,13 @@ async def _mcp(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, 
     }
 
 
+def _key_index_log(home: Path) -> list[str]:
+    """What the graph's log says of its approximate key indexes so far (built, loaded)."""
+    log = home / "logs" / "graph.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [line for line in lines if "key index" in line]
+
+
 def _up(deployment: BenchHome) -> float:
     started = time.perf_counter()
     deployment.keymem("up", "--timeout", UP_TIMEOUT_S)
@@ -183,6 +190,7 @@ def measure(
             queries = _queries(data)
             for query in queries:  # each query's pool once, as recall_bench does
                 client.call("memory", "search", query, timeout_ms=10_000)
+            report["key_index_at_search"] = _key_index_log(deployment.home)
             report["search"] = _search_loop(client, queries, seconds, rerank=True)
             report["lexicon_query"] = _lexicon_queries(client, queries)
         report["hook"] = _hook(deployment.home, deployment.env, queries, hook_runs)["hook"]
