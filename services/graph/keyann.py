@@ -4,12 +4,12 @@ The exact key scan is one float32 matrix-vector product per query vector: 3 ms C
 keys of a 100k store's namespace, 32-34 ms over the 94k of a 1M store's, and a search sends the
 query and each of its phrases. Above ``KEYMEM_KEY_ANN_MIN_KEYS`` concept keys a namespace also
 keeps its concept keys in an HNSW graph (usearch: half-precision vectors, inner product), asks
-it for a few times more candidates than it needs and re-scores those exactly from the float32
-matrix, so a search costs milliseconds whatever the namespace's size (docs/SCALING.md "What
-each tool buys" has the measurements that chose usearch over faiss and voyager). Below the
-threshold — every size ``keymem eval`` runs — search stays exact.
+it for twice the candidates it needs and re-scores those exactly from the float32 matrix, so a
+search costs milliseconds whatever the namespace's size (docs/SCALING.md "What each tool buys"
+has the measurements that chose usearch over faiss and voyager). Below the threshold — every
+size ``keymem eval`` runs — search stays exact.
 
-Building the graph costs about 1.5 ms CPU per key (~2.5 minutes for 94k keys), so it is not
+Building the graph costs about 1.3 ms CPU per key (~2 minutes for 94k keys), so it is not
 done at every start: it is saved next to the graph file (``key-ann/``) with each key's label
 and a digest of its vector, and a start loads it, checks the files' checksums, and catches up
 with what changed since it was saved (keys added, deleted, re-embedded) exactly as live writes
@@ -53,6 +53,7 @@ VECTOR_DTYPE = "f16"
 # A saved index that misses more than this share of the namespace is rebuilt, not caught up.
 CATCH_UP_MAX_SHARE = 0.5
 CHECKSUM_CHUNK_BYTES = 1 << 24
+WORD_HALVES = 4
 BACKGROUND_NICE = 10  # the build shares the box with the serving loop: it yields first
 
 
@@ -63,7 +64,9 @@ def _library() -> str:
 def digest_vectors(vectors: np.ndarray) -> np.ndarray:
     """A 64-bit digest per row of half-precision vectors (what the index stores): a changed
     vector, a re-embedded key or another model's vectors no longer match their saved digest."""
-    words = np.ascontiguousarray(vectors, dtype=np.float16).view(np.uint64)
+    half = np.ascontiguousarray(vectors, dtype=np.float16)
+    pad = -half.shape[1] % WORD_HALVES  # read as 64-bit words: 4 halves each
+    words = np.pad(half, ((0, 0), (0, pad))).view(np.uint64)
     seed = hashlib.shake_128(b"keymem key-ann digest").digest(8 * words.shape[1])
     multipliers = np.frombuffer(seed, dtype=np.uint64) | np.uint64(1)
     with np.errstate(over="ignore"):
