@@ -14,6 +14,7 @@ import errno
 import logging
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -281,17 +282,20 @@ class GraphStore:
         memories = graph.memories
         for row in zip(*lists, strict=True):
             memories[row[0]] = MemoryRecord(*row)
-        for memory_id, related_id in self.conn.execute(
-            "SELECT memory_id, related_id FROM related ORDER BY memory_id, pos"
-        ).fetchall():
-            if memory_id in memories:
-                memories[memory_id].related_to.append(related_id)
-        for table, attribute in FLAG_TABLES:
-            for memory_id, other_id in self.conn.execute(
-                f"SELECT memory_id, other_id FROM {table}"
-            ).fetchall():
+        pointers = (
+            ("related_to", "SELECT memory_id, related_id FROM related ORDER BY memory_id, pos"),
+            *(
+                (attribute, f"SELECT memory_id, other_id FROM {table}")
+                for table, attribute in FLAG_TABLES
+            ),
+        )
+        for attribute, query in pointers:
+            grouped: dict[str, list[str]] = defaultdict(list)
+            for memory_id, other_id in self.conn.execute(query).fetchall():
+                grouped[memory_id].append(other_id)
+            for memory_id, others in grouped.items():
                 if memory_id in memories:
-                    getattr(memories[memory_id], attribute).append(other_id)
+                    setattr(memories[memory_id], attribute, tuple(others))
 
     def _load_links(self, graph: LoadedGraph) -> None:
         # Sorted by memory, so the service groups a memory's links with one slice.

@@ -85,9 +85,10 @@ class MemoryRecord:
     last_confirmation_evidence: str | None = "user"
     last_confirmation_source: str | None = None  # JSON text
     last_confirmation_id: str | None = None
-    related_to: list[str] = field(default_factory=list)
-    contradicts: list[str] = field(default_factory=list)
-    near_duplicates: list[str] = field(default_factory=list)  # flagged by a sleep pass
+    # Tuples, not lists: most memories have none, and () is one shared object.
+    related_to: tuple[str, ...] = ()
+    contradicts: tuple[str, ...] = ()
+    near_duplicates: tuple[str, ...] = ()  # flagged by a sleep pass
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

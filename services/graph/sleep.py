@@ -446,11 +446,14 @@ class SleepPass:
         changed = False
         for memory, other in ((pair[0], b_id), (pair[1], a_id)):
             assert memory is not None
-            flags = memory.contradicts if kind == "contradiction" else memory.near_duplicates
-            if other not in flags:
-                flags.append(other)
-                self.state.changes.rewrite_flags(memory)
-                changed = True
+            if other in (memory.contradicts if kind == "contradiction" else memory.near_duplicates):
+                continue
+            if kind == "contradiction":
+                memory.contradicts = (*memory.contradicts, other)
+            else:
+                memory.near_duplicates = (*memory.near_duplicates, other)
+            self.state.changes.rewrite_flags(memory)
+            changed = True
         return changed
 
 

@@ -119,7 +119,7 @@ def _new_memory(
         decay_profile=decay_profile,
         last_confirmation_evidence="user",
         last_confirmation_source=to_json(source),
-        related_to=[r for r in related_to if r in state.memories],
+        related_to=tuple(r for r in related_to if r in state.memories),
     )
     state.add_memory(memory)
     return memory
@@ -162,7 +162,7 @@ def remember(
         result["deduplicated"] = True
         if shared:
             result["conflict"] = True
-            memory.contradicts.append(duplicate.id)
+            memory.contradicts = (*memory.contradicts, duplicate.id)
             state.changes.rewrite_flags(memory)
     hints = remember_hints(state, item, resolutions, thresholds)
     if hints:
@@ -433,15 +433,19 @@ def _drop_references(state: GraphState, memory_id: str) -> None:
         other = state.memories.get(other_id)
         if other is None:
             continue
-        for flags in (other.contradicts, other.near_duplicates):
-            if memory_id in flags:
-                flags.remove(memory_id)
-                state.changes.rewrite_flags(other)
+        if memory_id in other.contradicts or memory_id in other.near_duplicates:
+            other.contradicts = _without(other.contradicts, memory_id)
+            other.near_duplicates = _without(other.near_duplicates, memory_id)
+            state.changes.rewrite_flags(other)
     for other_id in state.related_by.pop(memory_id, set()):
         other = state.memories.get(other_id)
         if other is not None and memory_id in other.related_to:
-            other.related_to.remove(memory_id)
+            other.related_to = _without(other.related_to, memory_id)
             state.changes.rewrite_related(other)
+
+
+def _without(ids: tuple[str, ...], gone: str) -> tuple[str, ...]:
+    return tuple(i for i in ids if i != gone)
 
 
 def sweep_expired(state: GraphState, now: float) -> int:
