@@ -26,6 +26,13 @@ MEMORIES = {
     "release": ("keymem v0.6.1 released with the new hook", ["keymem release"], {}),
     "coffee": ("Donggyun likes coffee", ["Donggyun", "coffee"], {"Donggyun": "name"}),
     "log": ("The deploy log: " + "step ok. " * 300, ["deploy log"], {}),
+    "oscar": (
+        "Caroline has a guinea pig named Oscar",
+        ["Caroline", "Oscar", "pet"],
+        {"Caroline": "name", "Oscar": "name"},
+    ),
+    "race": ("Melanie ran a charity race", ["Melanie", "charity race"], {"Melanie": "name"}),
+    "paint": ("Melanie paints sunsets", ["Melanie", "painting"], {"Melanie": "name"}),
 }
 
 
@@ -79,6 +86,15 @@ def test_the_asked_attribute_must_be_in_the_preview(small: FullStack) -> None:
     found = recall(small, "what does Donggyun drink at night?")
     assert found["keys"][0]["concept"] == "Donggyun" and found["memories"] == []
     assert previewed(recall(small, "Donggyun coffee")) == [small.ids["coffee"]]
+
+
+def test_a_preview_is_about_the_person_the_query_names(small: FullStack) -> None:
+    assert previewed(recall(small, "What pet does Caroline have?")) == [small.ids["oscar"]]
+    # Oscar is Caroline's guinea pig: filed under Oscar (the more specific of the two keys the
+    # query names, so the anchor), but not an answer about Melanie's pet
+    wrong = recall(small, "Is Oscar Melanie's pet?")
+    assert [k["concept"] for k in wrong["keys"]][:2] == ["Oscar", "Melanie"]
+    assert wrong["memories"] == [] and "someone other than" in wrong["note"]
 
 
 def test_a_preview_cut_short_says_so_and_how_long_it_was(small: FullStack) -> None:

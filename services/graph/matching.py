@@ -120,16 +120,18 @@ def match_keys(
         if key_id not in candidates or candidates[key_id][0] < cosine:
             kind = candidates[key_id][1] if key_id in candidates else "phrase"
             candidates[key_id] = (cosine, kind, cosine)
+    # Equal scores: a literal match first, then the more specific key (fewer memories: the
+    # stronger anchor), then the id, so the order never depends on the run.
     ranked = sorted(
         (
-            (score, kind != "semantic", key_id, kind, cosine)
+            (score, kind != "semantic", -state.active_count[key_id], key_id, kind, cosine)
             for key_id, (score, kind, cosine) in candidates.items()
             if state.active_count.get(key_id, 0) > 0
         ),
         reverse=True,
     )[:top_k]
     keys = []
-    for score, is_literal, key_id, kind, cosine in ranked:
+    for score, is_literal, _, key_id, kind, cosine in ranked:
         view = key_view(state, state.keys[key_id])
         view.update(
             score=round(score, SCORE_DIGITS),

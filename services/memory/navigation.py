@@ -57,8 +57,11 @@ from keymem.services.memory.inject import (
     STRONG_COVERAGE,
     STRONG_RELEVANCE_BY_KIND,
     Entity,
+    about_entities,
+    named_entities,
     scripts_of,
     structured_tokens,
+    subject_of,
     without_entities,
 )
 from keymem.services.memory.search import key_summary, rerank_segments
@@ -85,6 +88,7 @@ WITHHELD = {
     "in meaning to show unasked",
     "low_coverage": "none of its memories holds what the query asks about it",
     "low_relevance": "none of its memories, written in another script, is close enough in meaning",
+    "other_entity": "its memories are about someone other than the person the query names",
     "not_found": "the reranker's not-found gate (KEYMEM_RERANK_MIN_SCORE) finds none relevant",
 }
 
@@ -368,10 +372,13 @@ class Navigation:
             shares = zip(ids, outcomes[-1]["coverage"], strict=True)
             coverage = {i: share for i, share in shares if share is not None}
         tokens = structured_tokens(request.query)
+        entities = named_entities(request.query, keys)
         reasons: list[str] = []
         passing = []
         for member in members:
             reason = _withheld(member, anchor, tokens, on_query, coverage, request.query)
+            if reason is None and not _about(member, entities):
+                reason = "other_entity"
             if reason is None:
                 passing.append(member)
             else:
@@ -427,6 +434,13 @@ def _scored(ids: list[str], outcome: Any) -> Scored | None:
     return Scored(
         {i: relevance_of(s, kind) for i, s in zip(ids, outcome["scores"], strict=True)}, kind
     )
+
+
+def _about(member: dict[str, Any], entities: list[Entity]) -> bool:
+    """Inject's subject check on a preview: when the query names a person, the member is
+    about that person (its text names them first among the persons it is filed under)."""
+    filed = {**member, "matched_keys": [k["key_id"] for k in member["keys"]]}
+    return about_entities(filed, entities, True, subject_of(member["content"], member["keys"]))
 
 
 def _withheld(
