@@ -385,11 +385,12 @@ class Approximate:
         return True
 
     def put(self, key_id: str, vector: np.ndarray | None) -> None:
-        """A concept key written (``vector``) or gone (None)."""
-        if self.keys is None:
-            self.pending.append((key_id, None if vector is None else vector.copy()))
-        else:
+        """A concept key written (``vector``) or gone (None); queued while the index is being
+        prepared, dropped if preparing it failed (the namespace is then searched exactly)."""
+        if self.ready():
             self._apply(key_id, vector)
+        elif not self.failed:
+            self.pending.append((key_id, None if vector is None else vector.copy()))
 
     def _apply(self, key_id: str, vector: np.ndarray | None) -> None:
         assert self.keys is not None
