@@ -104,9 +104,9 @@ class HnswKeys:
             expansion_search=SEARCH_EXPANSION,
         )
         self.label_of: dict[str, int] = {}
-        self.key_of: dict[int, str] = {}
-        self.digest_of: dict[str, int] = {}
-        self.next_label = 0
+        # by label (labels are dense from 0): the key id ("" once removed) and vector digest
+        self.key_of: list[str] = []
+        self.digests = np.zeros(0, dtype=np.uint64)
 
     def __len__(self) -> int:
         return len(self.label_of)
@@ -114,23 +114,22 @@ class HnswKeys:
     def add_many(self, ids: list[str], vectors: np.ndarray) -> None:
         if not ids:
             return
-        labels = np.arange(self.next_label, self.next_label + len(ids), dtype=np.uint64)
-        self.next_label += len(ids)
+        start, end = len(self.key_of), len(self.key_of) + len(ids)
         half = np.asarray(vectors, dtype=np.float16)
-        self.index.add(labels, half, threads=1)
-        for key_id, label, digest in zip(
-            ids, labels.tolist(), digest_vectors(half).tolist(), strict=True
-        ):
-            self.label_of[key_id] = label
-            self.key_of[label] = key_id
-            self.digest_of[key_id] = digest
+        self.index.add(np.arange(start, end, dtype=np.uint64), half, threads=1)
+        if end > len(self.digests):  # grown by doubling: one write copies nothing
+            grown = np.zeros(max(end, 2 * len(self.digests)), dtype=np.uint64)
+            grown[:start] = self.digests[:start]
+            self.digests = grown
+        self.digests[start:end] = digest_vectors(half)
+        self.key_of.extend(ids)
+        self.label_of.update(zip(ids, range(start, end), strict=True))
 
     def remove(self, key_id: str) -> None:
         label = self.label_of.pop(key_id, None)
         if label is None:
             return
-        del self.key_of[label]
-        del self.digest_of[key_id]
+        self.key_of[label] = ""
         self.index.remove(label)
 
     def search(self, vectors: np.ndarray, count: int) -> list[list[str]]:
@@ -154,6 +153,7 @@ class HnswKeys:
         old set or the new one whole."""
         stem.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         ids = list(self.label_of)
+        labels = np.fromiter(self.label_of.values(), dtype=np.uint64, count=len(ids))
         generation = f"{stem.name}.{secrets.token_hex(4)}"
         labels_path = stem.with_name(f"{generation}.labels.npz")
         index_path = stem.with_name(f"{generation}.usearch")
@@ -162,9 +162,9 @@ class HnswKeys:
             lambda path: np.savez(
                 path,
                 ids=np.array(ids, dtype=str),
-                labels=np.array([self.label_of[k] for k in ids], dtype=np.uint64),
-                digests=np.array([self.digest_of[k] for k in ids], dtype=np.uint64),
-                next_label=np.array(self.next_label, dtype=np.uint64),
+                labels=labels,
+                digests=self.digests[labels.astype(np.intp)],
+                next_label=np.array(len(self.key_of), dtype=np.uint64),
             ),
         )
         _write(index_path, lambda path: self.index.save(str(path)))
@@ -219,9 +219,9 @@ class HnswKeys:
         try:
             with np.load(labels_path, allow_pickle=False) as saved:
                 ids = [str(k) for k in saved["ids"].tolist()]
-                labels = saved["labels"].astype(np.uint64)
+                labels = saved["labels"].astype(np.intp)
                 digests = saved["digests"].astype(np.uint64)
-                keys.next_label = int(saved["next_label"])
+                next_label = int(saved["next_label"])
             keys.index.load(str(index_path))
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise StaleIndex(f"unreadable index: {exc}") from exc
@@ -230,10 +230,15 @@ class HnswKeys:
         ) or len(set(labels.tolist())) != len(ids):
             raise StaleIndex("the index and its labels disagree")
         keys.label_of = dict(zip(ids, labels.tolist(), strict=True))
-        keys.key_of = dict(zip(labels.tolist(), ids, strict=True))
-        keys.digest_of = dict(zip(ids, digests.tolist(), strict=True))
-        if len(keys.label_of) != len(ids) or max(keys.key_of, default=-1) >= keys.next_label:
-            raise StaleIndex("the labels are not unique")
+        if len(keys.label_of) != len(ids) or (
+            len(labels) and (labels.min() < 0 or labels.max() >= next_label)
+        ):
+            raise StaleIndex("the labels are not unique or out of range")
+        keys.key_of = [""] * next_label
+        for key_id, label in keys.label_of.items():
+            keys.key_of[label] = key_id
+        keys.digests = np.zeros(next_label, dtype=np.uint64)
+        keys.digests[labels] = digests
         return keys
 
     def catch_up(self, snapshot: Snapshot) -> int:
@@ -241,7 +246,10 @@ class HnswKeys:
         Returns how many keys changed."""
         digests = digest_vectors(snapshot.vectors)
         current = dict(zip(snapshot.ids, digests.tolist(), strict=True))
-        gone = [k for k, d in self.digest_of.items() if current.get(k) != d]
+        saved = self.digests[np.fromiter(self.label_of.values(), np.intp, len(self.label_of))]
+        gone = [
+            k for k, d in zip(self.label_of, saved.tolist(), strict=True) if current.get(k) != d
+        ]
         for key_id in gone:
             self.remove(key_id)
         rows = [i for i, key_id in enumerate(snapshot.ids) if key_id not in self.label_of]
