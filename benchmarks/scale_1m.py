@@ -49,7 +49,7 @@ from threadpoolctl import threadpool_limits
 from benchmarks.deployment import BenchHome, bench_home
 from benchmarks.footprint import memory_mb
 from benchmarks.graph_bench import DIM, Synthetic, vocabulary_size
-from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop, _wait_indexed
+from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop
 from benchmarks.scale_store import BUILD_REPORT, KeyVectors, bulk_store
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
@@ -66,7 +66,8 @@ UP_TIMEOUT_S = "1800"
 MCP_BATCH = 100
 LEXICON_QUERIES = 300
 POLL_S = 0.05
-RESTART_GIVE_UP_S = 900.0
+WARM_TIMEOUT_MS = 60_000  # a large store's first search of a query builds its pools
+INDEX_GIVE_UP_S = 1_800.0
 CHECKPOINT_WRITES = 60
 SCAN_ROUNDS = 20
 HUB_MIN_LINKS = 50
@@ -99,28 +100,27 @@ def _lexicon_queries(client: Client, queries: list[dict[str, Any]]) -> dict[str,
     return {"p50_ms": _pct(samples, 50), "p99_ms": _pct(samples, 99)}
 
 
-def _indexed_by_new_worker(client: Client, old_pid: int, memories: int) -> None:
-    """Wait until a lexicon worker other than ``old_pid`` serves every memory."""
+def lexicon_serving(client: Client, memories: int, old_pid: int | None = None) -> float:
+    """Seconds until a lexicon worker (other than ``old_pid``) serves every memory; a worker
+    busy indexing may not answer a poll in time, which only means not yet."""
     started = time.monotonic()
-    while time.monotonic() - started < RESTART_GIVE_UP_S:
+    while time.monotonic() - started < INDEX_GIVE_UP_S:
         try:
             if client.call("lexicon", "ping", timeout_ms=1_000)["pid"] != old_pid:
                 stats = client.call("lexicon", "index_stats", timeout_ms=2_000)
                 if stats["documents"] >= memories and stats["sync"]["phase"] == "live":
-                    return
+                    return time.monotonic() - started
         except KeymemError:
             pass
         time.sleep(POLL_S)
-    raise TimeoutError("the lexicon did not come back with every memory")
+    raise TimeoutError("the lexicon did not serve every memory in time")
 
 
 def lexicon_restart(client: Client, memories: int) -> float:
     """kill -9 of the lexicon's worker to a new worker serving every memory (its cache)."""
     old_pid = client.call("lexicon", "ping")["pid"]
-    started = time.perf_counter()
     os.kill(old_pid, signal.SIGKILL)
-    _indexed_by_new_worker(client, old_pid, memories)
-    return round(time.perf_counter() - started, 2)
+    return round(lexicon_serving(client, memories, old_pid), 2)
 
 
 async def _mcp(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
@@ -174,28 +174,34 @@ def _up(deployment: BenchHome) -> float:
 
 
 def measure(
-    memories: int, stores: Path, seconds: float, hook_runs: int, mcp_calls: int
-) -> dict[str, Any]:
+    memories: int,
+    stores: Path,
+    seconds: float,
+    hook_runs: int,
+    mcp_calls: int,
+    report: dict[str, Any],
+) -> None:
+    """Fill ``report`` figure by figure: what was measured stays when a later step fails."""
     store, built = ensure_store(stores, memories)
     data = Synthetic(memories, seed=memories)  # another stream than the build's
     with bench_home("km-sc-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS  # a large store's long calls
         shutil.copy(store, graph_path(deployment.home))
-        report: dict[str, Any] = {"memories": memories, "store": built}
+        report.update({"memories": memories, "store": built})
         report["load_average_start"] = [round(x, 1) for x in os.getloadavg()]
         report["first_up_s"] = _up(deployment)
         endpoints = ipc_endpoints(deployment.home)
         with Client(endpoints.frontend) as client:
-            report["lexicon_first_index_s"] = round(_wait_indexed(client, built["memories"]), 1)
+            report["lexicon_first_index_s"] = round(lexicon_serving(client, built["memories"]), 1)
             queries = _queries(data)
             for query in queries:  # each query's pool once, as recall_bench does
-                client.call("memory", "search", query, timeout_ms=10_000)
+                client.call("memory", "search", query, timeout_ms=WARM_TIMEOUT_MS)
             report["key_index_at_search"] = _key_index_log(deployment.home)
             report["search"] = _search_loop(client, queries, seconds, rerank=True)
             report["lexicon_query"] = _lexicon_queries(client, queries)
+        report["memory"] = memory_mb(deployment)
         report["hook"] = _hook(deployment.home, deployment.env, queries, hook_runs)["hook"]
         report["mcp"] = asyncio.run(_mcp(deployment, data, mcp_calls))
-        report["memory"] = memory_mb(deployment)
         with Client(endpoints.frontend) as client:
             report["lexicon_restart_s"] = lexicon_restart(client, built["memories"])
         deployment.keymem("down")
@@ -204,13 +210,9 @@ def measure(
         )
         report["up_s"] = _up(deployment)
         with Client(endpoints.frontend) as client:
-            started = time.perf_counter()
-            _wait_indexed(client, built["memories"])
-            report["up_to_lexicon_ready_s"] = round(
-                report["up_s"] + time.perf_counter() - started, 2
-            )
+            waited = lexicon_serving(client, built["memories"])
+            report["up_to_lexicon_ready_s"] = round(report["up_s"] + waited, 2)
         report["load_average"] = [round(x, 1) for x in os.getloadavg()]
-    return report
 
 
 def _cpu_ms(call: Any, rounds: int = 1) -> float:
@@ -281,20 +283,31 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+def _figure(read: Any, row: dict[str, Any]) -> float | None:
+    """A figure of ``row``, None when its run stopped before measuring it."""
+    try:
+        return float(read(row))
+    except KeyError:
+        return None
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| figure | " + " | ".join(f"{r['memories']:,} ({r['commit']})" for r in rows) + " |",
         "|---|" + "---:|" * len(rows),
     ]
     for label, _, read in FIGURES:
-        lines.append(f"| {label} | " + " | ".join(f"{read(r):,}" for r in rows) + " |")
-    for r in rows:
-        per = ", ".join(
-            f"{p['program']} {p['rss_mb']:.0f}/{p['pss_mb']:.0f}" for p in r["memory"]["processes"]
+        shown = [_figure(read, r) for r in rows]
+        lines.append(
+            f"| {label} | " + " | ".join("—" if v is None else f"{v:,}" for v in shown) + " |"
         )
+    for r in rows:
+        processes = r.get("memory", {}).get("processes", [])
+        per = ", ".join(f"{p['program']} {p['rss_mb']:.0f}/{p['pss_mb']:.0f}" for p in processes)
         lines.append(
             f"\n{r['memories']:,} at {r['commit']}: RSS/PSS MB per process: {per}; "
-            f"load average {r['load_average_start']} at the start, {r['load_average']} at the end"
+            f"load average {r.get('load_average_start')} at the start, {r['load_average']} at "
+            f"the end; {r.get('error', 'complete')}"
         )
     return "\n".join(lines)
 
@@ -310,8 +323,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(-(-count // columns), columns, figsize=(16, 12))
     for ax, (label, unit, read) in zip(axes.flat, FIGURES, strict=False):
         for commit, run in runs.items():
-            sizes = [r["memories"] for r in run]
-            ax.plot(sizes, [read(r) for r in run], marker="o", label=commit or None)
+            points = [(r["memories"], _figure(read, r)) for r in run]
+            shown = [(size, value) for size, value in points if value is not None]
+            ax.plot(*zip(*shown, strict=True), marker="o", label=commit or None)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(label, fontsize=10)
@@ -372,8 +386,13 @@ def main() -> int:
         return 0
     rows = []
     for memories in args.memories:
-        row = measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls)
-        rows.append({"commit": args.commit, **row})
+        row: dict[str, Any] = {"commit": args.commit, "memories": memories}
+        try:
+            measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls, row)
+        except Exception as exc:  # keep what was measured, say where it stopped
+            row["error"] = f"{type(exc).__name__}: {exc}"
+            row["load_average"] = [round(x, 1) for x in os.getloadavg()]
+        rows.append(row)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         (args.out / "scale.json").write_text(json.dumps(rows, indent=1))
         plot(rows, args.out / "scale.png")
