@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import numpy as np
@@ -103,6 +103,16 @@ EFFECTIVE_LINKS = (
     "FROM link_weights GROUP BY key_id, memory_id) w "
     "ON l.key_id = w.key_id AND l.memory_id = w.memory_id"
 )
+# Effective links with the DuckDB row of each end (NULL: no such key or memory), whether both
+# ends are in one namespace, and the id a link names only where its end is missing.
+LINKS_WITH_ENDS = (
+    "SELECT k.rowid AS key_row, m.rowid AS memory_row, l.weight, l.auto, l.learned, "
+    "k.namespace = m.namespace AS same_namespace, "
+    "CASE WHEN k.rowid IS NULL THEN l.key_id END AS lost_key, "
+    "CASE WHEN m.rowid IS NULL THEN l.memory_id END AS lost_memory "
+    f"FROM ({EFFECTIVE_LINKS}) l LEFT JOIN keys k ON k.id = l.key_id "
+    "LEFT JOIN memories m ON m.id = l.memory_id ORDER BY l.memory_id"
+)
 # Fold appended weight changes into ``links`` once this many are waiting (and the service idles).
 FOLD_LINK_WEIGHTS_MIN_ROWS = 1_000
 
@@ -151,12 +161,25 @@ class LoadedGraph:
     key_matrix: np.ndarray | None = None
     key_columns: dict[str, np.ndarray] = field(default_factory=dict)
     memory_columns: dict[str, np.ndarray] = field(default_factory=dict)
+    # per link: both ends were in the file, in one namespace
+    link_ends_sound: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
-def _canonical(column: np.ndarray, owners: dict[str, Any]) -> np.ndarray:
-    """Ids of a link column as the owning records' own strings, so a link adds no string."""
-    own = {name: name for name in owners}
-    return np.array([own.get(name, name) for name in column.tolist()], dtype=object)
+class TableRows(NamedTuple):
+    """A loaded table's DuckDB row ids and, in the same order, its id column."""
+
+    rows: np.ndarray
+    ids: np.ndarray
+
+    def ids_at(self, rows: np.ndarray, lost: np.ndarray) -> np.ndarray:
+        """The ids at joined ``rows`` as the loaded records' own strings (a link then adds no
+        string); where the join found no row (NULL), the id the link names (``lost``)."""
+        found = ~np.ma.getmaskarray(rows)
+        order = np.argsort(self.rows)
+        at = order[np.searchsorted(self.rows, np.ma.getdata(rows)[found], sorter=order)]
+        column = np.array(np.ma.getdata(lost), dtype=object)
+        column[found] = self.ids[at]
+        return column
 
 
 def trim_heap() -> None:
@@ -223,9 +246,7 @@ class GraphStore:
         from its own copy.
         """
         graph = LoadedGraph(meta=self.read_meta())
-        self._load_keys(graph)
-        self._load_memories(graph)
-        self._load_links(graph)
+        self._load_links(graph, self._load_keys(graph), self._load_memories(graph))
         lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
         pruned_through = int(graph.meta.get("pruned_through", "0") or 0)
         graph.head_seq = int(hi) if hi is not None else pruned_through
@@ -233,10 +254,10 @@ class GraphStore:
         self.release_cache()
         return graph
 
-    def _load_keys(self, graph: LoadedGraph) -> None:
+    def _load_keys(self, graph: LoadedGraph) -> TableRows:
         dim = int(graph.meta.get("dim", "0") or 0)
         cols = self.conn.execute(
-            "SELECT id, namespace, concept, key_type, created_at, vector FROM keys"
+            "SELECT rowid, id, namespace, concept, key_type, created_at, vector FROM keys"
         ).fetchnumpy()
         if len(cols["id"]):
             width = dim or len(cols["vector"][0]) // 4
@@ -268,10 +289,12 @@ class GraphStore:
             key = graph.keys.get(key_id)
             if key is not None:
                 key.candidates[query_norm] = AliasCandidate(query, count, last_seen)
+        return TableRows(cols["rowid"], cols["id"])
 
-    def _load_memories(self, graph: LoadedGraph) -> None:
+    def _load_memories(self, graph: LoadedGraph) -> TableRows:
         names = ", ".join(name for name, _ in MEMORY_COLUMNS)
-        columns = self.conn.execute(f"SELECT {names} FROM memories").fetchnumpy()
+        columns = self.conn.execute(f"SELECT rowid, {names} FROM memories").fetchnumpy()
+        rows = TableRows(columns.pop("rowid"), columns["id"])
         graph.memory_columns = columns
         lists = [
             columns[name].tolist()
@@ -296,17 +319,21 @@ class GraphStore:
             for memory_id, others in grouped.items():
                 if memory_id in memories:
                     setattr(memories[memory_id], attribute, tuple(others))
+        return rows
 
-    def _load_links(self, graph: LoadedGraph) -> None:
-        # Sorted by memory, so the service groups a memory's links with one slice.
-        links = self.conn.execute(f"{EFFECTIVE_LINKS} ORDER BY memory_id").fetchnumpy()
+    def _load_links(self, graph: LoadedGraph, keys: TableRows, memories: TableRows) -> None:
+        """Links with their ends as rows of the loaded keys and memories (DuckDB joins, so no
+        id string is made per link), sorted by memory so the service groups a memory's links
+        with one slice."""
+        links = self.conn.execute(LINKS_WITH_ENDS).fetchnumpy()
         graph.links = LinkColumns(
-            key_id=_canonical(links["key_id"], graph.keys),
-            memory_id=_canonical(links["memory_id"], graph.memories),
+            key_id=keys.ids_at(links["key_row"], links["lost_key"]),
+            memory_id=memories.ids_at(links["memory_row"], links["lost_memory"]),
             weight=np.asarray(links["weight"], dtype=np.float64),
             auto=np.asarray(links["auto"], dtype=bool),
             learned=np.asarray(links["learned"], dtype=bool),
         )
+        graph.link_ends_sound = np.ma.filled(links["same_namespace"], False).astype(bool)
 
     def release_cache(self) -> None:
         """Drop DuckDB's cached table blocks and return freed heap pages to the system.

@@ -206,33 +206,37 @@ def _memory_suspects(loaded: LoadedGraph) -> list[MemoryRecord]:
     return _flagged(memories, ok)
 
 
-def _link_reason(key_namespace: str | None, memory_namespace: str | None) -> str | None:
-    if key_namespace is None or memory_namespace is None:
+def _link_reason(loaded: LoadedGraph, link: LinkRecord) -> str | None:
+    key, memory = loaded.keys.get(link.key_id), loaded.memories.get(link.memory_id)
+    if key is None or memory is None:
         return "its key or memory is missing or quarantined"
-    if key_namespace != memory_namespace:
+    if key.namespace != memory.namespace:
         return "its key and memory are in different namespaces"
-    return None
+    return link_problem(link)
 
 
-def _quarantine_links(loaded: LoadedGraph) -> list[Quarantined]:
+def _quarantine_links(loaded: LoadedGraph, ends_taken: bool) -> list[Quarantined]:
     """Take out the links to a missing end, across namespaces or with a bad weight, checking
-    each column at once and explaining only the rows it takes."""
+    each column at once and explaining only the rows it takes. ``ends_taken``: keys or
+    memories were quarantined, so the ends the file had are checked again."""
     links = loaded.links
-    key_namespace = {k.id: k.namespace for k in loaded.keys.values()}
-    memory_namespace = {m.id: m.namespace for m in loaded.memories.values()}
-    key_ends = [key_namespace.get(k) for k in links.key_id.tolist()]
-    memory_ends = [memory_namespace.get(m) for m in links.memory_id.tolist()]
-    ok = np.fromiter(
-        (k is not None and k == m for k, m in zip(key_ends, memory_ends, strict=True)),
-        dtype=bool,
-        count=len(links),
-    )
     weight = links.weight
-    ok &= np.isfinite(weight) & (weight >= LINK_WEIGHT_MIN) & (weight <= LINK_WEIGHT_MAX)
+    ok = np.isfinite(weight) & (weight >= LINK_WEIGHT_MIN) & (weight <= LINK_WEIGHT_MAX)
+    ok &= loaded.link_ends_sound
+    if ends_taken:
+        keys, memories = loaded.keys, loaded.memories
+        ok &= np.fromiter(
+            (
+                k in keys and m in memories
+                for k, m in zip(links.key_id.tolist(), links.memory_id.tolist(), strict=True)
+            ),
+            dtype=bool,
+            count=len(links),
+        )
     out: list[Quarantined] = []
     for row in np.flatnonzero(~ok).tolist():
         link = links.record(row)
-        why = _link_reason(key_ends[row], memory_ends[row]) or link_problem(link)
+        why = _link_reason(loaded, link)
         if why is None:
             ok[row] = True
         else:
@@ -260,7 +264,7 @@ def quarantine(loaded: LoadedGraph) -> list[Quarantined]:
     for memory_id in sorted(chain_cycles(chains)):
         out.append(Quarantined("memories", memory_id, "its version chain loops (superseded_by)"))
         del loaded.memories[memory_id]
-    out.extend(_quarantine_links(loaded))
+    out.extend(_quarantine_links(loaded, ends_taken=bool(out)))
     return out
 
 
