@@ -341,6 +341,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--memories", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
@@ -378,6 +382,7 @@ def main() -> int:
             print(json.dumps(costs(memories, args.stores)), flush=True)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupted)
     if args.merge:
         rows = [row for path in args.merge for row in json.loads(path.read_text())]
         (args.out / "scale.json").write_text(json.dumps(rows, indent=1))
@@ -389,7 +394,8 @@ def main() -> int:
         row: dict[str, Any] = {"commit": args.commit, "memories": memories}
         try:
             measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls, row)
-        except Exception as exc:  # keep what was measured, say where it stopped
+        except (Exception, KeyboardInterrupt) as exc:  # keep what was measured, and where it
+            # stopped: a run cut short (^C, or SIGTERM: a background job ignores SIGINT)
             row["error"] = f"{type(exc).__name__}: {exc}"
             row["load_average"] = [round(x, 1) for x in os.getloadavg()]
         rows.append(row)
