@@ -17,7 +17,7 @@ a setting may be chosen on, ``held`` the half it is reported on, so a gain that 
 over-fitting shows before the held-out files do. The flat baselines (bm25 with keymem's tokens,
 dense, hybrid, and their ``+keys`` twins when the keys are provided) are computed after the
 services stop, exactly as ``keymem eval`` does, on the same halves. Below the table: failed and
-``degraded`` searches per variant and each variant's median search time.
+``degraded`` searches per variant and each variant's search time (p50 / p95).
 
 Settings that win here must win on several files (no per-dataset switches).
 """
@@ -103,6 +103,8 @@ VARIANTS: dict[str, Variant] = {
     "key_max": Variant(scoring=Scoring(key_agg="max")),
     "seeds3": Variant(scoring=Scoring(seeds=3)),
     "no_fallback": Variant(scoring=Scoring(fallback=False)),
+    # the build before: a query with no lexical evidence gets the key path's pool only
+    "no_widen": Variant(scoring=Scoring(widen_max=0)),
     "key_x2": Variant(fusion=Fusion(key_weight=2.0)),
     "phrases_all_key_x2": Variant(
         scoring=Scoring(phrase_links="all"), fusion=Fusion(key_weight=2.0)
@@ -161,11 +163,17 @@ class Runs:
     def footer(self) -> str:
         failed = {n: e for n, e in self.errors.items() if e}
         slow = {n: d for n, d in self.degraded.items() if d}
-        medians = {n: round(statistics.median(v), 1) for n, v in self.ms.items() if v}
+        spread = {n: _p50_p95(v) for n, v in self.ms.items() if v}
         return (
             f"errors: {failed or 'none'}; degraded replies: {slow or 'none'}\n"
-            f"median search ms (in process, shared box): {medians}"
+            f"search ms p50 / p95 (in process, shared box): {spread}"
         )
+
+
+def _p50_p95(ms: list[float]) -> str:
+    """A variant's search times as "p50 / p95" (one search: both are it)."""
+    cuts = statistics.quantiles(ms, n=20, method="inclusive") if len(ms) > 1 else ms * 19
+    return f"{statistics.median(ms):.1f} / {cuts[18]:.1f}"
 
 
 @dataclass

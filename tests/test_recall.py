@@ -273,3 +273,27 @@ def test_one_agent_key_is_joined_only_by_keys_the_text_names(tmp_path: Path) -> 
         memory = running.memory("read_memory", {"memory_id": saved})["memory"]
         concepts = {k["concept"]: k["auto"] for k in memory["keys"]}
         assert concepts == {"optics": False, "Newton": True}  # no extracted "Cambridge"
+
+
+def test_an_english_question_finds_a_korean_memory_no_key_names(tmp_path: Path) -> None:
+    """No word of the question is in the store and the question's words land on the wrong
+    memories' keys (person → 사람): the small namespace is handed to the reranker whole."""
+    deposit = "임대인은 임대차가 끝나면 임차인에게 보증금을 즉시 반환하여야 한다."
+    others = [
+        "사람은 누구나 법 앞에 평등하다.",
+        "모든 사람은 주거의 자유를 가진다.",
+        "국가는 사람의 건강을 보호하여야 한다.",
+        "회사는 매년 결산을 공고하여야 한다.",
+        "운동 경기의 심판은 공정하여야 한다.",
+    ]
+    with full_stack(tmp_path) as running:
+        gold = running.remember(deposit, ["제3조", "부칙", "개정 2020"], "law")
+        for text in others:
+            saved = running.memory("remember", {"content": text, "namespace": "law"})
+            running.last_seq = int(saved["seq"])
+        result = running.search(
+            "When must a landlord give the deposit back to the person renting?", "law", top_k=3
+        )
+        assert result["degraded"] == {}
+        assert {k["match_type"] for k in result["keys"]} <= {"semantic", "phrase"}
+        assert ranked(result)[0] == gold

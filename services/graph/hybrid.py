@@ -18,7 +18,11 @@ themselves (the router reranks the pool and decides what to show):
    weight for one step), ``key_link`` / ``hop_link`` the share of an agent's link the
    evidence came through, ``hop_from`` the memory the hop stepped from (the router lifts a
    hop at most to just below it);
-4. fallback — when none of that found anything, the members of the nearest keys below the
+4. widening — when the query's lexical legs found nothing in the store (no BM25 hit, no
+   literally named key: a question in another script, a paraphrase), every active memory of a
+   namespace small enough for the reranker to score within the search's budget joins the pool
+   with no evidence but the reranker's (``_unlexical_members``, ``WIDEN_MAX_MEMORIES``);
+   otherwise, when nothing matched at all, the members of the nearest keys below the
    threshold, for the reranker to judge (``_nearest_key_members``);
 5. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
    the recall threshold, or BM25 evidence), so an unrelated query can abstain.
@@ -62,6 +66,15 @@ KEY_AGGREGATES = ("sum", "max")
 # auto-keys' (word-level keys extracted from text, for word-level matches), or "all".
 PHRASE_LINKS = ("auto", "all")
 PHRASE_KEYS_DEFAULT = 2  # nearest concept keys per query phrase
+# The most memories a namespace may hold for a query with no lexical evidence to be handed to
+# the reranker whole. A widened memory costs a search ~0.4 ms (its cached head's cosine, warmed
+# at write time, plus its candidate row; koblex's 652 statutes: p50 97 -> 354 ms, in process on
+# a loaded 2-core box), so 1,000 cost ~400 ms, a fifth of the hook's 2,000 ms deadline; a
+# larger namespace keeps the key path's pool.
+WIDEN_MAX_MEMORIES = 1_000
+# Key matches the query's text names (its word is the key's concept or alias): lexical
+# evidence, unlike a ``semantic`` or per-word ``phrase`` match through a vector.
+NAMED_MATCHES = frozenset({"concept", "alias"})
 # What a request says; how it is scored is the service's ``Scoring``.
 RECALL_FIELDS = (
     "namespace",
@@ -90,6 +103,8 @@ class Scoring:
     * ``auto_hops`` — whether a step between two auto-keys' links is a hop.
     * ``named_hops`` — the seed also steps through the keys its text names.
     * ``fallback`` — when nothing matched, the members of the nearest keys below the threshold.
+    * ``widen_max`` — a namespace of at most this many memories is handed whole to the
+      reranker when the query's lexical legs found nothing (0: never).
     """
 
     seeds: int = SEEDS_DEFAULT
@@ -99,6 +114,7 @@ class Scoring:
     auto_hops: bool = False
     named_hops: bool = True
     fallback: bool = True
+    widen_max: int = WIDEN_MAX_MEMORIES
 
 
 def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
@@ -236,9 +252,14 @@ def recall_candidates(
     # RRF ties whenever two lists swap ranks; the graph's own evidence breaks them.
     ranked = sorted(total, key=lambda m: (-total[m], -key_path.get(m, 0.0), m))[:pool]
     near: dict[str, float] = {}
-    if not ranked and scoring.fallback:
+    widened: list[str] = []
+    if not active_bm25 and not any(k["match_type"] in NAMED_MATCHES for k in keys):
+        widened = _unlexical_members(state, namespace, set(ranked), scoring.widen_max, now)
+    if not ranked and not widened and scoring.fallback:
         near = _nearest_key_members(state, buffer, thresholds, match_body, pool, now)
         ranked = list(near)
+    widened_ids = set(widened)
+    ranked += widened
 
     candidates = []
     for memory_id in ranked:
@@ -270,6 +291,7 @@ def recall_candidates(
                     "hop_link": round(hop_link.get(memory_id, 0.0), SCORE_DIGITS),
                     "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
                     "near_key": near.get(memory_id),
+                    "widened": memory_id in widened_ids,
                 },
                 "matched_keys": via_keys.get(memory_id, []),
             }
@@ -281,6 +303,31 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
+
+
+def _unlexical_members(
+    state: GraphState, namespace: str, pooled: set[str], most: int, now: float
+) -> list[str]:
+    """The namespace's other active memories, when it holds at most ``most``: candidates for
+    a query whose lexical legs found nothing in the store.
+
+    Memories carry no vectors, so what the graph hands the reranker is all the dense judge
+    sees; for a question in another script than the store the key path is per-word guesses
+    (koblex_crosslingual: "Person A" → 사람, 34 statutes), whose pool held the gold for at
+    most 0.611 of the questions' top 10; with the whole namespace the blend's recall@10 rose
+    0.478 → 0.524 (docs/history/recall-crosslingual-2026-12-02.md). These candidates carry no
+    graph evidence (``widened``): the reranker's relevance is all that places them, and the
+    anchor says what it says without them.
+    """
+    table = state.dedup.get(namespace, {})
+    if not most or len(table) > most:
+        return []
+    members = []
+    for memory_id in table.values():
+        memory = state.memories.get(memory_id)
+        if memory_id not in pooled and memory is not None and memory.active(now):
+            members.append(memory_id)
+    return sorted(members)
 
 
 def _nearest_key_members(

@@ -209,10 +209,12 @@ def subject_of(content: str, keys: list[dict[str, Any]]) -> str | None:
 def crosses_scripts(prompt: str, candidate: dict[str, Any], keys: list[dict[str, Any]]) -> bool:
     """The prompt and the memory share no script, and the graph reached the memory through
     meaning: a key the prompt's own words landed on across languages (a ``phrase`` match), or
-    one of the keys nearest the prompt's vector (the search's ``near_key`` fallback)."""
+    one of the keys nearest the prompt's vector (the search's ``near_key`` fallback), or the
+    whole small namespace the graph widened the pool to (``widened``)."""
     if scripts_of(prompt) & scripts_of(candidate["content"]):
         return False
-    if (candidate.get("components") or {}).get("near_key"):
+    components = candidate.get("components") or {}
+    if components.get("near_key") or components.get("widened"):
         return True
     crossing = {k["key_id"] for k in keys if k.get("match_type") in CROSS_SCRIPT_MATCHES}
     return not crossing.isdisjoint(candidate.get("matched_keys") or [])
