@@ -326,8 +326,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             points = [(r["memories"], _figure(read, r)) for r in run]
             shown = [(size, value) for size, value in points if value is not None]
             ax.plot(*zip(*shown, strict=True), marker="o", label=commit or None)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        if ax.has_data():  # a run cut short has no value for the later figures
+            ax.set_xscale("log")
+            ax.set_yscale("log")
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("memories")
         ax.set_ylabel(unit)
