@@ -275,6 +275,8 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("MCP remember_batch 100 /s", "/s", lambda r: r["mcp"]["remember_batch_100_per_s"]),
     ("lexicon query p50 ms", "ms", lambda r: r["lexicon_query"]["p50_ms"]),
     ("lexicon restart s", "s", lambda r: r["lexicon_restart_s"]),
+    ("first keymem up s", "s", lambda r: r["first_up_s"]),
+    ("lexicon first index s", "s", lambda r: r["lexicon_first_index_s"]),
     ("keymem up s", "s", lambda r: r["up_s"]),
     ("up to lexicon ready s", "s", lambda r: r["up_to_lexicon_ready_s"]),
     ("RSS total MB", "MB", lambda r: r["memory"]["rss_total_mb"]),
