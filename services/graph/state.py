@@ -12,6 +12,7 @@ import itertools
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +54,16 @@ def _runs(column: np.ndarray) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
+@dataclass(slots=True)
+class NamespaceTally:
+    """A namespace's sizes, kept in step with every mutation so that counting them and
+    paging one namespace never walk the other memories."""
+
+    ids: set[str] = field(default_factory=set)  # every version
+    current: int = 0  # versions not superseded (expired ones included until swept)
+    links: int = 0
+
+
 class GraphState:
     def __init__(self, loaded: LoadedGraph, hub_min_links: int) -> None:
         self.hub_min_links = hub_min_links  # a key with this many active memories is a hub
@@ -77,6 +88,7 @@ class GraphState:
         self.ttl_heap: list[tuple[float, str]] = []
         # memory id -> memories whose related_to names it (kept loosely: readers re-check)
         self.related_by: dict[str, set[str]] = defaultdict(set)
+        self.tallies: dict[str, NamespaceTally] = defaultdict(NamespaceTally)
         self.changes = Changes()
         # key id -> its strongest links, weight-descending (hub expansion reads these often)
         self._strongest: dict[str, list[LinkRecord]] = {}
@@ -86,6 +98,7 @@ class GraphState:
         for start, end in _runs(loaded.links.memory_id):
             group = links[start:end]
             self.mem_links[group[0].memory_id] = {link.key_id: link for link in group}
+            self.tallies[self.memories[group[0].memory_id].namespace].links += end - start
         key_links = self.key_links
         for link in links:
             key_links[link.key_id][link.memory_id] = link
@@ -103,6 +116,9 @@ class GraphState:
             self.indexes[namespace] = index
             self._share_vectors(index, index.ids)
         for memory in self.memories.values():
+            tally = self.tallies[memory.namespace]
+            tally.ids.add(memory.id)
+            tally.current += memory.superseded_by is None
             if memory.expires_at is not None:
                 self.ttl_heap.append((memory.expires_at, memory.id))
             for related_id in memory.related_to:
@@ -149,9 +165,46 @@ class GraphState:
             self._strongest[key_id] = cached
         return cached[:count]
 
+    # -- sizes -----------------------------------------------------------------------------
+    def expired_current(self, now: float) -> Counter[str]:
+        """Per namespace, the unsuperseded memories past their expiry that the sweep has not
+        deleted yet. Only the heap's entries due by ``now`` are visited (a subtree whose root
+        is later holds nothing due), and the sweep keeps those few."""
+        heap, found, seen = self.ttl_heap, Counter[str](), set[str]()
+        stack = [0] if heap else []
+        while stack:
+            position = stack.pop()
+            if position >= len(heap) or heap[position][0] > now:
+                continue
+            expires_at, memory_id = heap[position]
+            memory = self.memories.get(memory_id)
+            if (
+                memory is not None
+                and memory.expires_at == expires_at
+                and memory.superseded_by is None
+                and memory_id not in seen
+            ):
+                seen.add(memory_id)
+                found[memory.namespace] += 1
+            stack += (2 * position + 1, 2 * position + 2)
+        return found
+
+    def namespace_ids(self, namespace: str) -> set[str]:
+        """Every version's id in ``namespace`` (the set itself: do not change it)."""
+        tally = self.tallies.get(namespace)
+        return tally.ids if tally is not None else set()
+
+    def active_in(self, namespace: str, now: float) -> int:
+        tally = self.tallies.get(namespace)
+        current = tally.current if tally is not None else 0
+        return current - self.expired_current(now)[namespace]
+
     # -- memories --------------------------------------------------------------------------
     def add_memory(self, memory: MemoryRecord) -> None:
         self.memories[memory.id] = memory
+        tally = self.tallies[memory.namespace]
+        tally.ids.add(memory.id)
+        tally.current += memory.superseded_by is None
         self.index_content(memory)
         if memory.expires_at is not None:
             heapq.heappush(self.ttl_heap, (memory.expires_at, memory.id))
@@ -176,6 +229,7 @@ class GraphState:
         for key_id, link in self.mem_links.get(memory.id, {}).items():
             if not link.learned:
                 self.active_count[key_id] -= 1
+        self.tallies[memory.namespace].current -= 1
         self.changes.delete_event(memory)
 
     def delete_memory(self, memory: MemoryRecord, now: float) -> list[str]:
@@ -187,8 +241,15 @@ class GraphState:
             if table.get(norm) == memory.id:
                 del table[norm]
             self.changes.delete_event(memory)
+        tally = self.tallies[memory.namespace]
+        tally.ids.discard(memory.id)
+        tally.current -= was_active
+        links = self.mem_links.pop(memory.id, {})
+        tally.links -= len(links)
+        if not tally.ids:
+            del self.tallies[memory.namespace]
         orphaned: list[str] = []
-        for key_id, link in self.mem_links.pop(memory.id, {}).items():
+        for key_id, link in links.items():
             self._strongest.pop(key_id, None)
             if was_active and not link.learned:
                 self.active_count[key_id] -= 1
@@ -224,6 +285,7 @@ class GraphState:
         memories = self.memories
         for memory_id, link in links.items():
             self.mem_links[memory_id].pop(key_id, None)
+            self.tallies[memories[memory_id].namespace].links -= 1
             if memories[memory_id].superseded_by is None and not link.learned:
                 self.active_count[key_id] -= 1
         return list(links.values())
@@ -299,7 +361,9 @@ class GraphState:
         self._strongest.pop(key_id, None)
         self.key_links[key_id][memory_id] = record
         self.mem_links[memory_id][key_id] = record
-        if self.memories[memory_id].superseded_by is None and not learned:
+        memory = self.memories[memory_id]
+        self.tallies[memory.namespace].links += 1
+        if memory.superseded_by is None and not learned:
             self.active_count[key_id] += 1
         self.changes.add_link(record)
 

@@ -159,12 +159,10 @@ def browse_keys(state: GraphState, raw: Any) -> dict[str, Any]:
             continue
         rows.append((count >= state.hub_min_links, count, state.keys[key_id].concept, key_id))
     rows.sort(key=lambda r: (not r[0], -r[1], r[2]))
-    now = time.time()
-    active = sum(1 for m in state.memories.values() if m.namespace == namespace and m.active(now))
     return {
         "status": "ok" if rows else "empty_namespace",
         "namespace": namespace,
-        "memory_count": active,
+        "memory_count": state.active_in(namespace, time.time()),
         "key_count": len(rows),
         "keys": [key_view(state, state.keys[r[3]]) for r in rows[offset : offset + limit]],
         "next_offset": offset + limit if offset + limit < len(rows) else None,
@@ -230,43 +228,45 @@ VECTOR_ITEM_BYTES = 4  # float32
 
 
 def counts(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
-    """Per-namespace sizes; with ``detail``, also hubs, stale memories and the bytes stored
-    (every version's text and every key's vector), which cost a pass over each memory."""
+    """Per-namespace sizes, read from the tallies the state keeps (a step per namespace, not
+    per memory); ``detail`` adds hubs, stale memories and the bytes stored (every version's
+    text and every key's vector), which walk each memory and key of the namespaces shown."""
     body = body_of(raw)
     namespace = namespace_filter(body)
     detail = opt_bool(body, "detail", False)
     fields = COUNT_FIELDS + (DETAIL_FIELDS if detail else ())
+    expired = state.expired_current(now)
+    names = [namespace] if namespace is not None else sorted(state.tallies.keys() | state.indexes)
     per_namespace: dict[str, dict[str, int]] = {}
-
-    def row_of(ns: str) -> dict[str, int]:
-        return per_namespace.setdefault(ns, dict.fromkeys(fields, 0))
-
-    for memory in state.memories.values():
-        row = row_of(memory.namespace)
-        row["versions"] += 1
-        active = memory.active(now)
-        if active:
-            row["memories"] += 1
-        row["links"] += len(state.mem_links.get(memory.id, {}))
+    for ns in names:
+        row = dict.fromkeys(fields, 0)
+        tally = state.tallies.get(ns)
+        if tally is not None:
+            row["versions"] = len(tally.ids)
+            row["memories"] = tally.current - expired[ns]
+            row["links"] = tally.links
+        index = state.indexes.get(ns)
+        row["keys"] = len(index) if index is not None else 0
         if detail:
-            row["bytes"] += len(memory.content.encode())
-            if active and status_of(freshness(memory, now)) == "stale":
-                row["stale"] += 1
-    for ns, index in state.indexes.items():
-        row = row_of(ns)
-        row["keys"] = len(index)
-        if detail:
-            row["bytes"] += len(index) * (state.dim or 0) * VECTOR_ITEM_BYTES
-            row["hubs"] = sum(
-                1
-                for key_id in index.ids
-                if state.active_count.get(key_id, 0) >= state.hub_min_links
-            )
-    per_namespace = {ns: row for ns, row in per_namespace.items() if any(row.values())}
-    if namespace is not None:
-        per_namespace = {namespace: per_namespace.get(namespace, dict.fromkeys(fields, 0))}
+            _add_detail(state, ns, row, now)
+        if namespace is not None or any(row.values()):
+            per_namespace[ns] = row
     totals = {name: sum(row[name] for row in per_namespace.values()) for name in fields}
     return {**totals, "namespaces": per_namespace, "seq": state.head_seq, "epoch": state.epoch}
+
+
+def _add_detail(state: GraphState, namespace: str, row: dict[str, int], now: float) -> None:
+    for memory_id in state.namespace_ids(namespace):
+        memory = state.memories[memory_id]
+        row["bytes"] += len(memory.content.encode())
+        if memory.active(now) and status_of(freshness(memory, now)) == "stale":
+            row["stale"] += 1
+    index = state.indexes.get(namespace)
+    if index is not None:
+        row["bytes"] += len(index) * (state.dim or 0) * VECTOR_ITEM_BYTES
+        row["hubs"] = sum(
+            1 for key_id in index.ids if state.active_count.get(key_id, 0) >= state.hub_min_links
+        )
 
 
 def list_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
@@ -278,10 +278,11 @@ def list_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     limit = opt_int(body, "limit", 20, 1, LIST_MAX_LIMIT)
     offset = opt_int(body, "offset", 0, 0, 10_000_000)
     max_chars = opt_int(body, "max_chars", LIST_PREVIEW_CHARS, 1, CONTENT_MAX_CHARS)
+    memories = state.memories
     chosen = [
-        m
-        for m in state.memories.values()
-        if m.namespace == namespace and (include_inactive or m.active(now))
+        memories[memory_id]
+        for memory_id in state.namespace_ids(namespace)
+        if include_inactive or memories[memory_id].active(now)
     ]
     page = heapq.nlargest(offset + limit, chosen, key=lambda m: (m.created_at, m.id))[offset:]
     rows = []

@@ -465,7 +465,7 @@ def sweep_expired(state: GraphState, now: float) -> int:
 def drop_namespace(state: GraphState, namespace: str, now: float) -> dict[str, Any]:
     """Delete every memory (every version) and every key of one namespace; other namespaces
     are untouched (links and related_to never cross a namespace)."""
-    victims = [m for m in state.memories.values() if m.namespace == namespace]
+    victims = [state.memories[memory_id] for memory_id in state.namespace_ids(namespace)]
     active = sum(1 for m in victims if m.active(now))
     keys_before = sum(1 for k in state.keys.values() if k.namespace == namespace)
     for memory in victims:
