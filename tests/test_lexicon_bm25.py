@@ -392,3 +392,31 @@ def test_index_loaded_from_cache_takes_writes_like_the_original(
     assert {d: restored.namespaces["even"].terms_of(d) for d in restored.ids("even")} == {
         d: original.namespaces["even"].terms_of(d) for d in original.ids("even")
     }
+
+
+def test_save_after_writes_keeps_counts_wider_than_the_cached_ones(tmp_path: Path) -> None:
+    """A cache stores counts as u8 when they fit; a later write with a count past 255 and
+    new terms, saved and loaded again, must still score as BM25 over the live documents."""
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(40)]
+    corpus = {f"m{i:03d}": [rng.choice(words) for _ in range(rng.randint(1, 6))] for i in range(60)}
+    lexicon = LexiconIndex()
+    for doc_id, tokens in corpus.items():
+        lexicon.upsert(doc_id, "ns", text_digest(" ".join(tokens)), Counter(tokens))
+    first = tmp_path / "first.cache"
+    cache.save(first, lexicon, tokenizer="t1", epoch="e1", seq=1)
+    restored = LexiconIndex()
+    cache.load(first, restored, tokenizer="t1")
+    corpus["m001"] = ["w1"] * 300 + ["fresh"]
+    corpus["n999"] = ["w2", "w2", "novel"]
+    del corpus["m002"]
+    restored.upsert("m001", "ns", text_digest("long"), Counter(corpus["m001"]))
+    restored.upsert("n999", "ns", text_digest("new"), Counter(corpus["n999"]))
+    restored.remove("m002")
+    second = tmp_path / "second.cache"
+    cache.save(second, restored, tokenizer="t1", epoch="e1", seq=2)
+    again = LexiconIndex()
+    cache.load(second, again, tokenizer="t1")
+    ids = sorted(corpus)
+    for query in (["w1"], ["w2", "novel"], ["fresh", "w1", "w3"]):
+        assert_matches_reference(again.namespaces["ns"], ids, [corpus[d] for d in ids], query)
