@@ -336,8 +336,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylabel(unit)
     for ax in list(axes.flat)[count:]:
         ax.axis("off")
-    if len(runs) > 1:
-        axes.flat[0].legend(title="commit", fontsize=8)
+    if len(runs) > 1:  # every commit's line, whichever panels it reached
+        seen = {
+            label: handle
+            for ax in axes.flat
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
+        }
+        fig.legend(list(seen.values()), list(seen), title="commit", loc="lower right")
     fig.suptitle("keymem on one 2-core machine (shared, loaded): figures against store size")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
