@@ -64,6 +64,7 @@ import matplotlib.pyplot as plt  # after the backend is chosen
 
 UP_TIMEOUT_S = "1800"
 MCP_BATCH = 100
+MCP_STDERR_TAIL_CHARS = 2_000
 LEXICON_QUERIES = 300
 POLL_S = 0.05
 WARM_TIMEOUT_MS = 60_000  # a large store's first search of a query builds its pools
@@ -133,25 +134,47 @@ async def _mcp(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, 
         for _ in range(calls + MCP_BATCH * 3)
     ]
     with tempfile.TemporaryFile("w+") as errlog:
-        async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
+        try:
+            return await _mcp_session(params, queries, items, calls, errlog)
+        except Exception as exc:  # the SDK's task group wraps it; its stderr says why
+            errlog.seek(0)
+            tail = errlog.read()[-MCP_STDERR_TAIL_CHARS:].strip()
+            raise RuntimeError(f"{_cause(exc)}; keymem mcp's stderr: {tail or 'empty'}") from exc
 
-            async def timed(tool: str, args: dict[str, Any]) -> float:
-                started = time.perf_counter()
-                result = await mcp.call_tool(tool, args)
-                if result.is_error:
-                    raise RuntimeError(f"{tool}: {result.content}")
-                return time.perf_counter() - started
 
-            await timed("recall", {"query": queries[0]["text"]})  # the session's first call
-            recall = [
-                await timed("recall", {"query": q["text"], "namespace": q["namespace"]})
-                for q in queries
-            ]
-            remember = [await timed("remember", item) for item in items[:calls]]
-            batches = [
-                await timed("remember_batch", {"items": items[calls + i : calls + i + MCP_BATCH]})
-                for i in range(0, MCP_BATCH * 3, MCP_BATCH)
-            ]
+def _cause(exc: BaseException) -> str:
+    """The innermost errors of ``exc`` (an ExceptionGroup names only how many it holds)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_cause(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _mcp_session(
+    params: StdioServerParameters,
+    queries: list[dict[str, Any]],
+    items: list[dict[str, Any]],
+    calls: int,
+    errlog: Any,
+) -> dict[str, Any]:
+    async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
+
+        async def timed(tool: str, args: dict[str, Any]) -> float:
+            started = time.perf_counter()
+            result = await mcp.call_tool(tool, args)
+            if result.is_error:
+                raise RuntimeError(f"{tool}: {result.content}")
+            return time.perf_counter() - started
+
+        await timed("recall", {"query": queries[0]["text"]})  # the session's first call
+        recall = [
+            await timed("recall", {"query": q["text"], "namespace": q["namespace"]})
+            for q in queries
+        ]
+        remember = [await timed("remember", item) for item in items[:calls]]
+        batches = [
+            await timed("remember_batch", {"items": items[calls + i : calls + i + MCP_BATCH]})
+            for i in range(0, MCP_BATCH * 3, MCP_BATCH)
+        ]
     return {
         "recall": {"p50_ms": _pct([s * 1000 for s in recall], 50)},
         "remember_1_client_per_s": round(len(remember) / sum(remember), 1),
@@ -201,7 +224,10 @@ def measure(
             report["lexicon_query"] = _lexicon_queries(client, queries)
         report["memory"] = memory_mb(deployment)
         report["hook"] = _hook(deployment.home, deployment.env, queries, hook_runs)["hook"]
-        report["mcp"] = asyncio.run(_mcp(deployment, data, mcp_calls))
+        try:  # the lexicon's restart and `up` after `down` do not depend on it
+            report["mcp"] = asyncio.run(_mcp(deployment, data, mcp_calls))
+        except RuntimeError as exc:
+            report["mcp_error"] = str(exc)
         with Client(endpoints.frontend) as client:
             report["lexicon_restart_s"] = lexicon_restart(client, built["memories"])
         deployment.keymem("down")
@@ -310,6 +336,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"\n{r['memories']:,} at {r['commit']}: RSS/PSS MB per process: {per}; "
             f"load average {r.get('load_average_start')} at the start, {r['load_average']} at "
             f"the end; {r.get('error', 'complete')}"
+            + (f"; MCP step: {r['mcp_error']}" if "mcp_error" in r else "")
         )
     return "\n".join(lines)
 
@@ -404,7 +431,7 @@ def main() -> int:
             measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls, row)
         except (Exception, KeyboardInterrupt) as exc:  # keep what was measured, and where it
             # stopped: a run cut short (^C, or SIGTERM: a background job ignores SIGINT)
-            row["error"] = f"{type(exc).__name__}: {exc}"
+            row["error"] = _cause(exc)
             row["load_average"] = [round(x, 1) for x in os.getloadavg()]
         rows.append(row)
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
