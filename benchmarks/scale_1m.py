@@ -68,6 +68,8 @@ MCP_STDERR_TAIL_CHARS = 2_000
 LEXICON_QUERIES = 300
 POLL_S = 0.05
 WARM_TIMEOUT_MS = 60_000  # a large store's first search of a query builds its pools
+# The graph's first write builds its content-dedup table over every memory (~30 s at 1M).
+FIRST_WRITE_TIMEOUT_MS = 300_000
 INDEX_GIVE_UP_S = 1_800.0
 CHECKPOINT_WRITES = 60
 SCAN_ROUNDS = 20
@@ -190,6 +192,15 @@ def _key_index_log(home: Path) -> list[str]:
     return [line for line in lines if "key index" in line]
 
 
+def _first_remember(client: Client, data: Synthetic) -> float:
+    """Seconds of the deployment's first durable write, outside the MCP step: it pays for the
+    graph's dedup table (built on first use), which a tool's 20 s deadline may not cover."""
+    item = {k: v for k, v in data.item().items() if k != "key_vectors"}
+    started = time.perf_counter()
+    client.call("memory", "remember", item, timeout_ms=FIRST_WRITE_TIMEOUT_MS)
+    return round(time.perf_counter() - started, 2)
+
+
 def _up(deployment: BenchHome) -> float:
     started = time.perf_counter()
     deployment.keymem("up", "--timeout", UP_TIMEOUT_S)
@@ -222,6 +233,7 @@ def measure(
             report["key_index_at_search"] = _key_index_log(deployment.home)
             report["search"] = _search_loop(client, queries, seconds, rerank=True)
             report["lexicon_query"] = _lexicon_queries(client, queries)
+            report["first_remember_s"] = _first_remember(client, data)
         report["memory"] = memory_mb(deployment)
         report["hook"] = _hook(deployment.home, deployment.env, queries, hook_runs)["hook"]
         try:  # the lexicon's restart and `up` after `down` do not depend on it
@@ -300,6 +312,7 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("MCP remember, 1 client /s", "/s", lambda r: r["mcp"]["remember_1_client_per_s"]),
     ("MCP remember_batch 100 /s", "/s", lambda r: r["mcp"]["remember_batch_100_per_s"]),
     ("lexicon query p50 ms", "ms", lambda r: r["lexicon_query"]["p50_ms"]),
+    ("first remember s", "s", lambda r: r["first_remember_s"]),
     ("lexicon restart s", "s", lambda r: r["lexicon_restart_s"]),
     ("first keymem up s", "s", lambda r: r["first_up_s"]),
     ("lexicon first index s", "s", lambda r: r["lexicon_first_index_s"]),
