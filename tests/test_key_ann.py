@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -273,3 +275,20 @@ def test_an_index_that_cannot_be_saved_still_serves(
         finally:
             graph.close()
     assert "not saved" in caplog.text
+
+
+def test_the_index_and_the_onnx_runtime_live_in_one_process() -> None:
+    # In-process evals and this suite hold the graph and an ONNX embedder in one process;
+    # onnxruntime imported after usearch used to kill it (SIGSEGV) at import.
+    pytest.importorskip("onnxruntime")
+    script = (
+        "from keymem.services.graph.keyann import HnswKeys\n"
+        "keys = HnswKeys(8)\n"
+        "import onnxruntime\n"
+        "print(len(keys), onnxruntime.get_device())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[0] == "0"

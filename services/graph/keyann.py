@@ -21,7 +21,10 @@ served exactly; writes meanwhile are queued and applied when the index is handed
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -31,10 +34,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from usearch.index import BatchMatches, Index
+
+if TYPE_CHECKING:
+    from usearch.index import Index
 
 log = logging.getLogger("keymem.graph.keyann")
 
@@ -55,6 +61,17 @@ CATCH_UP_MAX_SHARE = 0.5
 CHECKSUM_CHUNK_BYTES = 1 << 24
 WORD_HALVES = 4
 BACKGROUND_NICE = 10  # the build shares the box with the serving loop: it yields first
+
+
+@functools.cache
+def _usearch() -> ModuleType:
+    """``usearch.index``, imported when a namespace first needs an index, and after
+    onnxruntime where that is installed: onnxruntime 1.32 imported after usearch 2.26 in one
+    process dies in its C++ start-up (SIGSEGV in libstdc++'s codecvt; the other order works).
+    The services run in separate processes, but tests and in-process evals hold both."""
+    if importlib.util.find_spec("onnxruntime") is not None:
+        importlib.import_module("onnxruntime")
+    return importlib.import_module("usearch.index")
 
 
 def _library() -> str:
@@ -95,7 +112,7 @@ class HnswKeys:
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
-        self.index = Index(
+        self.index: Index = _usearch().Index(
             ndim=dim,
             metric="ip",
             dtype=VECTOR_DTYPE,
@@ -140,7 +157,7 @@ class HnswKeys:
         matches = self.index.search(vectors, count, threads=1)
         rows = (
             zip(matches.keys, matches.counts.tolist(), strict=True)
-            if isinstance(matches, BatchMatches)
+            if isinstance(matches, _usearch().BatchMatches)
             else [(matches.keys, len(matches.keys))]  # usearch answers one row unbatched
         )
         key_of = self.key_of
