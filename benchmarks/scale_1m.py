@@ -126,7 +126,8 @@ def lexicon_restart(client: Client, memories: int) -> float:
     return round(lexicon_serving(client, memories, old_pid), 2)
 
 
-async def _mcp(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
+async def _mcp(deployment: BenchHome, data: Synthetic, calls: int, out: dict[str, Any]) -> None:
+    """The MCP figures into ``out``, each as soon as it is measured (a later tool may fail)."""
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "keymem.services.cli", "mcp"], env=deployment.env
     )
@@ -137,7 +138,7 @@ async def _mcp(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, 
     ]
     with tempfile.TemporaryFile("w+") as errlog:
         try:
-            return await _mcp_session(params, queries, items, calls, errlog)
+            await _mcp_session(params, queries, items, calls, errlog, out)
         except Exception as exc:  # the SDK's task group wraps it; its stderr says why
             errlog.seek(0)
             tail = errlog.read()[-MCP_STDERR_TAIL_CHARS:].strip()
@@ -157,7 +158,8 @@ async def _mcp_session(
     items: list[dict[str, Any]],
     calls: int,
     errlog: Any,
-) -> dict[str, Any]:
+    out: dict[str, Any],
+) -> None:
     async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
 
         async def timed(tool: str, args: dict[str, Any]) -> float:
@@ -172,17 +174,15 @@ async def _mcp_session(
             await timed("recall", {"query": q["text"], "namespace": q["namespace"]})
             for q in queries
         ]
+        out["recall"] = {"p50_ms": _pct([s * 1000 for s in recall], 50)}
         remember = [await timed("remember", item) for item in items[:calls]]
+        out["remember_1_client_per_s"] = round(len(remember) / sum(remember), 1)
+        out["remember_p50_ms"] = _pct([s * 1000 for s in remember], 50)
         batches = [
             await timed("remember_batch", {"items": items[calls + i : calls + i + MCP_BATCH]})
             for i in range(0, MCP_BATCH * 3, MCP_BATCH)
         ]
-    return {
-        "recall": {"p50_ms": _pct([s * 1000 for s in recall], 50)},
-        "remember_1_client_per_s": round(len(remember) / sum(remember), 1),
-        "remember_p50_ms": _pct([s * 1000 for s in remember], 50),
-        "remember_batch_100_per_s": round(MCP_BATCH * len(batches) / sum(batches), 1),
-    }
+        out["remember_batch_100_per_s"] = round(MCP_BATCH * len(batches) / sum(batches), 1)
 
 
 def _key_index_log(home: Path) -> list[str]:
@@ -236,8 +236,9 @@ def measure(
             report["first_remember_s"] = _first_remember(client, data)
         report["memory"] = memory_mb(deployment)
         report["hook"] = _hook(deployment.home, deployment.env, queries, hook_runs)["hook"]
+        report["mcp"] = {}
         try:  # the lexicon's restart and `up` after `down` do not depend on it
-            report["mcp"] = asyncio.run(_mcp(deployment, data, mcp_calls))
+            asyncio.run(_mcp(deployment, data, mcp_calls, report["mcp"]))
         except RuntimeError as exc:
             report["mcp_error"] = str(exc)
         with Client(endpoints.frontend) as client:
