@@ -319,11 +319,11 @@ def _unlexical_members(
     graph evidence (``widened``): the reranker's relevance is all that places them, and the
     anchor says what it says without them.
     """
-    table = state.dedup.get(namespace, {})
-    if not most or len(table) > most:
+    ids = state.namespace_ids(namespace)
+    if not most or state.active_in(namespace, now) > most:
         return []
     members = []
-    for memory_id in table.values():
+    for memory_id in ids:
         memory = state.memories.get(memory_id)
         if memory_id not in pooled and memory is not None and memory.active(now):
             members.append(memory_id)
