@@ -361,6 +361,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         commit: sorted((r for r in rows if r["commit"] == commit), key=lambda r: r["memories"])
         for commit in dict.fromkeys(r["commit"] for r in rows)
     }
+    colour = {commit: f"C{i}" for i, commit in enumerate(runs)}  # one per commit in every panel
     columns = 4
     count = len(FIGURES)
     fig, axes = plt.subplots(-(-count // columns), columns, figsize=(16, 12))
@@ -368,7 +369,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         for commit, run in runs.items():
             points = [(r["memories"], _figure(read, r)) for r in run]
             shown = [(size, value) for size, value in points if value is not None]
-            ax.plot(*zip(*shown, strict=True), marker="o", label=commit or None)
+            ax.plot(
+                *zip(*shown, strict=True), marker="o", label=commit or None, color=colour[commit]
+            )
         if ax.has_data():  # a run cut short has no value for the later figures
             ax.set_xscale("log")
             ax.set_yscale("log")
