@@ -9,9 +9,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from mcp import Client as McpClient
 
 CLI_TIMEOUT_S = 1_800
 DOWN_TIMEOUT_S = 120
@@ -54,3 +58,12 @@ def bench_home(prefix: str) -> Iterator[BenchHome]:
             timeout=DOWN_TIMEOUT_S,
         )
         shutil.rmtree(home, ignore_errors=True)
+
+
+async def timed_tool(mcp: McpClient, tool: str, args: dict[str, Any]) -> float:
+    """Seconds one MCP tool call took; a tool error ends the measurement."""
+    started = time.perf_counter()
+    result = await mcp.call_tool(tool, args)
+    if result.is_error:
+        raise RuntimeError(f"{tool}: {result.content}")
+    return time.perf_counter() - started

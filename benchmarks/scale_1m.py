@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -46,7 +47,7 @@ from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from threadpoolctl import threadpool_limits
 
-from benchmarks.deployment import BenchHome, bench_home
+from benchmarks.deployment import BenchHome, bench_home, timed_tool
 from benchmarks.footprint import memory_mb
 from benchmarks.graph_bench import DIM, Synthetic, vocabulary_size
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop
@@ -161,13 +162,7 @@ async def _mcp_session(
     out: dict[str, Any],
 ) -> None:
     async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
-
-        async def timed(tool: str, args: dict[str, Any]) -> float:
-            started = time.perf_counter()
-            result = await mcp.call_tool(tool, args)
-            if result.is_error:
-                raise RuntimeError(f"{tool}: {result.content}")
-            return time.perf_counter() - started
+        timed = functools.partial(timed_tool, mcp)
 
         await timed("recall", {"query": queries[0]["text"]})  # the session's first call
         recall = [

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -48,7 +49,7 @@ import psutil
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from benchmarks.deployment import BenchHome, bench_home
+from benchmarks.deployment import BenchHome, bench_home, timed_tool
 from benchmarks.footprint import deployment_processes
 from benchmarks.graph_bench import Synthetic
 from benchmarks.recall_bench import _wait_indexed
@@ -121,13 +122,7 @@ async def _measure_mcp(
     ]
     with tempfile.TemporaryFile("w+") as errlog:
         async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
-
-            async def timed(tool: str, args: dict[str, Any]) -> float:
-                started = time.perf_counter()
-                result = await mcp.call_tool(tool, args)
-                if result.is_error:
-                    raise RuntimeError(f"{tool}: {result.content}")
-                return time.perf_counter() - started
+            timed = functools.partial(timed_tool, mcp)
 
             await timed("remember", items.pop())  # the session's and the dedup index's first
             server = next(

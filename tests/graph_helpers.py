@@ -35,3 +35,13 @@ def key_id_of(graph: GraphService, concept: str, namespace: str = "default") -> 
 def active_ids(graph: GraphService, key_id: str, namespace: str = "default") -> list[str]:
     page: dict[str, Any] = graph.read_key({"key_id": key_id, "namespace": namespace, "limit": 50})
     return [h["memory_id"] for h in page["memories"]]
+
+
+def damage_file(path: Path, statements: list[tuple[str, list[Any]]]) -> None:
+    """Run raw SQL on a closed graph file: rows no write path would make."""
+    conn = duckdb.connect(str(path))
+    try:
+        for sql, params in statements:
+            conn.execute(sql, params)
+    finally:
+        conn.close()

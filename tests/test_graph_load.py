@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -19,7 +18,7 @@ from keymem.services.graph import GraphService
 from keymem.services.graph.state import GraphState
 from keymem.store.database import GraphStore
 from keymem.store.records import KeyAlias, KeyRecord
-from tests.graph_helpers import GRAPH_FILE, key_id_of, open_graph
+from tests.graph_helpers import GRAPH_FILE, damage_file, key_id_of, open_graph
 from tests.vectors import remember_body
 
 
@@ -84,15 +83,6 @@ def test_a_restart_answers_every_read_as_the_running_graph_did(tmp_path: Path) -
         graph.close()
 
 
-def damage(path: Path, statements: list[tuple[str, list[Any]]]) -> None:
-    conn = duckdb.connect(str(path))
-    try:
-        for sql, params in statements:
-            conn.execute(sql, params)
-    finally:
-        conn.close()
-
-
 def test_damaged_rows_of_every_kind_are_quarantined_and_their_neighbours_load(
     tmp_path: Path,
 ) -> None:
@@ -107,7 +97,7 @@ def test_damaged_rows_of_every_kind_are_quarantined_and_their_neighbours_load(
         graph.close()
     path = tmp_path / GRAPH_FILE
     link_sql = "UPDATE links SET weight = ? WHERE key_id = ? AND memory_id = ?"
-    damage(
+    damage_file(
         path,
         [
             (link_sql, [float("nan"), keys["shared"], sound]),

@@ -188,11 +188,8 @@ def test_a_restart_serves_from_the_saved_index(
     assert {p.name: p.stat().st_mtime_ns for p in (home / keyann.DIRECTORY).iterdir()} == files
 
 
-def test_a_damaged_saved_index_is_rebuilt(home: Path, caplog: pytest.LogCaptureFixture) -> None:
-    (saved,) = (home / keyann.DIRECTORY).glob("*.usearch")
-    data = bytearray(saved.read_bytes())
-    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
-    saved.write_bytes(bytes(data))
+def assert_rebuilt_and_exact(home: Path, caplog: pytest.LogCaptureFixture, why: str) -> None:
+    """A restart rebuilds the saved index (the log says ``why``) and it answers as exact."""
     with caplog.at_level(logging.INFO, logger="keymem.graph.keyann"):
         graph = open_graph(home)
         try:
@@ -201,7 +198,15 @@ def test_a_damaged_saved_index_is_rebuilt(home: Path, caplog: pytest.LogCaptureF
                 assert top_ids(index, query, 5) == exact_top(index, query, 5)
         finally:
             graph.close()
-    assert "rebuilt: the index file does not match its checksum" in caplog.text
+    assert f"rebuilt: {why}" in caplog.text
+
+
+def test_a_damaged_saved_index_is_rebuilt(home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (saved,) = (home / keyann.DIRECTORY).glob("*.usearch")
+    data = bytearray(saved.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+    saved.write_bytes(bytes(data))
+    assert_rebuilt_and_exact(home, caplog, "the index file does not match its checksum")
 
 
 def test_keys_changed_while_the_index_was_not_kept_are_never_served(home: Path) -> None:
@@ -245,15 +250,7 @@ def test_an_index_of_another_embedding_is_rebuilt(
     (manifest,) = (home / keyann.DIRECTORY).glob("*.json")
     saved = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**saved, "fingerprint": "onnx:another-model"}))
-    with caplog.at_level(logging.INFO, logger="keymem.graph.keyann"):
-        graph = open_graph(home)
-        try:
-            index = ready_index(graph)
-            for query in vectors(QUERIES):
-                assert top_ids(index, query, 5) == exact_top(index, query, 5)
-        finally:
-            graph.close()
-    assert "rebuilt: fingerprint is 'onnx:another-model'" in caplog.text
+    assert_rebuilt_and_exact(home, caplog, "fingerprint is 'onnx:another-model'")
 
 
 def test_an_index_that_cannot_be_saved_still_serves(

@@ -22,7 +22,7 @@ from keymem.services.cli import doctor, main
 from keymem.services.config import Settings, load
 from keymem.store.database import GraphStore
 from keymem.store.portable import export_graph
-from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
+from tests.graph_helpers import GRAPH_FILE, damage_file, open_graph, table_counts
 from tests.supervised import Deployment, deployment_env
 from tests.vectors import remember_body
 
@@ -212,15 +212,6 @@ def test_the_sound_export_imports_and_the_graph_starts_on_it(
         assert len(graph.state.memories) == 5
     finally:
         graph.close()
-
-
-def damage_file(path: Path, statements: list[tuple[str, list[Any]]]) -> None:
-    conn = duckdb.connect(str(path))
-    try:
-        for sql, params in statements:
-            conn.execute(sql, params)
-    finally:
-        conn.close()
 
 
 def test_a_graph_file_with_damaged_rows_starts_and_quarantines_them(
