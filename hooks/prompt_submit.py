@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import Endpoints, ipc_path, make_private
@@ -168,7 +168,8 @@ def read_payload(stream: BinaryIO) -> bytes:
     raise ValueError(f"stdin is larger than {STDIN_MAX_BYTES} bytes; the prompt is skipped")
 
 
-def main() -> int:
+def respond() -> int:
+    """Answer the host's event on stdout (or stay silent); the exit code."""
     make_private()
     home = configured_home()
     try:
@@ -185,5 +186,13 @@ def main() -> int:
     return 0
 
 
+def main() -> NoReturn:
+    """The hook's process: ``respond``, then ``os._exit``. Nothing is left to do once the
+    output is flushed (the failure log is written unbuffered), and the interpreter's teardown
+    (module finalisers, pyzmq's context joining its I/O thread) cost the host tens of ms per
+    prompt on a loaded box (docs/SCALING.md, "The hook's round trip")."""
+    os._exit(respond())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -18,7 +18,6 @@ import itertools
 import os
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,7 +73,7 @@ def with_idempotency_key(body: Any) -> Any:
     """``body`` with an idempotency key (the one it carries, else a new one): safe to resend."""
     if not isinstance(body, dict) or body.get(IDEMPOTENCY_KEY) is not None:
         return body
-    return {**body, IDEMPOTENCY_KEY: uuid.uuid4().hex}
+    return {**body, IDEMPOTENCY_KEY: os.urandom(16).hex()}
 
 
 def connection_lost(endpoint: str) -> Unavailable:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +89,7 @@ def tcp_endpoints(host: str, port: int, *, secure: bool = False) -> Endpoints:
 
 
 def inproc_endpoints(name: str | None = None) -> Endpoints:
-    tag = name or uuid.uuid4().hex[:12]
+    tag = name or os.urandom(6).hex()
     return Endpoints(
         frontend=f"inproc://keymem-{tag}-frontend",
         backend=f"inproc://keymem-{tag}-backend",

@@ -41,7 +41,7 @@ def keymem_hook() -> int:
         return refuse("keymem-hook")
     from keymem.hooks.prompt_submit import main
 
-    return main()
+    main()
 
 
 def service() -> int:

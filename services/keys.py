@@ -13,7 +13,8 @@ keys/                      0700
 whenever it changes (services/router/auth.py), so a revoked key is refused without a restart.
 A client key with ``namespaces`` null may use every namespace and register workers; one with a
 list may call only the memory service, in those namespaces (services/router/acl.py). Only the
-standard library and ``zmq.auth.certs`` are imported: the hook reads its key through here.
+standard library is imported at start: the hook loads this module on every prompt, and
+``zmq.auth`` (which brings ``logging``) only when a key file is read or written.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-from zmq.auth.certs import create_certificates, load_certificate
 
 from keymem.protocol.curve import ClientKeys, KeyPair
 from keymem.protocol.endpoints import PRIVATE_DIR_MODE
@@ -182,6 +181,8 @@ def _patterns(namespaces: list[str] | None) -> tuple[str, ...] | None:
 
 
 def _create(where: Path, name: str) -> tuple[bytes, bytes]:
+    from zmq.auth.certs import create_certificates, load_certificate
+
     public_file, secret_file = create_certificates(where, name)
     for path in (public_file, secret_file):
         os.chmod(path, PRIVATE_FILE_MODE)
@@ -191,6 +192,8 @@ def _create(where: Path, name: str) -> tuple[bytes, bytes]:
 
 
 def _load(path: Path, fix: str) -> tuple[bytes, bytes | None]:
+    from zmq.auth.certs import load_certificate
+
     try:
         return load_certificate(path)
     except OSError:

@@ -16,7 +16,6 @@ belong in ``default``. Only the standard library is imported: the hook loads thi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -88,6 +87,8 @@ def git_root(cwd: str) -> Path | None:
 
 def project_namespace(root: Path) -> str:
     """The folder's name, normalised, and a hash of its real path: ``shop-3f9a1c``."""
+    import hashlib  # loads OpenSSL: only a prompt in a git root (no mapping) pays for it
+
     name = unicodedata.normalize("NFKC", root.name).casefold()
     name = _NAME_NOISE.sub("-", name).strip("-.")[:PROJECT_NAME_MAX_CHARS] or UNNAMED_PROJECT
     digest = hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:PROJECT_HASH_CHARS]
