@@ -6,13 +6,13 @@ the router knows (docs/SCALING.md). A process learns its keys once, when it read
 (``services/config.py`` registers them for the router's two endpoints); ``Client``,
 ``AsyncClient`` and ``Worker`` connect through ``connect`` here, so no call site carries keys.
 ipc and inproc sockets never use CURVE: the 0700 run directory and the process boundary guard
-them. Only the standard library and pyzmq are imported: the hook loads this module.
+them. Only the standard library and pyzmq are imported: the hook loads this module (its records
+are ``NamedTuple``s: see protocol/envelope.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import zmq
 
@@ -22,14 +22,12 @@ FRONTEND_DOMAIN = "frontend"
 BACKEND_DOMAIN = "backend"
 
 
-@dataclass(frozen=True, slots=True)
-class KeyPair:
+class KeyPair(NamedTuple):
     public: bytes  # z85, 40 bytes
     secret: bytes  # z85
 
 
-@dataclass(frozen=True, slots=True)
-class ClientKeys:
+class ClientKeys(NamedTuple):
     """What a client or worker presents: the router's public key and its own key pair."""
 
     server_public: bytes

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 DEFAULT_TCP_PORT = 47810
 # What keymem's processes create is their user's alone: files 0600, directories 0700.
@@ -23,8 +23,7 @@ class EndpointError(ValueError):
     """An endpoint configuration that cannot work (too long a path, a non-loopback host)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoints:
+class Endpoints(NamedTuple):
     frontend: str  # clients: MCP front end, hook, CLI
     backend: str  # workers register here
     transport: str  # "ipc" | "tcp" | "inproc"

@@ -12,7 +12,9 @@ Version and kind share one frame because every frame costs a send and a receive 
 and the router forwards every message twice.
 ``status`` is ``b"ok"`` or an error code from ``protocol.errors``; an error body is
 ``{"message": str, "detail"?: map}``. ``deadline_ms`` is absolute Unix time in milliseconds.
-Bodies stay opaque bytes here so the router can forward them without decoding.
+Bodies stay opaque bytes here so the router can forward them without decoding. Messages are
+``NamedTuple``s, not dataclasses: the hook imports this module on every prompt, and each
+dataclass costs its import ~1 ms of code generation (and ``dataclasses`` brings ``inspect``).
 See docs/PROTOCOL.md for the diagram.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from keymem.protocol.codec import pack
 from keymem.protocol.errors import BadRequest, KeymemError, UnsupportedVersion
@@ -49,8 +51,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True)
-class Request:
+class Request(NamedTuple):
     request_id: bytes
     service: str
     method: str
@@ -71,8 +72,7 @@ class Request:
         return (now_ms() if at_ms is None else at_ms) >= self.deadline_ms
 
 
-@dataclass(slots=True)
-class Reply:
+class Reply(NamedTuple):
     request_id: bytes
     status: bytes
     body: bytes

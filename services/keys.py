@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from keymem.protocol.curve import ClientKeys, KeyPair
 from keymem.protocol.endpoints import PRIVATE_DIR_MODE
@@ -46,8 +46,7 @@ class KeyStoreError(ValueError):
     """A key that is missing, malformed or named badly; the message says what to run."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClientEntry:
+class ClientEntry(NamedTuple):
     name: str
     public: str  # z85
     namespaces: tuple[str, ...] | None  # None: every namespace, and may serve as a worker

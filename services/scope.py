@@ -20,8 +20,8 @@ import json
 import os
 import re
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 DEFAULT_NAMESPACE = "default"
 NAMESPACE_MAP_FILE = "namespaces.json"
@@ -36,8 +36,7 @@ SOURCE_MAPPING = "namespaces.json"
 SOURCE_GIT = "git root"
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(NamedTuple):
     """Where a working directory's project facts live (``project`` None: no project)."""
 
     cwd: str | None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import asdict
 from typing import Any
 
 from keymem.services.cli import terminal
@@ -36,7 +35,7 @@ def collect(settings: Settings) -> dict[str, Any]:
         spaces[scope.project] = dict.fromkeys(COUNTED, 0)
     return {
         "namespaces": dict(sorted(spaces.items())),
-        "scope": {**asdict(scope), "searched": scope.namespaces},
+        "scope": {**scope._asdict(), "searched": scope.namespaces},
         "mapping": read_mapping(settings.home),
     }
 

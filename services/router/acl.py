@@ -18,7 +18,6 @@ more: the graph answers an id of another namespace ``not_found`` (docs/GRAPH.md)
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from keymem.protocol import envelope
@@ -50,7 +49,7 @@ def confine(request: envelope.Request, entry: ClientEntry) -> envelope.Request:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a map")
     confined = _confined(body, entry)
-    return request if confined is body else replace(request, body=pack(confined))
+    return request if confined is body else request._replace(body=pack(confined))
 
 
 def _confined(body: dict[str, Any], entry: ClientEntry) -> dict[str, Any]:
