@@ -73,7 +73,7 @@ def measure(store: Path, trace: int = 0) -> dict[str, Any]:
         out.update(
             memories=len(state.memories),
             keys=len(state.keys),
-            links=sum(len(links) for links in state.mem_links.values()),
+            links=state.links.kinds()[0],
             quarantined=len(quarantined),
             load_cpu_s=round(loaded_at - started, 2),
             quarantine_cpu_s=round(checked_at - loaded_at, 2),

@@ -49,7 +49,7 @@ POINT_UPDATE_MAX_ROWS = 2
 
 # Tables of memory-pair flags and the MemoryRecord list each loads into.
 FLAG_TABLES = (("contradictions", "contradicts"), ("near_duplicates", "near_duplicates"))
-# In MemoryRecord's field order: a row of them constructs one.
+# In MemoryRecord's field order: a row of them and the row's position construct one.
 MEMORY_COLUMNS = (
     ("id", "VARCHAR"),
     ("namespace", "VARCHAR"),
@@ -171,15 +171,18 @@ class TableRows(NamedTuple):
     rows: np.ndarray
     ids: np.ndarray
 
-    def ids_at(self, rows: np.ndarray, lost: np.ndarray) -> np.ndarray:
-        """The ids at joined ``rows`` as the loaded records' own strings (a link then adds no
-        string); where the join found no row (NULL), the id the link names (``lost``)."""
+    def locate(self, rows: np.ndarray, lost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per joined row: its position among the loaded rows (-1 where the join found none,
+        NULL) and its id, the loaded record's own string (a link then adds no string) or,
+        where there is no row, the id the link names (``lost``)."""
         found = ~np.ma.getmaskarray(rows)
         order = np.argsort(self.rows)
         at = order[np.searchsorted(self.rows, np.ma.getdata(rows)[found], sorter=order)]
+        positions = np.full(len(found), -1, dtype=np.int64)
+        positions[found] = at
         column = np.array(np.ma.getdata(lost), dtype=object)
         column[found] = self.ids[at]
-        return column
+        return positions, column
 
 
 def trim_heap() -> None:
@@ -264,18 +267,24 @@ class GraphStore:
             matrix = _vectors(cols["vector"], width)
             if isinstance(matrix, np.ndarray):
                 graph.key_matrix = matrix
-            graph.key_columns = {"created_at": cols["created_at"], "key_type": cols["key_type"]}
-            for key_id, namespace, concept, key_type, created_at, vector in zip(
-                cols["id"].tolist(),
-                shared(cols["namespace"].tolist()),
-                cols["concept"].tolist(),
-                shared(cols["key_type"].tolist()),
-                cols["created_at"].tolist(),
-                matrix,
-                strict=True,
+            graph.key_columns = {
+                "id": cols["id"],
+                "created_at": cols["created_at"],
+                "key_type": cols["key_type"],
+            }
+            for row, (key_id, namespace, concept, key_type, created_at, vector) in enumerate(
+                zip(
+                    cols["id"].tolist(),
+                    shared(cols["namespace"].tolist()),
+                    cols["concept"].tolist(),
+                    shared(cols["key_type"].tolist()),
+                    cols["created_at"].tolist(),
+                    matrix,
+                    strict=True,
+                )
             ):
                 graph.keys[key_id] = KeyRecord(
-                    key_id, namespace, concept, key_type, created_at, vector
+                    key_id, namespace, concept, key_type, created_at, vector, row
                 )
         for key_id, alias, learned, added_at, hits, last_hit in self.conn.execute(
             "SELECT key_id, alias, learned, added_at, hits, last_hit_at FROM key_aliases"
@@ -302,6 +311,7 @@ class GraphStore:
             else shared(columns[name].tolist())
             for name, _ in MEMORY_COLUMNS
         ]
+        lists.append(list(range(len(rows.ids))))  # each record's row
         memories = graph.memories
         for row in zip(*lists, strict=True):
             memories[row[0]] = MemoryRecord(*row)
@@ -326,12 +336,16 @@ class GraphStore:
         id string is made per link), sorted by memory so the service groups a memory's links
         with one slice."""
         links = self.conn.execute(LINKS_WITH_ENDS).fetchnumpy()
+        key_row, key_id = keys.locate(links["key_row"], links["lost_key"])
+        memory_row, memory_id = memories.locate(links["memory_row"], links["lost_memory"])
         graph.links = LinkColumns(
-            key_id=keys.ids_at(links["key_row"], links["lost_key"]),
-            memory_id=memories.ids_at(links["memory_row"], links["lost_memory"]),
+            key_id=key_id,
+            memory_id=memory_id,
             weight=np.asarray(links["weight"], dtype=np.float64),
             auto=np.asarray(links["auto"], dtype=bool),
             learned=np.asarray(links["learned"], dtype=bool),
+            key_row=key_row,
+            memory_row=memory_row,
         )
         graph.link_ends_sound = np.ma.filled(links["same_namespace"], False).astype(bool)
 

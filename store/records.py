@@ -54,6 +54,7 @@ class KeyRecord:
     key_type: str
     created_at: float
     vector: np.ndarray
+    row: int = -1  # its position among the rows the graph loaded (-1: written since)
     aliases: list[KeyAlias] = field(default_factory=list)
     # (normalised query) -> candidate; learned-alias heat from confirmed reads (autokey)
     candidates: dict[str, AliasCandidate] = field(default_factory=dict)
@@ -85,6 +86,7 @@ class MemoryRecord:
     last_confirmation_evidence: str | None = "user"
     last_confirmation_source: str | None = None  # JSON text
     last_confirmation_id: str | None = None
+    row: int = -1  # its position among the rows the graph loaded (-1: written since)
     # Tuples, not lists: most memories have none, and () is one shared object.
     related_to: tuple[str, ...] = ()
     contradicts: tuple[str, ...] = ()
@@ -112,8 +114,8 @@ class LinkRecord:
 class LinkColumns:
     """Links as the store loads them: one array per column, row i of each is one link.
 
-    The graph checks them a column at a time at start-up and builds its ``LinkRecord``s only
-    from the rows it keeps.
+    The graph checks them a column at a time at start-up and keeps the rows it accepts as
+    columns (services/graph/links.py).
     """
 
     key_id: np.ndarray  # object array of str
@@ -121,12 +123,16 @@ class LinkColumns:
     weight: np.ndarray  # float64
     auto: np.ndarray  # bool
     learned: np.ndarray  # bool
+    # the position of each end among the loaded keys / memories (-1: not loaded)
+    key_row: np.ndarray
+    memory_row: np.ndarray
 
     @classmethod
     def empty(cls) -> LinkColumns:
         ids = np.empty(0, dtype=object)
         flags = np.empty(0, dtype=bool)
-        return cls(ids, ids, np.empty(0), flags, flags)
+        rows = np.empty(0, dtype=np.int64)
+        return cls(ids, ids, np.empty(0), flags, flags, rows, rows)
 
     def __len__(self) -> int:
         return len(self.key_id)
@@ -139,6 +145,8 @@ class LinkColumns:
             self.weight[rows],
             self.auto[rows],
             self.learned[rows],
+            self.key_row[rows],
+            self.memory_row[rows],
         )
 
     def record(self, row: int) -> LinkRecord:
@@ -148,18 +156,6 @@ class LinkColumns:
             float(self.weight[row]),
             bool(self.auto[row]),
             bool(self.learned[row]),
-        )
-
-    def records(self) -> list[LinkRecord]:
-        return list(
-            map(
-                LinkRecord,
-                self.key_id.tolist(),
-                self.memory_id.tolist(),
-                shared(self.weight.tolist()),
-                self.auto.tolist(),
-                self.learned.tolist(),
-            )
         )
 
 

@@ -29,7 +29,7 @@ def recount(graph: GraphService, now: float) -> dict[str, dict[str, int]]:
         row = row_of(memory.namespace)
         row["versions"] += 1
         row["memories"] += memory.active(now)
-        row["links"] += len(state.mem_links.get(memory.id, {}))
+        row["links"] += len(state.mem_links[memory.id])
     for key in state.keys.values():
         row_of(key.namespace)["keys"] += 1
     return {ns: row for ns, row in rows.items() if any(row.values())}

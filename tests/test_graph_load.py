@@ -8,16 +8,18 @@ every change of its namespace's matrix (the records read their vectors from it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pytest
 
 from keymem.services.graph import GraphService
 from keymem.services.graph.state import GraphState
-from keymem.store.database import GraphStore
-from keymem.store.records import KeyAlias, KeyRecord
+from keymem.store.database import EFFECTIVE_LINKS, GraphStore
+from keymem.store.records import KeyAlias, KeyRecord, LinkRecord
 from tests.graph_helpers import GRAPH_FILE, damage_file, key_id_of, open_graph
 from tests.vectors import remember_body
 
@@ -125,7 +127,7 @@ def test_damaged_rows_of_every_kind_are_quarantined_and_their_neighbours_load(
         # the sound rows around them load: the memory, its keys, the other namespace
         assert sound in state.memories and other["saved"] in state.memories
         assert state.link(keys["shared"], sound) is None
-        assert set(state.mem_links.get(sound, {})) == set()
+        assert set(state.mem_links[sound]) == set()
         assert graph.get_memories({"ids": [sound]})["memories"][0]["content"] == "Sound memory"
     finally:
         graph.close()
@@ -203,3 +205,121 @@ def test_key_vectors_load_from_one_matrix_per_namespace(tmp_path: Path, namespac
     state = GraphState(store.load(), hub_min_links=50)
     store.close()
     assert_vectors(state, given)
+
+
+def file_links(path: Path) -> list[tuple[str, str, float, bool, bool]]:
+    """The file's links with their latest weights, by memory id: what a load must hold."""
+    conn = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = conn.execute(f"{EFFECTIVE_LINKS} ORDER BY memory_id, key_id").fetchall()
+    finally:
+        conn.close()
+    return [(str(k), str(m), float(w), bool(a), bool(ln)) for k, m, w, a, ln in rows]
+
+
+def stored_graph(home: Path) -> dict[str, str]:
+    """A closed graph file with hub keys, weights changed since the last fold, a learned
+    link, a superseded version and two namespaces; returns ids of a few of its memories."""
+    graph = open_graph(home)
+    try:
+        ids = {}
+        for i in range(16):
+            keys = ["shared", f"topic {i % 4}", f"own {i}"]
+            ids[f"m{i}"] = graph.remember(remember_body(f"note number {i}", keys))["saved"]
+        graph.remember(remember_body("다른 기억", ["shared"], namespace="elsewhere"))
+        graph.correct({"memory_id": ids["m3"], "content": "note number three, corrected"})
+        shared = key_id_of(graph, "shared")
+        graph.read_memory({"memory_id": ids["m5"], "via_key_id": shared})
+        graph.dismiss({"memory_id": ids["m6"], "key_id": shared})
+        graph.reinforce_path(
+            {
+                "namespace": "default",
+                "hit": ids["m7"],
+                "keys": [shared],
+                "associate": [key_id_of(graph, "own 12")],
+            }
+        )
+        return ids
+    finally:
+        graph.close()
+
+
+def test_loaded_links_answer_as_the_files_rows(tmp_path: Path) -> None:
+    stored_graph(tmp_path)
+    rows = file_links(tmp_path / GRAPH_FILE)
+    assert any(learned for *_, learned in rows) and any(w != 1.0 for _, _, w, _, _ in rows)
+    # the mappings as plain dicts would hold them, filled in the file's memory id order
+    by_key: dict[str, dict[str, tuple[float, bool, bool]]] = {}
+    by_memory: dict[str, dict[str, tuple[float, bool, bool]]] = {}
+    for k, m, w, auto, learned in rows:
+        by_key.setdefault(k, {})[m] = by_memory.setdefault(m, {})[k] = (w, auto, learned)
+    graph = open_graph(tmp_path)
+    try:
+        state = graph.state
+
+        def plain(links: Mapping[str, LinkRecord]) -> dict[str, tuple[float, bool, bool]]:
+            return {i: (ln.weight, ln.auto, ln.learned) for i, ln in links.items()}
+
+        assert {k: list(plain(state.key_links[k]).items()) for k in state.key_links} == {
+            k: list(links.items()) for k, links in by_key.items()
+        }
+        assert {m: plain(state.mem_links[m]) for m in state.mem_links} == by_memory
+        for key_id, members in by_key.items():
+            assert len(state.key_links[key_id]) == len(members)
+            assert all(m in state.key_links[key_id] for m in members)
+            ranked = sorted(members.items(), key=lambda item: -item[1][0])
+            assert [ln.memory_id for ln in state.strongest(key_id, 5)] == [m for m, _ in ranked[:5]]
+        assert "nothing" not in state.key_links and len(state.mem_links["nothing"]) == 0
+        assert state.link(next(iter(by_key)), "nothing") is None
+    finally:
+        graph.close()
+
+
+def test_links_changed_after_the_load_are_read_and_kept(tmp_path: Path) -> None:
+    ids = stored_graph(tmp_path)
+    graph = open_graph(tmp_path)
+    try:
+        state = graph.state
+        shared = key_id_of(graph, "shared")
+        # a loaded link's weight, changed: every way in reads it, the ranking follows
+        before = state.strongest(shared, 3)
+        for _ in range(2):
+            graph.read_memory({"memory_id": ids["m9"], "via_key_id": shared})
+        weight = state.link(shared, ids["m9"]).weight  # type: ignore[union-attr]
+        assert weight > before[0].weight
+        assert state.key_links[shared][ids["m9"]].weight == weight
+        assert state.mem_links[ids["m9"]][shared].weight == weight
+        assert state.strongest(shared, 1)[0].memory_id == ids["m9"]
+        # a link written after the load: seen both ways, after the loaded ones
+        count = len(state.key_links[shared])
+        new = graph.remember(remember_body("a newer note", ["shared", "fresh"]))["saved"]
+        assert list(state.key_links[shared])[-1] == new
+        assert len(state.key_links[shared]) == count + 1
+        assert set(state.mem_links[new]) == {shared, key_id_of(graph, "fresh")}
+        # a loaded memory forgotten: its links leave every key, its own key goes with them
+        own = key_id_of(graph, "own 11")
+        graph.forget({"memory_id": ids["m11"]})
+        assert ids["m11"] not in state.key_links[shared] and ids["m11"] not in state.mem_links
+        assert own not in state.key_links and own not in state.keys
+        assert len(state.key_links[shared]) == count
+        expected = comparable(reads(graph))
+    finally:
+        graph.close()
+    graph = open_graph(tmp_path)
+    try:
+        assert comparable(reads(graph)) == expected
+    finally:
+        graph.close()
+
+
+def comparable(read: dict[str, Any]) -> dict[str, Any]:
+    """``read`` with each memory's keys of equal weight in id order (the order in which the
+    file returns a memory's links is DuckDB's own, so ties come back in any order) and
+    without the key pages' scores (freshness decays between two reads seconds apart)."""
+    for views in read["memories"].values():
+        for view in views:
+            view["keys"].sort(key=lambda k: (-k["link_weight"], k["key_id"]))
+    for page in read["keys"].values():
+        for handle in page["memories"]:
+            del handle["score"]
+    return read

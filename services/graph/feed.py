@@ -33,7 +33,7 @@ def document(state: GraphState, memory: MemoryRecord) -> dict[str, Any]:
     words at full strength whatever the link's weight, so a weak association would act as a
     written key from the first read."""
     surfaces: list[str] = []
-    for key_id, link in state.mem_links.get(memory.id, {}).items():
+    for key_id, link in state.mem_links[memory.id].items():
         if not link.learned:
             surfaces.extend(state.keys[key_id].surfaces())
     return {

@@ -322,7 +322,7 @@ def _associable(
     A key of another namespace is a caller's error (namespaces never leak); a key deleted
     since the surfacing is skipped, as a path that is gone teaches nothing.
     """
-    own = state.mem_links.get(hit, {})
+    own = state.mem_links[hit]
     ranked = []
     for key_id in key_ids:
         key = state.keys.get(key_id)
@@ -334,7 +334,7 @@ def _associable(
         share = specificity(count, total)
         if key_id in own or count == 0 or share < ASSOCIATE_MIN_SPECIFICITY:
             continue
-        members = state.key_links.get(key_id, {}).values()
+        members = state.key_links[key_id].values()
         if sum(1 for link in members if link.learned) < LEARNED_MAX_PER_KEY:
             ranked.append((share, key_id))
     ranked.sort(key=lambda item: -item[0])  # stable: the prompt's own order breaks ties

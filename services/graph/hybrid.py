@@ -176,8 +176,7 @@ def recall_candidates(
     via_keys: dict[str, list[str]] = {}
     literal: set[str] = set()
     for key in keys:
-        members = state.key_links.get(key["key_id"], {})
-        strongest = sorted(members.values(), key=lambda link: -link.weight)[:per_key]
+        strongest = state.strongest(key["key_id"], per_key)
         word_level = key["match_type"] == "phrase" and phrase_links == "auto"
         for link in strongest:
             memory = state.memories.get(link.memory_id)
@@ -357,10 +356,7 @@ def _nearest_key_members(
     }
     members: dict[str, float] = {}
     for key in matching.match_keys(state, buffer, thresholds, body, now)["keys"]:
-        links = sorted(
-            state.key_links.get(key["key_id"], {}).values(), key=lambda link: -link.weight
-        )
-        for link in links:
+        for link in state.ranked(key["key_id"]):
             memory = state.memories.get(link.memory_id)
             if memory is not None and memory.active(now) and link.memory_id not in members:
                 members[link.memory_id] = float(key["cosine"] or 0.0)
@@ -392,7 +388,7 @@ def _named_steps(
         memory = state.memories.get(seed)
         if memory is None:
             continue
-        own = state.mem_links.get(seed, {})
+        own = state.mem_links[seed]
         named = {k for p in query_phrases(memory.content) for k in index.literal.get(p, ())}
         for key_id in named - own.keys():
             idf = key_idf(state.keys[key_id], state.active_count.get(key_id, 0))

@@ -204,7 +204,7 @@ def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
             out[memory_id] = []
             continue
         rows = []
-        for key_id, link in state.mem_links.get(memory_id, {}).items():
+        for key_id, link in state.mem_links[memory_id].items():
             view = key_view(state, state.keys[key_id])
             view["weight"] = round(link.weight, SCORE_DIGITS)
             view["auto"] = link.auto
@@ -253,7 +253,7 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
         factor = HOP_DECAY * (EXPAND_LATER_HOP_FACTOR if hop >= 2 else 1.0)
         reached: dict[str, tuple[float, str, str]] = {}  # -> score, via, from
         for memory_id, base in frontier.items():
-            for key_id in state.mem_links.get(memory_id, {}):
+            for key_id in state.mem_links[memory_id]:
                 key = state.keys[key_id]
                 idf = key_idf(key, state.active_count.get(key_id, 0))
                 for link in state.strongest(key_id, per_key):

@@ -62,7 +62,7 @@ def _content_keys(
         memory = state.memories.get(memory_id)
         if memory is None or memory.namespace != namespace:
             continue
-        for key_id in state.mem_links.get(memory_id, {}):
+        for key_id in state.mem_links[memory_id]:
             if key_id in seen or state.active_count.get(key_id, 0) <= 0:
                 continue
             seen.add(key_id)
@@ -79,7 +79,7 @@ def _members(
     with its content, validity and keys — the keys with their cosine to the query vector."""
     namespace = state.keys[key_id].namespace
     ranked = []
-    for memory_id, link in state.key_links.get(key_id, {}).items():
+    for memory_id, link in state.key_links[key_id].items():
         memory = state.memories[memory_id]
         if memory.active(now):
             rank = link.weight * depth_factor(memory.depth)
@@ -124,7 +124,7 @@ def _clusters(state: GraphState, keys: list[dict[str, Any]], now: float) -> list
             continue
         members = frozenset(
             memory_id
-            for memory_id in state.key_links.get(key["key_id"], {})
+            for memory_id in state.key_links[key["key_id"]]
             if state.memories[memory_id].active(now)
         )
         first = by_members.setdefault(members, key) if members else key

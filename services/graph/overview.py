@@ -79,7 +79,7 @@ def overview(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
         if hub is None or memories <= 0:
             continue
         links = Buckets(start, bucket_s, count)
-        for memory_id, link in state.key_links.get(key_id, {}).items():
+        for memory_id, link in state.key_links[key_id].items():
             linked = state.memories.get(memory_id)
             if linked is not None and not link.learned and linked.active(now):
                 links.add(linked.created_at)
@@ -94,12 +94,7 @@ def overview(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
             }
         )
 
-    learned = auto = total = 0
-    for links_of in state.mem_links.values():
-        for link in links_of.values():
-            total += 1
-            auto += link.auto and not link.learned
-            learned += link.learned
+    total, auto, learned = state.links.kinds()
     return {
         "now": now,
         "start": start,

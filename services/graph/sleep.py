@@ -414,7 +414,7 @@ class SleepPass:
         """One sentence with other sibling values or the opposite "not", about a shared key."""
         if a.values == b.values and a.negated == b.negated:
             return False
-        links_a, links_b = self.state.mem_links.get(a_id, {}), self.state.mem_links.get(b_id, {})
+        links_a, links_b = self.state.mem_links[a_id], self.state.mem_links[b_id]
         return any(k in links_b and not link.learned for k, link in links_a.items())
 
     @staticmethod

@@ -8,7 +8,6 @@ service can write exactly what changed in one transaction.
 from __future__ import annotations
 
 import heapq
-import itertools
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from keymem.services.graph.keyindex import KeyIndex
+from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable
 from keymem.services.graph.text import normalize_content
 from keymem.store.changes import Changes
 from keymem.store.database import LoadedGraph
@@ -41,19 +41,6 @@ def clamp_depth(depth: float) -> float:
 STRONGEST_CACHED = 256
 
 
-def _weight(link: LinkRecord) -> float:
-    return link.weight
-
-
-def _runs(column: np.ndarray) -> list[tuple[int, int]]:
-    """[start, end) of each run of equal consecutive values."""
-    if not len(column):
-        return []
-    cuts = (np.flatnonzero(column[1:] != column[:-1]) + 1).tolist()
-    edges = [0, *cuts, len(column)]
-    return list(itertools.pairwise(edges))
-
-
 @dataclass(slots=True)
 class NamespaceTally:
     """A namespace's sizes, kept in step with every mutation so that counting them and
@@ -69,8 +56,18 @@ class GraphState:
         self.hub_min_links = hub_min_links  # a key with this many active memories is a hub
         self.keys: dict[str, KeyRecord] = loaded.keys
         self.memories: dict[str, MemoryRecord] = loaded.memories
-        self.key_links: dict[str, dict[str, LinkRecord]] = defaultdict(dict)
-        self.mem_links: dict[str, dict[str, LinkRecord]] = defaultdict(dict)
+        # The store deletes links with their key or memory in one transaction, so every
+        # loaded link has both ends.
+        self.links = LinkTable(
+            loaded.links,
+            loaded.key_columns.get("id", np.empty(0, dtype=object)),
+            np.ma.getdata(loaded.memory_columns.get("id", np.empty(0, dtype=object))),
+            self.keys,
+            self.memories,
+        )
+        # key id -> its links by memory id; memory id -> its links by key id (read-only)
+        self.key_links: LinksByKey = self.links.by_key
+        self.mem_links: LinksByMemory = self.links.by_memory
         self.epoch = loaded.meta["epoch"]
         self.fingerprint: str | None = loaded.meta.get("fingerprint") or None
         self.dim: int | None = int(loaded.meta["dim"]) if loaded.meta.get("dim") else None
@@ -89,22 +86,7 @@ class GraphState:
         self.changes = Changes()
         # key id -> its strongest links, weight-descending (hub expansion reads these often)
         self._strongest: dict[str, list[LinkRecord]] = {}
-        # The store deletes links with their key or memory in one transaction, so every
-        # loaded link has both ends.
-        links = loaded.links.records()
-        for start, end in _runs(loaded.links.memory_id):
-            group = links[start:end]
-            self.mem_links[group[0].memory_id] = {link.key_id: link for link in group}
-            self.tallies[self.memories[group[0].memory_id].namespace].links += end - start
-        key_links = self.key_links
-        for link in links:
-            key_links[link.key_id][link.memory_id] = link
-        inactive = {m.id for m in self.memories.values() if m.superseded_by is not None}
-        self.active_count.update(
-            Counter(
-                link.key_id for link in links if not link.learned and link.memory_id not in inactive
-            )
-        )
+        self._count_active(loaded)
         by_namespace: dict[str, list[KeyRecord]] = defaultdict(list)
         for key in self.keys.values():
             by_namespace[key.namespace].append(key)
@@ -112,8 +94,12 @@ class GraphState:
             index = KeyIndex.bulk(len(keys[0].vector), keys)
             self.indexes[namespace] = index
             self._share_vectors(index, index.ids)
+        links_of = np.bincount(
+            self.links.loaded_memory_rows, minlength=len(loaded.memory_columns.get("id", ()))
+        ).tolist()
         for memory in self.memories.values():
             tally = self.tallies[memory.namespace]
+            tally.links += links_of[memory.row]
             tally.ids.add(memory.id)
             tally.current += memory.superseded_by is None
             if memory.expires_at is not None:
@@ -131,6 +117,19 @@ class GraphState:
                     normalize_content(memory.content), memory.id
                 )
 
+    def _count_active(self, loaded: LoadedGraph) -> None:
+        """``active_count`` from the loaded links: per key, those not learned whose memory is
+        not superseded."""
+        rows = len(loaded.memory_columns.get("id", ()))
+        superseded = np.zeros(rows, dtype=bool)
+        superseded[[m.row for m in self.memories.values() if m.superseded_by is not None]] = True
+        memory_rows = self.links.loaded_memory_rows
+        counted = ~superseded[memory_rows] & ((self.links.loaded_flags & LEARNED) == 0)
+        key_ids = loaded.key_columns.get("id", np.empty(0, dtype=object))
+        counts = np.bincount(self.links.loaded_key_rows[counted], minlength=len(key_ids))
+        held = np.flatnonzero(counts)
+        self.active_count.update(zip(key_ids[held].tolist(), counts[held].tolist(), strict=True))
+
     # -- ids and lookups -------------------------------------------------------------------
     def new_id(self) -> str:
         while True:
@@ -146,20 +145,22 @@ class GraphState:
         return index
 
     def link(self, key_id: str, memory_id: str) -> LinkRecord | None:
-        return self.key_links.get(key_id, {}).get(memory_id)
+        return self.links.get(key_id, memory_id)
 
     def strongest(self, key_id: str, count: int) -> list[LinkRecord]:
-        """A key's ``count`` strongest links (cached up to STRONGEST_CACHED per key)."""
-        members = self.key_links.get(key_id, {})
-        if len(members) <= count:
-            return list(members.values())
+        """A key's ``count`` strongest links, strongest first, ties in ``key_links`` order
+        (cached up to STRONGEST_CACHED per key)."""
         if count > STRONGEST_CACHED:
-            return heapq.nlargest(count, members.values(), key=_weight)
+            return self.links.ranked(key_id, count)
         cached = self._strongest.get(key_id)
         if cached is None:
-            cached = heapq.nlargest(STRONGEST_CACHED, members.values(), key=_weight)
+            cached = self.links.ranked(key_id, STRONGEST_CACHED)
             self._strongest[key_id] = cached
         return cached[:count]
+
+    def ranked(self, key_id: str) -> list[LinkRecord]:
+        """Every link of a key, strongest first (ties in ``key_links`` order)."""
+        return self.links.ranked(key_id)
 
     # -- sizes -----------------------------------------------------------------------------
     def expired_current(self, now: float) -> Counter[str]:
@@ -222,9 +223,9 @@ class GraphState:
         norm = normalize_content(memory.content)
         if table.get(norm) == memory.id:
             del table[norm]
-        for key_id, link in self.mem_links.get(memory.id, {}).items():
+        for link in self.mem_links[memory.id].values():
             if not link.learned:
-                self.active_count[key_id] -= 1
+                self.active_count[link.key_id] -= 1
         self.tallies[memory.namespace].current -= 1
         self.changes.delete_event(memory)
 
@@ -240,21 +241,18 @@ class GraphState:
         tally = self.tallies[memory.namespace]
         tally.ids.discard(memory.id)
         tally.current -= was_active
-        links = self.mem_links.pop(memory.id, {})
+        links = self.links.remove_memory(memory.id)
         tally.links -= len(links)
         if not tally.ids:
             del self.tallies[memory.namespace]
         orphaned: list[str] = []
-        for key_id, link in links.items():
+        for link in links:
+            key_id = link.key_id
             self._strongest.pop(key_id, None)
             if was_active and not link.learned:
                 self.active_count[key_id] -= 1
-            holders = self.key_links.get(key_id)
-            if holders is not None:
-                holders.pop(memory.id, None)
-                if not holders:
-                    del self.key_links[key_id]
-                    orphaned.append(key_id)
+            if not self.links.count_of_key(key_id):
+                orphaned.append(key_id)
         del self.memories[memory.id]
         self.changes.delete_memory(memory.id)
         for key_id in orphaned:
@@ -276,15 +274,15 @@ class GraphState:
     def unlink_key(self, key_id: str) -> list[LinkRecord]:
         """Take every link of a key out of the graph and return them, before the key is
         deleted (deleting a key deletes its link rows): a key merge moves them elsewhere."""
-        links = self.key_links.pop(key_id, {})
+        links = self.links.remove_key(key_id)
         self._strongest.pop(key_id, None)
         memories = self.memories
-        for memory_id, link in links.items():
-            self.mem_links[memory_id].pop(key_id, None)
-            self.tallies[memories[memory_id].namespace].links -= 1
-            if memories[memory_id].superseded_by is None and not link.learned:
+        for link in links:
+            memory = memories[link.memory_id]
+            self.tallies[memory.namespace].links -= 1
+            if memory.superseded_by is None and not link.learned:
                 self.active_count[key_id] -= 1
-        return list(links.values())
+        return links
 
     def add_alias(self, key: KeyRecord, alias: KeyAlias) -> bool:
         """Record an alias unless the key already answers to it; True when added."""
@@ -336,7 +334,7 @@ class GraphState:
 
     def docs_changed_for_key(self, key_id: str) -> None:
         """A key's surfaces changed: every active memory it reaches gets an upsert event."""
-        for memory_id in self.key_links.get(key_id, {}):
+        for memory_id in self.key_links[key_id]:
             memory = self.memories[memory_id]
             if memory.superseded_by is None and memory.id not in self.changes.new_memories:
                 self.changes.upsert_event(memory)
@@ -355,8 +353,7 @@ class GraphState:
             return
         record = LinkRecord(key_id, memory_id, clamp_weight(weight), auto, learned)
         self._strongest.pop(key_id, None)
-        self.key_links[key_id][memory_id] = record
-        self.mem_links[memory_id][key_id] = record
+        self.links.add(record)
         memory = self.memories[memory_id]
         self.tallies[memory.namespace].links += 1
         if memory.superseded_by is None and not learned:
@@ -364,6 +361,6 @@ class GraphState:
         self.changes.add_link(record)
 
     def set_weight(self, link: LinkRecord, weight: float) -> None:
-        link.weight = clamp_weight(weight)
+        self.links.set_weight(link, clamp_weight(weight))
         self._strongest.pop(link.key_id, None)
         self.changes.touch_link(link)

@@ -55,7 +55,7 @@ def key_view(state: GraphState, key: KeyRecord) -> dict[str, Any]:
 
 def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str, Any]:
     keys = []
-    for key_id, link in state.mem_links.get(memory.id, {}).items():
+    for key_id, link in state.mem_links[memory.id].items():
         view = key_view(state, state.keys[key_id])
         view["link_weight"] = round(link.weight, SCORE_DIGITS)
         view["auto"] = link.auto
@@ -110,7 +110,7 @@ def read_key(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     offset = opt_int(body, "offset", 0, 0, 10_000_000)
     relevance = _relevance_of(body)
     scored: list[tuple[float, float, str, float, float]] = []
-    for memory_id, link in state.key_links.get(key.id, {}).items():
+    for memory_id, link in state.key_links[key.id].items():
         memory = state.memories[memory_id]
         if not memory.active(now):
             continue
@@ -287,7 +287,7 @@ def list_memories(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     page = heapq.nlargest(offset + limit, chosen, key=lambda m: (m.created_at, m.id))[offset:]
     rows = []
     for memory in page:
-        links = state.mem_links.get(memory.id, {})
+        links = state.mem_links[memory.id]
         concepts = [
             state.keys[key_id].concept
             for key_id, _ in sorted(links.items(), key=lambda item: -item[1].weight)

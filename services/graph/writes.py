@@ -155,7 +155,7 @@ def remember(
     resolutions = link_keys(state, memory, item.keys, thresholds, now)
     result: dict[str, Any] = {"saved": memory.id}
     if duplicate is not None:
-        shared = set(state.mem_links.get(duplicate.id, {})) & set(state.mem_links[memory.id])
+        shared = set(state.mem_links[duplicate.id]) & set(state.mem_links[memory.id])
         keep_duplicate_keys(state, duplicate, memory)
         _supersede(state, duplicate, memory)
         result["superseded"] = duplicate.id
@@ -248,7 +248,7 @@ def keep_duplicate_keys(state: GraphState, duplicate: MemoryRecord, memory: Memo
     """An exact re-save keeps every key the older copy had (the union), at the older link's
     weight: saving "dog" again must not lose the [강아지, thunder] the first save was filed
     under."""
-    for key_id, link in list(state.mem_links.get(duplicate.id, {}).items()):
+    for key_id, link in list(state.mem_links[duplicate.id].items()):
         state.add_link(key_id, memory.id, link.weight, auto=link.auto, learned=link.learned)
 
 
@@ -352,7 +352,7 @@ def inherit_keys(
     """File ``new`` under the old version's keys that still fit its text (``still_fits``), each
     link a step weaker; says which were reused and which dropped. If none fits, all are reused:
     a memory needs a key, and the caller is told to give better ones."""
-    links = list(state.mem_links.get(old.id, {}).values())
+    links = list(state.mem_links[old.id].values())
     fitting = [
         link
         for link in links
