@@ -7,9 +7,10 @@ is a ``ConfigError`` whose one-line message names the setting; services exit 78 
 2 (``EXIT_SERVICE_CONFIG``, ``EXIT_CLI_CONFIG``); the hook records it and stays silent.
 
 No other module reads the environment (tests/test_config.py checks). The registry is plain
-dataclasses over the stdlib's ``tomllib`` rather than pydantic-settings: the hook imports this
-module on every prompt and may add nothing heavier than pyzmq and msgpack to its start-up, and
-each value must also say where it came from, for ``keymem config``.
+classes and ``NamedTuple``s over the stdlib's ``tomllib`` rather than pydantic-settings (or
+dataclasses, whose code generation cost the hook ~1 ms a class): the hook imports this module on
+every prompt and may add nothing heavier than pyzmq and msgpack to its start-up, and each value
+must also say where it came from, for ``keymem config``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from keymem.protocol import curve
 from keymem.protocol.endpoints import (
@@ -59,8 +59,7 @@ class ConfigError(ValueError):
 
 
 # -- kinds: how a setting's text becomes a value ----------------------------------------------
-@dataclass(frozen=True)
-class Kind(Generic[T]):
+class Kind(NamedTuple, Generic[T]):
     label: str  # what a valid value looks like, for errors and docs: "an integer >= 1"
     parse: Callable[[str], T]  # raises ValueError when the text is not one
 
@@ -129,15 +128,31 @@ COSINE = number(0.0, 1.0)
 
 
 # -- the registry -------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
 class Setting(Generic[T]):
-    name: str  # the environment variable
-    kind: Kind[Any]
-    default: T
-    help: str
-    read_by: tuple[str, ...]
-    in_file: bool = True  # False: only the environment can set it (KEYMEM_HOME, host ids)
-    secret: bool = False  # `keymem config` shows whether it is set, not its value
+    """One declared setting; compared and hashed by identity (a registry key)."""
+
+    __slots__ = ("default", "help", "in_file", "kind", "name", "read_by", "secret")
+
+    def __init__(
+        self,
+        name: str,
+        kind: Kind[Any],
+        default: T,
+        help: str,
+        read_by: tuple[str, ...],
+        in_file: bool = True,
+        secret: bool = False,
+    ) -> None:
+        self.name = name  # the environment variable
+        self.kind = kind
+        self.default = default
+        self.help = help
+        self.read_by = read_by
+        self.in_file = in_file  # False: only the environment can set it (KEYMEM_HOME, host ids)
+        self.secret = secret  # `keymem config` shows whether it is set, not its value
+
+    def __repr__(self) -> str:
+        return f"Setting({self.name})"
 
     @property
     def file_key(self) -> str:
@@ -539,8 +554,7 @@ XDG_CONFIG_HOME = optional(
 
 
 # -- settings as a process holds them ---------------------------------------------------------
-@dataclass(frozen=True)
-class Value:
+class Value(NamedTuple):
     setting: Setting[Any]
     value: Any
     source: str  # SOURCE_DEFAULT, SOURCE_ENV, or the config file's path
@@ -559,12 +573,14 @@ def render(value: Any) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
 class Config:
     """The effective value of every setting, and where each came from."""
 
-    values: Mapping[str, Value]
-    file: Path | None = None  # the config file read, if any
+    __slots__ = ("file", "values")
+
+    def __init__(self, values: Mapping[str, Value], file: Path | None = None) -> None:
+        self.values = values
+        self.file = file  # the config file read, if any
 
     def __getitem__(self, setting: Setting[T]) -> T:
         value: T = self.values[setting.name].value
@@ -698,8 +714,7 @@ def endpoints_of(config: Config) -> Endpoints:
         raise ConfigError(str(exc)) from exc
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     """What every process needs to reach the others, with the rest of the settings."""
 
     home: Path

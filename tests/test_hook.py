@@ -289,9 +289,11 @@ def test_doctor_and_status_count_only_recent_hook_failures(short_home: Path) -> 
 
 
 # What the hook must never load: each costs the host tens to hundreds of ms on every prompt
-# (``logging`` comes with zmq.auth, which only a CURVE key file needs).
+# (``logging`` comes with zmq.auth, which only a CURVE key file needs; ``dataclasses`` brings
+# ``inspect`` and generates each class's methods at import, ~1 ms a class).
 HEAVY_MODULES = frozenset(
     {
+        "dataclasses",
         "numpy",
         "duckdb",
         "mcp",
