@@ -367,15 +367,29 @@ class GraphStore:
     def commit(self, changes: Changes, head_seq: int) -> int:
         """Write ``changes`` in one transaction; returns the feed head after the commit."""
         now = time.time()
-        with self.transaction():
-            self._write(changes)
-            seq = head_seq
-            event_rows = []
-            for op, memory_id, namespace in changes.events:
-                seq += 1
-                event_rows.append((seq, op, memory_id, namespace, now))
-            self.insert_rows("events", 5, event_rows)
+        try:
+            with self.transaction():
+                self._write(changes)
+                seq = head_seq
+                event_rows = []
+                for op, memory_id, namespace in changes.events:
+                    seq += 1
+                    event_rows.append((seq, op, memory_id, namespace, now))
+                self.insert_rows("events", 5, event_rows)
+        except duckdb.OutOfMemoryException:
+            log.error("DuckDB's memory pool is full: %s", self.pool_mb())
+            raise
         return seq
+
+    def pool_mb(self) -> dict[str, float]:
+        """What holds DuckDB's buffer pool, by DuckDB's tag (MB in memory): the names a full
+        pool's log line needs to tell table blocks from indexes."""
+        return {
+            str(tag): round(used / 2**20, 1)
+            for tag, used in self.conn.execute(
+                "SELECT tag, memory_usage_bytes FROM duckdb_memory() WHERE memory_usage_bytes > 0"
+            ).fetchall()
+        }
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

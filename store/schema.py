@@ -84,8 +84,26 @@ _V5 = """
 CREATE TABLE near_duplicates (memory_id VARCHAR NOT NULL, other_id VARCHAR NOT NULL);
 """
 
+# ``links`` without its primary key (DuckDB cannot drop a constraint: the table is copied). The
+# key's ART index over (key_id, memory_id) is DuckDB's largest structure at scale (~290 MB at
+# 4.5M links, ~64 B a link), and every insert keeps the index nodes it touches in the buffer pool
+# until the next checkpoint: at 1M memories three remember_batch calls of 100 filled the
+# graph's 256 MB pool (OutOfMemoryException), and loading those nodes cost ~0.4 ms of CPU per
+# link inserted. Nothing reads links through it (the graph loads them whole; deletes go by one
+# column). One row per (key, memory) is kept by the graph, the file's only writer (its state and
+# ``Changes.new_links`` hold a link per pair), and by the import's validation.
+_V6 = """
+CREATE TABLE links_v6 (
+    key_id VARCHAR NOT NULL, memory_id VARCHAR NOT NULL, weight DOUBLE NOT NULL,
+    auto BOOLEAN NOT NULL, learned BOOLEAN NOT NULL DEFAULT false
+);
+INSERT INTO links_v6 SELECT key_id, memory_id, weight, auto, learned FROM links;
+DROP TABLE links;
+ALTER TABLE links_v6 RENAME TO links;
+"""
+
 # Index i holds the script that takes a file from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # Tables in dependency-free order, for export/import and for tests that compare contents

@@ -209,12 +209,18 @@ def validate_export(document: Any, conn: duckdb.DuckDBPyConnection) -> None:
     if looped:
         raise BadRequest(f"memories {', '.join(sorted(looped)[:4])} supersede each other in a loop")
 
+    linked: set[tuple[str, str]] = set()
+
     def link(row: dict[str, Any]) -> str | None:
         key_ns, memory_ns = key_space.get(row["key_id"]), memory_space.get(row["memory_id"])
         if key_ns is None or memory_ns is None:
             return f"links key {row['key_id']} to memory {row['memory_id']}; one does not exist"
         if key_ns != memory_ns:
             return f"links namespace {key_ns!r} to namespace {memory_ns!r}"
+        pair = (row["key_id"], row["memory_id"])
+        if pair in linked:  # the table has no key to refuse it: one link per pair
+            return f"links key {pair[0]} to memory {pair[1]} twice"
+        linked.add(pair)
         return link_problem(LinkRecord(**row))
 
     each("links", link)

@@ -98,6 +98,11 @@ def duplicate_memory(doc: Document) -> None:
     rows.append(copy.deepcopy(rows[0]))
 
 
+def duplicate_link(doc: Document) -> None:
+    rows = doc["tables"]["links"]["rows"]
+    rows.append(copy.deepcopy(rows[0]))
+
+
 def short_row(doc: Document) -> None:
     doc["tables"]["memories"]["rows"][0].pop()
 
@@ -129,6 +134,7 @@ CASES: dict[str, tuple[Callable[[Document], None], str]] = {
         "one does not exist",
     ),
     "a link across namespaces": (cross_namespace_link, "links namespace"),
+    "a link twice": (duplicate_link, "twice"),
     "related_to a memory that does not exist": (
         set_cell("related", "related_id", "eeeeeeeeeeee"),
         "names memory eeeeeeeeeeee, which does not exist",
