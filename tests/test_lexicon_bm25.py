@@ -197,6 +197,47 @@ def test_pruned_top_n_equals_full_scoring(monkeypatch: pytest.MonkeyPatch, seed:
     assert finishes  # the pruned path ran
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_pruned_top_n_equals_full_scoring_with_common_terms(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Queries of a few rare words among words nearly every document holds (a question's "the",
+    "of", "is"): the pruned top n, at the default thresholds, is the full ranking's top n."""
+    rng = random.Random(seed)
+    common = ["the", "of", "is", "a", "and"]  # in every document, or most of them
+    rare = [f"r{i}" for i in range(400)]
+    weights = [1 / (i + 1) for i in range(len(rare))]
+    space = NamespaceIndex()
+    for i in range(12_000):
+        words = ["the"] * rng.randint(1, 3) + [w for w in common[1:] if rng.random() < 0.8]
+        words += rng.choices(rare, weights, k=rng.randint(1, 8))
+        space.upsert(f"d{i:05d}", Counter(words))
+    for i in range(0, 12_000, 11):  # dead entries in the long lists
+        space.remove(f"d{i:05d}")
+    finishes: list[int] = []
+    finish = NamespaceIndex._finish
+
+    def counted(*args: Any) -> Any:
+        finishes.append(1)
+        return finish(*args)
+
+    monkeypatch.setattr(NamespaceIndex, "_finish", staticmethod(counted))
+    for _ in range(40):
+        query = Counter(common[: rng.randint(1, 5)] + rng.choices(rare, k=rng.randint(0, 4)))
+        slots, scores = space.scores(query)
+        full = sorted(
+            ((space.id_at(s), sc) for s, sc in zip(slots.tolist(), scores.tolist(), strict=True)),
+            key=lambda hit: (-hit[1], hit[0]),
+        )
+        exact = dict(full)
+        for top_n in (1, 10, 50):
+            got = space.top(query, top_n)
+            assert len(got) == min(top_n, len(full))
+            assert [s for _, s in got] == pytest.approx([s for _, s in full[:top_n]], abs=1e-9)
+            assert all(exact[doc_id] == pytest.approx(score, abs=1e-9) for doc_id, score in got)
+    assert finishes  # the pruned path ran
+
+
 def test_tiny_namespaces_follow_the_reference_quirks() -> None:
     """With one or two documents rank-bm25's idf is <= 0; we match it and still return hits."""
     for corpus in ([["부산", "회의"]], [["부산", "회의"], ["부산"]], [["a"], ["b"], ["a", "b"]]):

@@ -43,6 +43,12 @@ INITIAL_SLOTS = 64
 RADIX_SORT_MAX_TERMS = 2**16 - 1
 # Before scoring a term with at least this many postings, check whether pruning can skip it.
 PRUNE_MIN_POSTINGS = 2048
+# A pruned query looks a term up per kept document (a binary search) while that costs less
+# than this many postings per document; else it spreads the term's whole list.
+LOOKUP_COST_POSTINGS = 16
+# Pruning keeps a document whose bound is this relative share below the n-th best score: its
+# bound and its final score sum the same numbers in different orders (rounding).
+BOUND_SLACK = 1e-9
 
 IntArray = npt.NDArray[np.int32]
 AnyIntArray = npt.NDArray[np.integer[Any]]
@@ -331,6 +337,11 @@ def _gather_rows(
     return new_ptr, tids[entries], tfs[entries]
 
 
+def _nth_best(values: FloatArray, n: int) -> float:
+    """The ``n``-th largest of ``values`` (at least ``n`` of them)."""
+    return float(np.partition(values, len(values) - n)[len(values) - n])
+
+
 def _row_sums(ptr: npt.NDArray[np.int64], values: AnyIntArray) -> FloatArray:
     sums = np.zeros(len(ptr) - 1, dtype=np.float64)
     filled = np.flatnonzero(np.diff(ptr))
@@ -575,11 +586,11 @@ class NamespaceIndex:
         """The ``top_n`` best documents containing a query term, best first (ties by id).
 
         Max-score pruning: terms are scored rarest first; before a long postings list, if even
-        the sum of the remaining terms' bounds cannot lift a document to the current n-th best
-        partial score, the remaining terms are added only for the documents that still can
-        (looked up in the ascending postings). Scores only grow while every weight is positive,
-        so the result equals full scoring; with any weight <= 0 (tiny namespaces) it is full
-        scoring.
+        the sum of the remaining terms' bounds cannot lift a document to the n-th best partial
+        score of the rare terms' documents, only the documents that still can are kept and the
+        remaining terms are looked up for them alone (``_finish``). Scores only grow while every
+        weight is positive, so the result equals full scoring; with any weight <= 0 (tiny
+        namespaces) it is full scoring.
         """
         if not self.n_docs or not self.total_len:
             return []
@@ -594,47 +605,64 @@ class NamespaceIndex:
             remaining_bound[i] = remaining_bound[i + 1] + terms[i].bound
         n = self.slot_count
         alive = self.alive[:n]
+        # every weight and saturation is positive: a document is matched iff its score is > 0
         scores = np.zeros(n, dtype=np.float64)
-        matched = np.zeros(n, dtype=np.bool_)
+        scored: list[IntArray] = []  # the postings scored before the first long list
+        sample: IntArray | None = None
         for i, term in enumerate(terms):
             if i and len(term.slots) >= PRUNE_MIN_POSTINGS:
-                kept = self._survivors(scores, matched & alive, top_n, remaining_bound[i])
-                if kept is not None:
-                    return self._ranked(kept, self._finish(kept, scores, terms[i:]), top_n)
+                if sample is None:
+                    sample = scored[0] if len(scored) == 1 else np.unique(np.concatenate(scored))
+                    sample = sample[alive[sample]]
+                # any n documents' partial scores bound the final n-th best from below; the
+                # rare terms' documents hold the best ones, and they are few to read again
+                if len(sample) >= top_n:
+                    reach = _nth_best(scores[sample], top_n) * (1 - BOUND_SLACK)
+                    if remaining_bound[i] < reach:
+                        above = np.flatnonzero(scores >= reach - remaining_bound[i])
+                        kept: IntArray = above[alive[above]].astype(np.int32)
+                        slots, final = self._finish(
+                            kept, scores[kept], terms[i:], remaining_bound[i + 1 :], top_n
+                        )
+                        return self._ranked(slots, final, top_n)
             scores[term.slots] += term.weight * term.saturation
-            matched[term.slots] = True
-        hits = np.flatnonzero(matched & alive).astype(np.int32)
+            if sample is None:
+                scored.append(term.slots)
+        hits = np.flatnonzero(scores).astype(np.int32)
+        hits = hits[alive[hits]]
         return self._ranked(hits, scores[hits], top_n)
 
     @staticmethod
-    def _survivors(
-        scores: FloatArray, candidates: npt.NDArray[np.bool_], top_n: int, rest: float
-    ) -> IntArray | None:
-        """Documents that can still reach the top ``top_n``, or None if pruning cannot help."""
-        slots = np.flatnonzero(candidates)
-        if len(slots) < top_n:
-            return None
-        partial = scores[slots]
-        nth = np.partition(partial, len(partial) - top_n)[len(partial) - top_n]
-        if rest >= nth:
-            return None
-        kept: IntArray = slots[partial + rest >= nth].astype(np.int32)
-        return kept
-
-    @staticmethod
-    def _finish(kept: IntArray, scores: FloatArray, rest: list[_QueryTerm]) -> FloatArray:
-        final = scores[kept]
-        for term in rest:
-            at = np.minimum(np.searchsorted(term.slots, kept), len(term.slots) - 1)
-            present = term.slots[at] == kept
-            final[present] += term.weight * term.saturation[at[present]]
-        return final
+    def _finish(
+        kept: IntArray,
+        partial: FloatArray,
+        rest: list[_QueryTerm],
+        bound_after: list[float],
+        top_n: int,
+    ) -> tuple[IntArray, FloatArray]:
+        """The remaining terms added for the ``kept`` documents only. After each term the
+        n-th best partial score rises, so the documents whose partial score plus the bound of
+        the terms still left cannot reach it are dropped: the longest lists (the commonest
+        terms, last) are looked up for the few documents that can still place."""
+        for term, left in zip(rest, bound_after, strict=True):
+            if len(kept) * LOOKUP_COST_POSTINGS < len(term.slots):
+                at = np.minimum(np.searchsorted(term.slots, kept), len(term.slots) - 1)
+                present = term.slots[at] == kept
+                partial[present] += term.weight * term.saturation[at[present]]
+            else:  # cheaper to spread the whole list than to search it per document
+                spread = np.zeros(int(term.slots[-1]) + 1, dtype=np.float64)
+                spread[term.slots] = term.saturation
+                inside = kept < len(spread)
+                partial[inside] += term.weight * spread[kept[inside]]
+            if len(kept) > top_n:
+                keep = partial + left >= _nth_best(partial, top_n) * (1 - BOUND_SLACK)
+                kept, partial = kept[keep], partial[keep]
+        return kept, partial
 
     def _ranked(self, slots: IntArray, scores: FloatArray, top_n: int) -> list[tuple[str, float]]:
         if len(slots) > top_n:
             # keep everything tied with the n-th score, so ties break by id, not by position
-            nth = np.partition(scores, len(scores) - top_n)[len(scores) - top_n]
-            best = np.flatnonzero(scores >= nth)
+            best = np.flatnonzero(scores >= _nth_best(scores, top_n))
             slots, scores = slots[best], scores[best]
         ranked = [
             (self.id_at(slot), score)
