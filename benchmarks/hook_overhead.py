@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +106,15 @@ def host_payload(prompt: str) -> bytes:
     ).encode()
 
 
-def spawn(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, float, bytes, bytes]:
-    """Wall ms, CPU ms (user + system), stdout and stderr of one process."""
+def spawn(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, float, bytes]:
+    """Wall ms, CPU ms (user + system) and stdout of one process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=60, check=True)
     wall_ms = (time.perf_counter() - started) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_ms = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
-    return wall_ms, cpu_ms, done.stdout, done.stderr
+    return wall_ms, cpu_ms, done.stdout
 
 
 def probe_phases(env: dict[str, str], stdin: bytes) -> dict[str, float]:
@@ -236,16 +235,12 @@ def measure(store: Path, runs: int) -> dict[str, Any]:
         phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
         report["load_average_start"] = [round(x, 1) for x in os.getloadavg()]
         with Client(ipc_endpoints(deployment.home).frontend) as client:
-
-            def inject(body: dict[str, Any]) -> Callable[[], Any]:
-                return lambda: client.call("memory", "inject", body, timeout_ms=CALL_TIMEOUT_MS)
-
             for round_ in range(WARM_ROUNDS + runs):
                 i = round_ % PROMPTS
                 started = time.perf_counter()
-                inject(bodies[i])()
+                client.call("memory", "inject", bodies[i], timeout_ms=CALL_TIMEOUT_MS)
                 inject_ms = (time.perf_counter() - started) * 1000
-                wall_ms, cpu_ms, out, _ = spawn(hook, payloads[i], env)
+                wall_ms, cpu_ms, out = spawn(hook, payloads[i], env)
                 probed = probe_phases(env, payloads[i])
                 floor_ms = {name: spawn(argv, b"", env)[0] for name, argv in floors.items()}
                 if round_ < WARM_ROUNDS:
