@@ -22,6 +22,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from keymem.services.lexicon import cache, index
+from keymem.services.lexicon.bulk import BulkBuilder
 from keymem.services.lexicon.index import LexiconIndex, NamespaceIndex
 from keymem.services.lexicon.sync import text_digest
 from keymem.services.lexicon.tokenizer import Tokenizer, shared_tokenizer
@@ -461,3 +462,38 @@ def test_save_after_writes_keeps_counts_wider_than_the_cached_ones(tmp_path: Pat
     ids = sorted(corpus)
     for query in (["w1"], ["w2", "novel"], ["fresh", "w1", "w3"]):
         assert_matches_reference(again.namespaces["ns"], ids, [corpus[d] for d in ids], query)
+
+
+def test_bulk_snapshot_equals_indexing_per_document() -> None:
+    """Documents gathered by the bulk builder (in any order) load into the same index as
+    upserting them one by one; a repeated id is refused and leaves the index empty."""
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(300)]
+    docs = {
+        f"d{i:04d}": (f"ns{i % 2}", Counter(rng.choices(words, k=rng.randint(1, 12))))
+        for i in range(800)
+    }
+    builder, one_by_one = BulkBuilder(), LexiconIndex()
+    for doc_id in rng.sample(sorted(docs), len(docs)):
+        namespace, counts = docs[doc_id]
+        builder.add(doc_id, namespace, text_digest(doc_id), counts)
+        one_by_one.upsert(doc_id, namespace, text_digest(doc_id), counts)
+    bulk = LexiconIndex()
+    builder.install(bulk)
+    assert len(bulk) == len(docs) and not bulk.added
+    for doc_id, (namespace, counts) in docs.items():
+        assert bulk.entry(doc_id) == one_by_one.entry(doc_id)
+        assert bulk.namespaces[namespace].terms_of(doc_id) == dict(counts)
+    for _ in range(30):
+        query = Counter(rng.choices(words, k=3))
+        for namespace in ("ns0", "ns1"):
+            got, expected = bulk.top(namespace, query, 20), one_by_one.top(namespace, query, 20)
+            assert [d for d, _ in got] == [d for d, _ in expected]
+            assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-9)
+    repeated = BulkBuilder()
+    repeated.add("a", "ns", text_digest("a"), Counter(["x"]))
+    repeated.add("a", "ns", text_digest("a"), Counter(["y"]))
+    empty = LexiconIndex()
+    with pytest.raises(ValueError, match="unique"):
+        repeated.install(empty)
+    assert len(empty) == 0 and not empty.namespaces

@@ -271,6 +271,31 @@ def test_sync_under_churn_with_restarts_converges_exactly(
     assert stats.unchanged > 0 and stats.tokenized < len(feed.docs)
 
 
+def test_a_first_index_of_many_pages_serves_every_memory(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    """A first index (empty index, several snapshot pages, three namespaces, writes while it
+    runs) serves every memory by its own word, held in bulk arrays rather than per document."""
+    memories = 5_000
+    for i in range(memories):
+        feed.put(f"m{i:05d}", f"기억 {i}: 부산 회의 tag{i}x", namespace=f"ns{i % 3}")
+    client = stack.client()
+    running = start_lexicon()
+    for i in range(memories, memories + 20):  # written during the snapshot: the feed's events
+        feed.put(f"m{i:05d}", f"late tag{i}x", namespace="ns0")
+    feed.delete("m00003")
+    wait_until(synced_to(client, feed.seq), "the first index")
+    assert client.call("lexicon", "index_stats")["documents"] == len(feed.docs)
+    for doc_id, doc in feed.docs.items():
+        number = int(doc_id[1:])
+        assert search(client, f"tag{number}x", doc["namespace"]) == [doc_id]
+    assert search(client, "tag3x", "ns0") == []
+    assert_mirrors(running, feed.docs)
+    assert running.lexicon.follower.stats.snapshots == 1
+    # the snapshot's documents are the index's bulk rows, not objects beside them
+    assert len(running.lexicon.index.added) < 30
+
+
 def test_restart_from_cache_skips_the_tokenizer(
     stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
 ) -> None:

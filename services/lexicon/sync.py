@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any
 
 from keymem.protocol.errors import Conflict, DeadlineExceeded, KeymemError, Unavailable
+from keymem.services.lexicon.bulk import BulkBuilder
 from keymem.services.lexicon.index import DIGEST_BYTES, LexiconIndex
 from keymem.services.lexicon.journal import Journal
 
@@ -114,6 +115,9 @@ class FeedFollower:
         self._snapshot_seq = 0
         self._snapshot_after: str | None = None
         self._seen: set[str] = set()
+        # a snapshot into an empty index is gathered here and loaded at its end (bulk.py)
+        self._bulk: BulkBuilder | None = None
+        self._bulk_refused = False  # a bulk load failed: this follower indexes per document
         self._retry_at = 0.0
 
     # -- driving -------------------------------------------------------------------------------
@@ -177,6 +181,7 @@ class FeedFollower:
         self.phase = Phase.START
         self.synced = False
         self._queue.clear()
+        self._bulk = None
         self.journal.stop()
 
     def _step(self, deadline: float, *, behind: bool = False) -> None:
@@ -233,6 +238,7 @@ class FeedFollower:
         self._snapshot_seq = seq
         self._snapshot_after = None
         self._seen = set()
+        self._bulk = BulkBuilder() if not len(self.index) and not self._bulk_refused else None
         self.stats.snapshots += 1
 
     def _fetch_snapshot_page(self) -> None:
@@ -282,8 +288,18 @@ class FeedFollower:
         return True
 
     def _finish_snapshot(self) -> None:
-        for doc_id in [d for d in self.index.ids() if d not in self._seen]:
-            self.index.remove(doc_id)
+        if self._bulk is not None:
+            bulk, self._bulk = self._bulk, None
+            try:
+                bulk.install(self.index)
+            except ValueError as exc:  # e.g. an id twice: the feed broke its contract
+                log.warning("bulk snapshot not loaded (%s): indexing per document", exc)
+                self._bulk_refused = True
+                self._restart()
+                return
+        else:  # the documents the snapshot no longer holds
+            for doc_id in [d for d in self.index.ids() if d not in self._seen]:
+                self.index.remove(doc_id)
         self._seen = set()
         self.epoch = self._snapshot_epoch
         self.seq = self._snapshot_seq
@@ -306,6 +322,12 @@ class FeedFollower:
 
     # -- applying ------------------------------------------------------------------------------
     def _apply_snapshot_doc(self, doc: Any) -> None:
+        if self._bulk is not None:
+            if (read := self._read(doc)) is not None:
+                doc_id, namespace, text, digest = read
+                self._bulk.add(doc_id, namespace, digest, Counter(self.analyse(text)))
+                self.stats.tokenized += 1
+            return
         if isinstance(doc, dict) and isinstance(doc.get("id"), str):
             self._seen.add(doc["id"])
         self._upsert(doc)
@@ -332,8 +354,9 @@ class FeedFollower:
         self.stats.events += 1
         self.changed = True
 
-    def _upsert(self, doc: Any) -> tuple[str, str, bytes, Counter[str]] | None:
-        """Index a feed document unless its text is unchanged; what was indexed, if anything."""
+    def _read(self, doc: Any) -> tuple[str, str, str, bytes] | None:
+        """A feed document's id, namespace, indexed text and its digest; None (counted and
+        logged) for a malformed one."""
         if not (
             isinstance(doc, dict)
             and isinstance(doc.get("id"), str)
@@ -344,17 +367,23 @@ class FeedFollower:
             self.stats.malformed += 1
             log.warning("skipped a malformed document from the feed: %.200r", doc)
             return None
-        namespace = str(doc.get("namespace") or "")
         text = document_text(doc)
-        digest = text_digest(text)
-        if self.index.is_current(doc["id"], namespace, digest):
+        return doc["id"], str(doc.get("namespace") or ""), text, text_digest(text)
+
+    def _upsert(self, doc: Any) -> tuple[str, str, bytes, Counter[str]] | None:
+        """Index a feed document unless its text is unchanged; what was indexed, if anything."""
+        read = self._read(doc)
+        if read is None:
+            return None
+        doc_id, namespace, text, digest = read
+        if self.index.is_current(doc_id, namespace, digest):
             self.stats.unchanged += 1
             return None
         terms = Counter(self.analyse(text))
-        self.index.upsert(doc["id"], namespace, digest, terms)
+        self.index.upsert(doc_id, namespace, digest, terms)
         self.stats.tokenized += 1
         self.changed = True
-        return doc["id"], namespace, digest, terms
+        return doc_id, namespace, digest, terms
 
     def describe(self) -> dict[str, Any]:
         caught_up_at = self.stats.caught_up_at
