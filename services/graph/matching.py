@@ -38,6 +38,7 @@ HOPS_MAX = 5
 EXPAND_PER_HOP_DEFAULT = 20
 EXPAND_PER_KEY_DEFAULT = 50
 SCORE_DIGITS = 4
+NOT_REACHED = (0.0, "", "")  # score, via, from of a memory no hop reached yet
 
 
 def query_vector(state: GraphState, body: dict[str, Any]) -> np.ndarray | None:
@@ -242,37 +243,56 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     per_key = opt_int(body, "per_key", EXPAND_PER_KEY_DEFAULT, 1, 1_000)
     follow_related = opt_bool(body, "related", True)
 
-    def usable(memory_id: str) -> bool:
-        memory = state.memories.get(memory_id)
-        return memory is not None and memory.namespace == namespace and memory.active(now)
+    # A hub's members are reached from many frontier memories: each memory's standing is
+    # worked out once per walk (its freshness factor, or None when it cannot be reached),
+    # each key's reachable members once per hop (what is visited changes between hops).
+    standing: dict[str, float | None] = {}
 
-    visited = {m for m in seeds if usable(m)}
+    def fresh_factor(memory_id: str) -> float | None:
+        if memory_id in standing:
+            return standing[memory_id]
+        memory = state.memories.get(memory_id)
+        value = None
+        if memory is not None and memory.namespace == namespace and memory.active(now):
+            value = freshness_factor(freshness(memory, now))
+        standing[memory_id] = value
+        return value
+
+    def members(key_id: str) -> tuple[float, list[tuple[str, float, float]]]:
+        """A key's IDF and its unvisited usable members: (memory, link weight, freshness)."""
+        idf = key_idf(state.keys[key_id], state.active_count.get(key_id, 0))
+        reachable = []
+        for link in state.strongest(key_id, per_key):
+            other = link.memory_id
+            if other not in visited and (fresh := fresh_factor(other)) is not None:
+                reachable.append((other, link.weight, fresh))
+        return idf, reachable
+
+    visited = {m for m in seeds if fresh_factor(m) is not None}
     frontier = {m: s for m, s in seeds.items() if m in visited}
     found: dict[str, dict[str, Any]] = {}
     for hop in range(1, hops + 1):
         factor = HOP_DECAY * (EXPAND_LATER_HOP_FACTOR if hop >= 2 else 1.0)
         reached: dict[str, tuple[float, str, str]] = {}  # -> score, via, from
+        keys: dict[str, tuple[float, list[tuple[str, float, float]]]] = {}
         for memory_id, base in frontier.items():
             for key_id in state.mem_links[memory_id]:
-                key = state.keys[key_id]
-                idf = key_idf(key, state.active_count.get(key_id, 0))
-                for link in state.strongest(key_id, per_key):
-                    other = link.memory_id
-                    if other in visited or not usable(other):
-                        continue
-                    fresh = freshness_factor(freshness(state.memories[other], now))
-                    score = base * factor * idf * link.weight * fresh
-                    if score > reached.get(other, (0.0, "", ""))[0]:
+                if key_id not in keys:
+                    keys[key_id] = members(key_id)
+                idf, reachable = keys[key_id]
+                scale = base * factor * idf
+                for other, weight, fresh in reachable:
+                    score = scale * weight * fresh
+                    if score > reached.get(other, NOT_REACHED)[0]:
                         reached[other] = (score, key_id, memory_id)
             if follow_related:
                 memory = state.memories[memory_id]
                 neighbours = set(memory.related_to) | state.related_by.get(memory_id, set())
                 for other in neighbours:
-                    if other in visited or not usable(other):
+                    if other in visited or (fresh_other := fresh_factor(other)) is None:
                         continue
-                    fresh = freshness_factor(freshness(state.memories[other], now))
-                    score = base * factor * fresh
-                    if score > reached.get(other, (0.0, "", ""))[0]:
+                    score = base * factor * fresh_other
+                    if score > reached.get(other, NOT_REACHED)[0]:
                         reached[other] = (score, "related_to", memory_id)
         best = heapq.nlargest(per_hop, reached.items(), key=lambda item: item[1][0])
         frontier = {}
