@@ -16,12 +16,15 @@ in seconds, not minutes) it starts the real deployment on a copy (`keymem up`), 
   box's wall time can be read as the CPU it stands for.
 
 It measures once the lexicon has indexed the whole store (it does after every start), so
-that work is not counted as the writes'.
+that work is not counted as the writes'; ``--during-index`` measures at once instead, while the
+lexicon's first index reads the graph's change feed (at 1M ~10 minutes of it: the writes then
+share the box, and their figures carry the lexicon's CPU).
 
 ``--statements`` instead opens a copy of each store in this process and times one durable
 ``remember`` (an idempotency key, as MCP sends) by part: the graph's own work, each SQL
 statement of its transaction (wall and CPU: the wall of ``COMMIT`` is mostly the log's
-fsync) and the checkpoints that fall due.
+fsync) and the checkpoints that fall due; with ``--statement-batch N`` each call is a
+``remember_batch`` of N, and every figure is per memory.
 
 Run it nice'd on the shared box. To compare two trees, run it once with each tree's
 ``keymem`` first on ``PYTHONPATH``: the deployment and the MCP server inherit it.
@@ -145,19 +148,22 @@ async def _measure_mcp(
     return {"remember": single, f"remember_batch_{batch_size}": batched}
 
 
-def measure(size: int, store: Path, calls: int, batches: int, batch_size: int) -> dict[str, Any]:
+def measure(
+    size: int, store: Path, calls: int, batches: int, batch_size: int, during_index: bool
+) -> dict[str, Any]:
     with bench_home("km-wr-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
         shutil.copy(store, graph_path(deployment.home))
         started = time.perf_counter()
         deployment.keymem("up", "--timeout", UP_TIMEOUT_S)
         report: dict[str, Any] = {"memories": size, "up_s": round(time.perf_counter() - started, 1)}
-        with Client(
-            ipc_endpoints(deployment.home).frontend, timeout_ms=COUNTS_TIMEOUT_MS
-        ) as client:
-            # the lexicon indexes the whole store after a start: wait, or its CPU is counted
-            active = client.call("graph", "counts", {})["memories"]
-            report["lexicon_index_s"] = round(_wait_indexed(client, active), 1)
+        if not during_index:
+            with Client(
+                ipc_endpoints(deployment.home).frontend, timeout_ms=COUNTS_TIMEOUT_MS
+            ) as client:
+                # the lexicon indexes the whole store after a start: wait, or its CPU is counted
+                active = client.call("graph", "counts", {})["memories"]
+                report["lexicon_index_s"] = round(_wait_indexed(client, active), 1)
         data = Synthetic(size, seed=size + 17)  # another stream than the build's
         report.update(asyncio.run(_measure_mcp(deployment, data, calls, batches, batch_size)))
     return report
@@ -185,21 +191,29 @@ class TimedConnection:
             self.cpu_s[kind] += time.process_time() - cpu
 
 
-def statements(size: int, store: Path, calls: int) -> dict[str, Any]:
-    """One durable remember in process, by part (ms per remember; see the module doc)."""
+def statements(size: int, store: Path, calls: int, batch: int) -> dict[str, Any]:
+    """Durable remembers (``batch`` > 1: remember_batch calls of that many) in process, by
+    part (ms per memory; see the module doc)."""
     work = Path(tempfile.mkdtemp(prefix="km-wr-sql-", dir="/tmp"))
     try:
         shutil.copy(store, graph_path(work))
         graph = GraphService(graph_path(work))
         data = Synthetic(size, seed=size + 29)
-        items = [{**data.item(), "idempotency_key": uuid.uuid4().hex} for _ in range(calls + 1)]
-        graph.remember(items.pop())  # the dedup index is built on the first write
+        graph.remember(data.item())  # the session's first write, as a deployment's
         graph.store.checkpoint()
+        bodies: list[dict[str, Any]]
+        if batch > 1:
+            prepare, method = graph.prepare_remember_batch, "remember_batch"
+            bodies = [{"items": [data.item() for _ in range(batch)]} for _ in range(calls)]
+        else:
+            prepare, method = graph.prepare_remember, "remember"
+            bodies = [data.item() for _ in range(calls)]
         timed = TimedConnection(graph.store.conn)
         graph.store.conn = timed  # type: ignore[assignment]
         wall, cpu = time.perf_counter(), time.process_time()
-        for item in items:
-            graph.write_group(graph.prepare_remember, [item], "remember", journal_as="remember")
+        for body in bodies:
+            body["idempotency_key"] = uuid.uuid4().hex  # as MCP sends
+            graph.write_group(prepare, [body], method)
             graph.checkpoint_due()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         graph.store.conn = timed.conn
@@ -207,14 +221,18 @@ def statements(size: int, store: Path, calls: int) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    def per_call_ms(seconds: float) -> float:
-        return round(seconds / calls * 1000, 2)
+    def per_memory_ms(seconds: float) -> float:
+        return round(seconds / (calls * batch) * 1000, 3)
 
     return {
         "memories": size,
-        "remember_ms": {"wall": per_call_ms(wall), "cpu": per_call_ms(cpu)},
+        "batch": batch,
+        "remember_ms": {"wall": per_memory_ms(wall), "cpu": per_memory_ms(cpu)},
         "sql_ms": {
-            kind: {"wall": per_call_ms(timed.wall_s[kind]), "cpu": per_call_ms(timed.cpu_s[kind])}
+            kind: {
+                "wall": per_memory_ms(timed.wall_s[kind]),
+                "cpu": per_memory_ms(timed.cpu_s[kind]),
+            }
             for kind in sorted(timed.cpu_s, key=lambda k: -timed.cpu_s[k])
         },
         "load_average": round(os.getloadavg()[0], 1),
@@ -230,15 +248,30 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--statements", action="store_true", help="in process, by SQL statement")
+    parser.add_argument(
+        "--statement-batch", type=int, default=1, help="with --statements: remember_batch of N"
+    )
+    parser.add_argument(
+        "--during-index", action="store_true", help="measure while the lexicon's first index runs"
+    )
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args()
     rows = []
     for spec in args.store:
         size, _, path = spec.partition("=")
         if args.statements:
-            rows.append(statements(int(size), Path(path), args.calls))
+            rows.append(statements(int(size), Path(path), args.calls, args.statement_batch))
         else:
-            rows.append(measure(int(size), Path(path), args.calls, args.batches, args.batch_size))
+            rows.append(
+                measure(
+                    int(size),
+                    Path(path),
+                    args.calls,
+                    args.batches,
+                    args.batch_size,
+                    args.during_index,
+                )
+            )
         print(json.dumps(rows[-1]), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
