@@ -6,9 +6,9 @@ In a fresh process (so its RSS is the graph's alone) it copies the store's graph
 starts the graph as the service does (``GraphService._load_state``: the cyclic GC paused, then
 ``store.load``, ``rows.quarantine``, ``GraphState``), timing each phase in CPU seconds (load
 inflates CPU time less than wall time) and reading the RSS after each, the peak RSS, and the
-RSS once the loaded rows are dropped (what the worker then holds). ``--trace N`` runs it again
-under tracemalloc and lists the N source lines that hold the most memory after the load (the
-traced run is several times slower; its times are not comparable).
+RSS once the loaded rows are dropped and the C heap trimmed (what the worker then holds).
+``--trace N`` runs it again under tracemalloc and lists the N source lines that hold the most
+memory after the load (the traced run is several times slower; its times are not comparable).
 
 ``costs(store)`` returns the same figures for another benchmark (``scale_1m --costs``).
 """
@@ -32,7 +32,7 @@ import psutil
 
 from keymem.services.graph import rows
 from keymem.services.graph.state import GraphState
-from keymem.store.database import GraphStore, graph_path
+from keymem.store.database import GraphStore, graph_path, trim_heap
 
 HUB_MIN_LINKS = 50
 MB = 1 << 20
@@ -68,6 +68,7 @@ def measure(store: Path, trace: int = 0) -> dict[str, Any]:
         built_at = time.process_time()
         out["rss_state_mb"] = _rss_mb()
         del loaded
+        trim_heap()
         gc.enable()
         gc.freeze()
         out.update(

@@ -8,6 +8,7 @@ every change of its namespace's matrix (the records read their vectors from it).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from keymem.services.graph import GraphService
 from keymem.services.graph.state import GraphState
+from keymem.services.graph.text import normalize_content
 from keymem.store.database import EFFECTIVE_LINKS, GraphStore
 from keymem.store.records import KeyAlias, KeyRecord, LinkRecord
 from tests.graph_helpers import GRAPH_FILE, damage_file, key_id_of, open_graph
@@ -323,3 +325,20 @@ def comparable(read: dict[str, Any]) -> dict[str, Any]:
         for handle in page["memories"]:
             del handle["score"]
     return read
+
+
+def test_dedup_finds_a_text_by_its_hash_and_never_merges_another(tmp_path: Path) -> None:
+    graph = open_graph(tmp_path)
+    try:
+        first = graph.remember(remember_body("Dana  prefers TABS", ["Dana"]))["saved"]
+        again = graph.remember(remember_body("dana prefers tabs", ["Dana"]))
+        assert again["superseded"] == first and again["deduplicated"]
+        # another text under the same hash (a collision, planted): saved as its own memory
+        state = graph.state
+        other = graph.remember(remember_body("Dana prefers spaces", ["Dana"]))["saved"]
+        table = state.dedup["default"]
+        table[hash(normalize_content("Sam prefers tabs"))] = other
+        saved = graph.remember(remember_body("Sam prefers tabs", ["Sam"]))
+        assert "superseded" not in saved and state.memories[other].active(time.time())
+    finally:
+        graph.close()

@@ -16,7 +16,7 @@ column, never by assigning to a record alone.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
 from typing import Protocol
 
 import numpy as np
@@ -26,6 +26,9 @@ from keymem.store.records import LinkColumns, LinkRecord
 AUTO = 1
 LEARNED = 2
 GONE = 4
+# From this many links on, records are made from whole columns (numpy's per-call cost then
+# pays off); fewer are read one element at a time.
+BULK_MIN_LINKS = 16
 
 
 class Rowed(Protocol):
@@ -59,8 +62,8 @@ class LinkTable:
     def __init__(
         self,
         columns: LinkColumns,
-        key_ids: np.ndarray,
-        memory_ids: np.ndarray,
+        key_ids: list[str],
+        memory_ids: list[str],
         keys: Mapping[str, Rowed],
         memories: Mapping[str, Rowed],
     ) -> None:
@@ -79,6 +82,15 @@ class LinkTable:
         self._key_start, self._key_count = _spans(self._key[self._by_key_order], len(key_ids))
         self._memory_live = self._memory_count.copy()
         self._key_live = self._key_count.copy()
+        # The same buffers for one element at a time: a memoryview hands out Python numbers
+        # several times faster than indexing the array (a memory's few links, one lookup).
+        self._at_key = self._key.data
+        self._at_memory = self._memory.data
+        self._at_weight = self._weight.data
+        self._at_flags = self._flags.data
+        self._at_memory_start = self._memory_start.data
+        self._at_memory_count = self._memory_count.data
+        self._at_memory_live = self._memory_live.data
         # links written since the load, both ways
         self._new_by_memory: dict[str, dict[str, LinkRecord]] = {}
         self._new_by_key: dict[str, dict[str, LinkRecord]] = {}
@@ -103,19 +115,17 @@ class LinkTable:
         record = records.get(record_id)
         return -1 if record is None else record.row
 
-    def _live(self, indices: np.ndarray) -> np.ndarray:
-        if not self._gone:
-            return indices
-        kept: np.ndarray = indices[(self._flags[indices] & GONE) == 0]
-        return kept
-
-    def memory_rows(self, memory_id: str) -> np.ndarray:
+    def memory_indices(self, memory_id: str) -> list[int]:
         """The loaded live links of a memory (indices into the columns)."""
         row = self._row(self._memories, memory_id)
-        if row < 0 or not self._memory_live[row]:
-            return np.empty(0, dtype=np.int64)
-        start = int(self._memory_start[row])
-        return self._live(np.arange(start, start + int(self._memory_count[row])))
+        if row < 0:
+            return []
+        start = self._at_memory_start[row]
+        span = range(start, start + self._at_memory_count[row])
+        if not self._gone:
+            return list(span)
+        flags = self._at_flags
+        return [i for i in span if not flags[i] & GONE]
 
     def key_rows(self, key_id: str) -> np.ndarray:
         """The loaded live links of a key, in memory id order."""
@@ -123,15 +133,21 @@ class LinkTable:
         if row < 0 or not self._key_live[row]:
             return np.empty(0, dtype=np.int64)
         start = int(self._key_start[row])
-        return self._live(self._by_key_order[start : start + int(self._key_count[row])])
+        indices = self._by_key_order[start : start + int(self._key_count[row])]
+        if not self._gone:
+            return indices
+        live: np.ndarray = indices[(self._flags[indices] & GONE) == 0]
+        return live
 
-    def key_ids_at(self, indices: np.ndarray) -> list[str]:
-        ids: list[str] = self._key_ids[self._key[indices]].tolist()
-        return ids
+    def key_ids_at(self, indices: Sequence[int] | np.ndarray) -> list[str]:
+        if isinstance(indices, np.ndarray):
+            indices = indices.tolist()
+        ids, at = self._key_ids, self._at_key
+        return [ids[at[i]] for i in indices]
 
     def memory_ids_at(self, indices: np.ndarray) -> list[str]:
-        ids: list[str] = self._memory_ids[self._memory[indices]].tolist()
-        return ids
+        ids = self._memory_ids
+        return [ids[row] for row in self._memory[indices].tolist()]
 
     def new_of_memory(self, memory_id: str) -> dict[str, LinkRecord]:
         """A memory's links written since the load, by key id (do not change it)."""
@@ -141,37 +157,44 @@ class LinkTable:
         """A key's links written since the load, by memory id (do not change it)."""
         return self._new_by_key.get(key_id, {})
 
-    def records(self, indices: np.ndarray) -> list[LinkRecord]:
-        flags = self._flags[indices]
+    def records(self, indices: Sequence[int] | np.ndarray) -> list[LinkRecord]:
+        """The loaded links at ``indices`` as records (a weight set on one is not kept)."""
+        if len(indices) < BULK_MIN_LINKS:
+            return [self._record(i) for i in indices]
+        at = np.asarray(indices, dtype=np.int64)
+        flags = self._flags[at]
+        key_ids, memory_ids = self._key_ids, self._memory_ids
         return list(
             map(
                 LinkRecord,
-                self.key_ids_at(indices),
-                self.memory_ids_at(indices),
-                self._weight[indices].tolist(),
+                [key_ids[row] for row in self._key[at].tolist()],
+                [memory_ids[row] for row in self._memory[at].tolist()],
+                self._weight[at].tolist(),
                 ((flags & AUTO) != 0).tolist(),
                 ((flags & LEARNED) != 0).tolist(),
             )
         )
 
     def _record(self, index: int) -> LinkRecord:
-        flags = int(self._flags[index])
+        flags = self._at_flags[index]
         return LinkRecord(
-            self._key_ids[self._key[index]],
-            self._memory_ids[self._memory[index]],
-            float(self._weight[index]),
+            self._key_ids[self._at_key[index]],
+            self._memory_ids[self._at_memory[index]],
+            self._at_weight[index],
             bool(flags & AUTO),
             bool(flags & LEARNED),
         )
 
     def _find(self, key_id: str, memory_id: str) -> int:
         """The column index of a live loaded link, or -1."""
-        key_row = self._row(self._keys, key_id)
-        if key_row < 0:
+        key, memory = self._keys.get(key_id), self._memories.get(memory_id)
+        if key is None or memory is None or key.row < 0 or memory.row < 0:
             return -1
-        for index in self.memory_rows(memory_id).tolist():
-            if self._key[index] == key_row:
-                return int(index)
+        start = self._at_memory_start[memory.row]
+        at_key, at_flags, key_row = self._at_key, self._at_flags, key.row
+        for index in range(start, start + self._at_memory_count[memory.row]):
+            if at_key[index] == key_row and not at_flags[index] & GONE:
+                return index
         return -1
 
     # -- reads -----------------------------------------------------------------------------
@@ -184,7 +207,7 @@ class LinkTable:
 
     def count_of_memory(self, memory_id: str) -> int:
         row = self._row(self._memories, memory_id)
-        loaded = int(self._memory_live[row]) if row >= 0 else 0
+        loaded = self._at_memory_live[row] if row >= 0 else 0
         return loaded + len(self._new_by_memory.get(memory_id, ()))
 
     def count_of_key(self, key_id: str) -> int:
@@ -192,15 +215,22 @@ class LinkTable:
         loaded = int(self._key_live[row]) if row >= 0 else 0
         return loaded + len(self._new_by_key.get(key_id, ()))
 
-    def ranked(self, key_id: str, count: int | None = None) -> list[LinkRecord]:
-        """A key's links by weight, strongest first (ties in the mapping's order)."""
+    def ranking(self, key_id: str, count: int | None = None) -> list[int | LinkRecord]:
+        """A key's links by weight, strongest first (ties in the mapping's order), as handles
+        for ``at``: a loaded link's column index, a newer link's record."""
         indices = self.key_rows(key_id)
         new = list(self._new_by_key.get(key_id, {}).values())
-        weights = np.concatenate([self._weight[indices], [link.weight for link in new]])
-        order = np.argsort(-weights, kind="stable")[:count]
-        loaded = order[order < len(indices)]
-        made = iter(self.records(indices[loaded]))
-        return [next(made) if i < len(indices) else new[i - len(indices)] for i in order.tolist()]
+        weights = self._weight[indices]
+        if new:
+            weights = np.concatenate([weights, [link.weight for link in new]])
+        order = np.argsort(-weights, kind="stable")[:count].tolist()
+        loaded = len(indices)
+        at = indices.tolist()
+        return [at[i] if i < loaded else new[i - loaded] for i in order]
+
+    def at(self, handles: Sequence[int | LinkRecord]) -> list[LinkRecord]:
+        """The links ``ranking`` handed out, as records with their current weights."""
+        return [h if isinstance(h, LinkRecord) else self._record(h) for h in handles]
 
     def kinds(self) -> tuple[int, int, int]:
         """How many links there are: all, extracted auto-keys' (auto, not learned), learned."""
@@ -228,7 +258,8 @@ class LinkTable:
         if index >= 0:
             self._weight[index] = weight
 
-    def _drop_loaded(self, indices: np.ndarray) -> None:
+    def _drop_loaded(self, at: Sequence[int] | np.ndarray) -> None:
+        indices = np.asarray(at, dtype=np.int64)
         self._flags[indices] |= GONE
         self._gone += len(indices)
         np.subtract.at(self._key_live, self._key[indices], 1)
@@ -244,7 +275,7 @@ class LinkTable:
 
     def remove_memory(self, memory_id: str) -> list[LinkRecord]:
         """Take every link of a memory out; returns them."""
-        indices = self.memory_rows(memory_id)
+        indices = self.memory_indices(memory_id)
         out = self.records(indices)
         self._drop_loaded(indices)
         for link in self._new_by_memory.pop(memory_id, {}).values():
@@ -296,7 +327,7 @@ class LinksOf(Mapping[str, LinkRecord]):
         self._table, self._id = table, owner_id
 
     @abstractmethod
-    def _loaded(self) -> np.ndarray:
+    def _loaded(self) -> Sequence[int] | np.ndarray:
         """The owner's live loaded links (column indices), in order."""
 
     @abstractmethod
@@ -307,8 +338,13 @@ class LinksOf(Mapping[str, LinkRecord]):
     def _link(self, other_id: str) -> LinkRecord | None: ...
 
     @abstractmethod
-    def _loaded_others(self, indices: np.ndarray) -> list[str]:
+    def _loaded_others(self, indices: Sequence[int] | np.ndarray) -> list[str]:
         """The other end's id of each loaded link at ``indices``."""
+
+    @staticmethod
+    @abstractmethod
+    def other(link: LinkRecord) -> str:
+        """The id ``link`` is found under here."""
 
     def links(self) -> list[LinkRecord]:
         """Every link, in the mapping's order."""
@@ -344,7 +380,8 @@ class _Items(ItemsView[str, LinkRecord]):
     _mapping: LinksOf
 
     def __iter__(self) -> Iterator[tuple[str, LinkRecord]]:
-        return zip(self._mapping, self._mapping.links(), strict=True)
+        other = self._mapping.other
+        return iter([(other(link), link) for link in self._mapping.links()])
 
 
 class MemoryLinks(LinksOf):
@@ -352,17 +389,21 @@ class MemoryLinks(LinksOf):
 
     __slots__ = ()
 
-    def _loaded(self) -> np.ndarray:
-        return self._table.memory_rows(self._id)
+    def _loaded(self) -> list[int]:
+        return self._table.memory_indices(self._id)
 
     def _new(self) -> dict[str, LinkRecord]:
         return self._table.new_of_memory(self._id)
 
-    def _loaded_others(self, indices: np.ndarray) -> list[str]:
+    def _loaded_others(self, indices: Sequence[int] | np.ndarray) -> list[str]:
         return self._table.key_ids_at(indices)
 
     def _link(self, other_id: str) -> LinkRecord | None:
         return self._table.get(other_id, self._id)
+
+    @staticmethod
+    def other(link: LinkRecord) -> str:
+        return link.key_id
 
     def __len__(self) -> int:
         return self._table.count_of_memory(self._id)
@@ -379,11 +420,15 @@ class KeyLinks(LinksOf):
     def _new(self) -> dict[str, LinkRecord]:
         return self._table.new_of_key(self._id)
 
-    def _loaded_others(self, indices: np.ndarray) -> list[str]:
-        return self._table.memory_ids_at(indices)
+    def _loaded_others(self, indices: Sequence[int] | np.ndarray) -> list[str]:
+        return self._table.memory_ids_at(np.asarray(indices))
 
     def _link(self, other_id: str) -> LinkRecord | None:
         return self._table.get(self._id, other_id)
+
+    @staticmethod
+    def other(link: LinkRecord) -> str:
+        return link.memory_id
 
     def __len__(self) -> int:
         return self._table.count_of_key(self._id)

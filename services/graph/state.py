@@ -60,8 +60,8 @@ class GraphState:
         # loaded link has both ends.
         self.links = LinkTable(
             loaded.links,
-            loaded.key_columns.get("id", np.empty(0, dtype=object)),
-            np.ma.getdata(loaded.memory_columns.get("id", np.empty(0, dtype=object))),
+            loaded.key_columns.get("id", np.empty(0, dtype=object)).tolist(),
+            np.ma.getdata(loaded.memory_columns.get("id", np.empty(0, dtype=object))).tolist(),
             self.keys,
             self.memories,
         )
@@ -85,7 +85,7 @@ class GraphState:
         self.tallies: dict[str, NamespaceTally] = defaultdict(NamespaceTally)
         self.changes = Changes()
         # key id -> its strongest links, weight-descending (hub expansion reads these often)
-        self._strongest: dict[str, list[LinkRecord]] = {}
+        self._strongest: dict[str, list[int | LinkRecord]] = {}
         self._count_active(loaded)
         by_namespace: dict[str, list[KeyRecord]] = defaultdict(list)
         for key in self.keys.values():
@@ -107,15 +107,15 @@ class GraphState:
             for related_id in memory.related_to:
                 self.related_by[related_id].add(memory.id)
         heapq.heapify(self.ttl_heap)
-        # namespace -> normalised content -> active memory. Built at load: it costs a Unicode
-        # normalisation per memory (8.7 s of CPU at 1M), which built on the first write held
-        # the graph's loop past that write's deadline and every request queued behind it.
-        self.dedup: dict[str, dict[str, str]] = defaultdict(dict)
+        # namespace -> hash of the normalised content -> the active memory holding that text
+        # (``duplicate_of`` compares the texts: a hash is 32 bytes where the normalised copy of
+        # a text took ~150). Built at load: it costs a Unicode normalisation per memory (8.7 s
+        # of CPU at 1M), which built on the first write held the graph's loop past that
+        # write's deadline and every request queued behind it.
+        self.dedup: dict[str, dict[int, str]] = defaultdict(dict)
         for memory in self.memories.values():
             if memory.superseded_by is None:
-                self.dedup[memory.namespace].setdefault(
-                    normalize_content(memory.content), memory.id
-                )
+                self.index_content(memory)
 
     def _count_active(self, loaded: LoadedGraph) -> None:
         """``active_count`` from the loaded links: per key, those not learned whose memory is
@@ -149,18 +149,18 @@ class GraphState:
 
     def strongest(self, key_id: str, count: int) -> list[LinkRecord]:
         """A key's ``count`` strongest links, strongest first, ties in ``key_links`` order
-        (cached up to STRONGEST_CACHED per key)."""
+        (the ranking cached up to STRONGEST_CACHED per key)."""
         if count > STRONGEST_CACHED:
-            return self.links.ranked(key_id, count)
+            return self.links.at(self.links.ranking(key_id, count))
         cached = self._strongest.get(key_id)
         if cached is None:
-            cached = self.links.ranked(key_id, STRONGEST_CACHED)
+            cached = self.links.ranking(key_id, STRONGEST_CACHED)
             self._strongest[key_id] = cached
-        return cached[:count]
+        return self.links.at(cached[:count])
 
     def ranked(self, key_id: str) -> list[LinkRecord]:
         """Every link of a key, strongest first (ties in ``key_links`` order)."""
-        return self.links.ranked(key_id)
+        return self.links.at(self.links.ranking(key_id))
 
     # -- sizes -----------------------------------------------------------------------------
     def expired_current(self, now: float) -> Counter[str]:
@@ -212,17 +212,29 @@ class GraphState:
 
     def index_content(self, memory: MemoryRecord) -> None:
         """Make ``memory`` the dedup target for its text (unless another active one is)."""
-        self.dedup[memory.namespace].setdefault(normalize_content(memory.content), memory.id)
+        self.dedup[memory.namespace].setdefault(hash(normalize_content(memory.content)), memory.id)
+
+    def duplicate_of(self, namespace: str, content: str) -> MemoryRecord | None:
+        """The memory that holds ``content``'s text in ``namespace`` as the dedup target (two
+        texts whose hashes collide, ~1 in 2**64 a pair: the later is not deduplicated)."""
+        norm = normalize_content(content)
+        memory = self.memories.get(self.dedup.get(namespace, {}).get(hash(norm), ""))
+        if memory is None or normalize_content(memory.content) != norm:
+            return None
+        return memory
+
+    def _unindex_content(self, memory: MemoryRecord) -> None:
+        table = self.dedup.get(memory.namespace, {})
+        norm = hash(normalize_content(memory.content))
+        if table.get(norm) == memory.id:
+            del table[norm]
 
     def touch_memory(self, memory: MemoryRecord) -> None:
         self.changes.touch_memory(memory)
 
     def deactivate(self, memory: MemoryRecord) -> None:
         """Take a memory out of active retrieval (superseded); its rows stay."""
-        table = self.dedup.get(memory.namespace, {})
-        norm = normalize_content(memory.content)
-        if table.get(norm) == memory.id:
-            del table[norm]
+        self._unindex_content(memory)
         for link in self.mem_links[memory.id].values():
             if not link.learned:
                 self.active_count[link.key_id] -= 1
@@ -233,10 +245,7 @@ class GraphState:
         """Hard delete with its links; keys left without links go too. Returns deleted key ids."""
         was_active = memory.superseded_by is None
         if was_active:
-            table = self.dedup.get(memory.namespace, {})
-            norm = normalize_content(memory.content)
-            if table.get(norm) == memory.id:
-                del table[norm]
+            self._unindex_content(memory)
             self.changes.delete_event(memory)
         tally = self.tallies[memory.namespace]
         tally.ids.discard(memory.id)

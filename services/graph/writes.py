@@ -37,7 +37,6 @@ from keymem.services.graph.requests import (
 )
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, LINK_WEIGHT_MIN, GraphState
 from keymem.services.graph.text import (
-    normalize_content,
     ordered_phrases,
     text_names,
     usable_key,
@@ -137,8 +136,7 @@ def _supersede(state: GraphState, old: MemoryRecord, new: MemoryRecord) -> None:
 def remember(
     state: GraphState, item: RememberItem, thresholds: Thresholds, now: float
 ) -> dict[str, Any]:
-    duplicate_id = state.dedup.get(item.namespace, {}).get(normalize_content(item.content))
-    duplicate = state.memories.get(duplicate_id) if duplicate_id else None
+    duplicate = state.duplicate_of(item.namespace, item.content)
     if duplicate is not None and not duplicate.active(now):
         duplicate = None
     memory = _new_memory(
