@@ -46,6 +46,8 @@ PRUNE_MIN_POSTINGS = 2048
 # A pruned query looks a term up per kept document (a binary search) while that costs less
 # than this many postings per document; else it spreads the term's whole list.
 LOOKUP_COST_POSTINGS = 16
+# Postings scored that outnumber 1 / SPREAD_SHARE of the slots are listed from the scores.
+SPREAD_SHARE = 8
 # Pruning keeps a document whose bound is this relative share below the n-th best score: its
 # bound and its final score sum the same numbers in different orders (rounding).
 BOUND_SLACK = 1e-9
@@ -342,6 +344,18 @@ def _nth_best(values: FloatArray, n: int) -> float:
     return float(np.partition(values, len(values) - n)[len(values) - n])
 
 
+def _scored_slots(scores: FloatArray, scored: list[IntArray], alive: BoolArray) -> IntArray:
+    """The live documents of the ``scored`` postings (their ``scores`` are > 0)."""
+    if len(scored) == 1:
+        slots = scored[0]
+    elif sum(len(postings) for postings in scored) * SPREAD_SHARE < len(scores):
+        slots = np.unique(np.concatenate(scored))
+    else:  # most of the namespace: reading the scores beats sorting the lists
+        slots = np.flatnonzero(scores).astype(np.int32)
+    live: IntArray = slots[alive[slots]]
+    return live
+
+
 def _row_sums(ptr: npt.NDArray[np.int64], values: AnyIntArray) -> FloatArray:
     sums = np.zeros(len(ptr) - 1, dtype=np.float64)
     filled = np.flatnonzero(np.diff(ptr))
@@ -612,11 +626,12 @@ class NamespaceIndex:
         for i, term in enumerate(terms):
             if i and len(term.slots) >= PRUNE_MIN_POSTINGS:
                 if sample is None:
-                    sample = scored[0] if len(scored) == 1 else np.unique(np.concatenate(scored))
-                    sample = sample[alive[sample]]
+                    sample = _scored_slots(scores, scored, alive)
                 # any n documents' partial scores bound the final n-th best from below; the
                 # rare terms' documents hold the best ones, and they are few to read again
-                if len(sample) >= top_n:
+                if len(sample) < top_n:
+                    sample = None  # too few yet: the next long list's documents join them
+                else:
                     reach = _nth_best(scores[sample], top_n) * (1 - BOUND_SLACK)
                     if remaining_bound[i] < reach:
                         above = np.flatnonzero(scores >= reach - remaining_bound[i])
