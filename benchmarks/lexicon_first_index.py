@@ -1,0 +1,151 @@
+"""The lexicon's first index of a large store, and its queries afterwards, in one process.
+
+    python -m benchmarks.lexicon_first_index --memories 100000 1000000 [--json]
+
+A ``FeedFollower`` over an empty index (no cache: a first index) pages a feed of synthetic
+memories shaped like the 1M store's (benchmarks/graph_bench.py: four namespaces, 2-6 Zipf
+picks of 88,000 concept keys per memory, "synthetic memory N about ..."), answered in process,
+so the figures are the lexicon's own: memories/s (wall and CPU), the process's RSS before and
+at its peak, then 300 queries of the store's shape (six absent words and one concept key) for
+the top 10 and 50, in CPU time (this box is shared; wall time tracks the load). Run it once per
+tree (``PYTHONPATH`` at a ``git archive`` of each) to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from keymem.services.lexicon.index import LexiconIndex
+from keymem.services.lexicon.journal import Journal
+from keymem.services.lexicon.sync import FeedFollower
+from keymem.services.lexicon.tokenizer import shared_tokenizer
+
+CONCEPTS = 88_000
+NAMESPACES = 4
+KEYS_PER_MEMORY = (2, 6)
+QUERIES = 300
+QUERY_WORDS = 6
+SLICE_S = 0.25  # the service's sync slice
+SEED = 20261202
+MB = 2**20
+
+
+class SyntheticFeed:
+    """The graph's feed contract over ``memories`` generated on demand (constant memory)."""
+
+    def __init__(self, memories: int) -> None:
+        rng = np.random.default_rng(SEED)
+        weights = 1.0 / np.arange(1, CONCEPTS + 1)
+        self.popularity = weights / weights.sum()
+        self.memories = memories
+        self.picks = rng.choice(CONCEPTS, size=(memories, KEYS_PER_MEMORY[1]), p=self.popularity)
+        self.counts = rng.integers(KEYS_PER_MEMORY[0], KEYS_PER_MEMORY[1] + 1, size=memories)
+
+    def document(self, i: int) -> dict[str, Any]:
+        namespace = f"ns{i % NAMESPACES}"
+        keys = [f"{namespace} concept {j}" for j in self.picks[i, : self.counts[i]].tolist()]
+        content = f"synthetic memory {i + 1} about {' and '.join(keys)}"
+        return {"id": f"{i:012x}", "namespace": namespace, "content": content, "keys": keys}
+
+    def __call__(self, method: str, body: dict[str, Any], timeout_ms: int) -> dict[str, Any]:
+        if method == "feed_head":
+            return {"seq": 1, "epoch": "bench"}
+        if method == "feed_since":
+            return {"events": [], "head": 1, "epoch": "bench"}
+        after = body.get("after")
+        start = 0 if after is None else int(after, 16) + 1
+        end = min(self.memories, start + int(body["limit"]))
+        return {
+            "documents": [self.document(i) for i in range(start, end)],
+            "next": f"{end - 1:012x}" if end < self.memories else None,
+        }
+
+
+def _cpu_ms(samples: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples) * 1000
+    p50, p99 = np.percentile(ms, [50, 99]).tolist()
+    return {"cpu_p50_ms": round(p50, 2), "cpu_p99_ms": round(p99, 2), "max_ms": round(ms.max(), 1)}
+
+
+def measure(memories: int) -> dict[str, Any]:
+    tokenizer = shared_tokenizer()
+    feed = SyntheticFeed(memories)
+    process = psutil.Process()
+    rss_start = process.memory_info().rss
+    journal_dir = Path(tempfile.mkdtemp(prefix="km-first-index-", dir="/tmp"))
+    index = LexiconIndex()
+    follower = FeedFollower(
+        index,
+        tokenizer.tokenize,
+        feed,
+        call_timeout_ms=1_000,
+        retry_after_s=1.0,
+        journal=Journal(journal_dir),
+    )
+    started, cpu = time.perf_counter(), time.process_time()
+    peak = rss_start
+    try:
+        while not follower.consistent:
+            follower.tick(SLICE_S)
+            peak = max(peak, process.memory_info().rss)
+    finally:
+        shutil.rmtree(journal_dir, ignore_errors=True)
+    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    report: dict[str, Any] = {
+        "memories": memories,
+        "indexed": len(index),
+        "wall_s": round(wall_s, 1),
+        "cpu_s": round(cpu_s, 1),
+        "per_s_wall": round(memories / wall_s),
+        "per_s_cpu": round(memories / cpu_s),
+        "rss_start_mb": round(rss_start / MB),
+        "rss_peak_mb": round(peak / MB),
+        "rss_end_mb": round(process.memory_info().rss / MB),
+        "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "load": [round(x, 1) for x in os.getloadavg()],
+    }
+    rng = np.random.default_rng(SEED + 1)
+    queries = []
+    for _ in range(QUERIES):
+        namespace = f"ns{int(rng.integers(NAMESPACES))}"
+        words = " ".join(f"word{int(w)}" for w in rng.integers(0, 1000, QUERY_WORDS))
+        concept = int(rng.choice(CONCEPTS, p=feed.popularity))
+        queries.append(
+            (namespace, Counter(tokenizer.tokenize(f"{words} {namespace} concept {concept}")))
+        )
+    for label, top_n in (("first_top10", 10), ("top10", 10), ("top50", 50)):
+        samples = []
+        for namespace, query in queries:
+            t0 = time.thread_time()
+            index.top(namespace, query, top_n)
+            samples.append(time.thread_time() - t0)
+        report[label] = _cpu_ms(samples)
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--memories", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    for memories in args.memories:
+        report = measure(memories)
+        print(json.dumps(report, indent=2 if args.json else None), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
