@@ -102,6 +102,36 @@ def test_association_reaches_memories_through_shared_keys(graph: GraphService) -
     assert [row["memory_id"] for row in one_hop] == [apples["saved"]]
 
 
+def test_a_hop_keeps_its_freshest_best_memories_in_walk_order(graph: GraphService) -> None:
+    """A hop keeps its ``per_hop`` best memories: a stale memory on the same key as fresh ones
+    scores below them (freshness lowers the score of every path to it), and equal scores come
+    back in the order the walk reached them, whichever memories the walk priced first."""
+    seed = graph.remember(remember_body("The release train leaves on Mondays", ["release"]))
+    stale = [
+        graph.remember(
+            remember_body(
+                f"Release note {n} for the old branch", ["release"], decay_profile="transient"
+            )
+        )["saved"]
+        for n in range(3)
+    ]
+    fresh = [
+        graph.remember(
+            remember_body(f"Release checklist step {n}", ["release"], decay_profile="permanent")
+        )["saved"]
+        for n in range(3)
+    ]
+    gone = graph.remember(remember_body("Release checklist step 9", ["release"]))["saved"]
+    graph.forget({"memory_id": gone})
+    body = {"seeds": {seed["saved"]: 1.0}, "hops": 1, "per_hop": 3}
+    in_a_year = time.time() + 365 * 86_400  # transient memories are stale by then
+    kept = matching.expand(graph.state, body, in_a_year)["memories"]
+    assert [row["memory_id"] for row in kept] == fresh
+    everything = matching.expand(graph.state, {**body, "per_hop": 10}, in_a_year)["memories"]
+    assert [row["memory_id"] for row in everything] == fresh + stale
+    assert everything[0]["score"] > everything[-1]["score"]
+
+
 def test_related_to_links_are_followed(graph: GraphService) -> None:
     first = graph.remember(remember_body("Project Aurora started in May", ["Aurora"]))["saved"]
     second = graph.remember(

@@ -10,6 +10,7 @@ links) and the best ``per_hop`` memories carried into the next hop, so hub keys 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -258,43 +259,40 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
         standing[memory_id] = value
         return value
 
-    def members(key_id: str) -> tuple[float, list[tuple[str, float, float]]]:
-        """A key's IDF and its unvisited usable members: (memory, link weight, freshness)."""
+    def members(key_id: str) -> tuple[float, list[tuple[str, float]]]:
+        """A key's IDF and its unvisited members with their link weights."""
         idf = key_idf(state.keys[key_id], state.active_count.get(key_id, 0))
-        reachable = []
-        for link in state.strongest(key_id, per_key):
-            other = link.memory_id
-            if other not in visited and (fresh := fresh_factor(other)) is not None:
-                reachable.append((other, link.weight, fresh))
-        return idf, reachable
+        links = state.strongest(key_id, per_key)
+        return idf, [
+            (link.memory_id, link.weight) for link in links if link.memory_id not in visited
+        ]
 
     visited = {m for m in seeds if fresh_factor(m) is not None}
     frontier = {m: s for m, s in seeds.items() if m in visited}
     found: dict[str, dict[str, Any]] = {}
     for hop in range(1, hops + 1):
         factor = HOP_DECAY * (EXPAND_LATER_HOP_FACTOR if hop >= 2 else 1.0)
-        reached: dict[str, tuple[float, str, str]] = {}  # -> score, via, from
-        keys: dict[str, tuple[float, list[tuple[str, float, float]]]] = {}
+        # every path to every memory, in walk order: (bound, via, from); a path scores its
+        # bound times the memory's freshness factor (at most 1)
+        paths: dict[str, list[tuple[float, str, str]]] = {}
+        keys: dict[str, tuple[float, list[tuple[str, float]]]] = {}
         for memory_id, base in frontier.items():
             for key_id in state.mem_links[memory_id]:
                 if key_id not in keys:
                     keys[key_id] = members(key_id)
                 idf, reachable = keys[key_id]
                 scale = base * factor * idf
-                for other, weight, fresh in reachable:
-                    score = scale * weight * fresh
-                    if score > reached.get(other, NOT_REACHED)[0]:
-                        reached[other] = (score, key_id, memory_id)
+                for other, weight in reachable:
+                    if (bound := scale * weight) > 0.0:
+                        paths.setdefault(other, []).append((bound, key_id, memory_id))
             if follow_related:
                 memory = state.memories[memory_id]
                 neighbours = set(memory.related_to) | state.related_by.get(memory_id, set())
+                bound = base * factor
                 for other in neighbours:
-                    if other in visited or (fresh_other := fresh_factor(other)) is None:
-                        continue
-                    score = base * factor * fresh_other
-                    if score > reached.get(other, NOT_REACHED)[0]:
-                        reached[other] = (score, "related_to", memory_id)
-        best = heapq.nlargest(per_hop, reached.items(), key=lambda item: item[1][0])
+                    if other not in visited and bound > 0.0:
+                        paths.setdefault(other, []).append((bound, "related_to", memory_id))
+        best = _best_reached(paths, fresh_factor, per_hop)
         frontier = {}
         for other, (score, via, origin) in best:
             visited.add(other)
@@ -310,3 +308,41 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
             break
     ordered = sorted(found.values(), key=lambda row: -row["score"])
     return {"namespace": namespace, "memories": ordered}
+
+
+def _best_reached(
+    paths: dict[str, list[tuple[float, str, str]]],
+    fresh_factor: Callable[[str], float | None],
+    count: int,
+) -> list[tuple[str, tuple[float, str, str]]]:
+    """The ``count`` best reached memories with their best path (score, via, from), best
+    first, ties in the order the walk reached them; each memory's first path to its best
+    score counts.
+
+    A hop reaches thousands of memories to keep a few: a memory is priced (its standing
+    looked up) in the order of its best bound, and the pricing stops once no bound left can
+    reach the ``count``-th score, since no freshness factor exceeds 1.
+    """
+    order = {other: at for at, other in enumerate(paths)}
+    bounds = sorted(((max(p[0] for p in ps), other) for other, ps in paths.items()), reverse=True)
+    scored: list[tuple[float, int, str, str, str]] = []
+    top: list[float] = []  # a min-heap of the best ``count`` scores so far
+    for bound, other in bounds:
+        if len(top) == count and bound < top[0]:
+            break
+        fresh = fresh_factor(other)
+        if fresh is None:
+            continue
+        score, via, origin = NOT_REACHED
+        for path_bound, path_via, path_origin in paths[other]:
+            if (path_score := path_bound * fresh) > score:
+                score, via, origin = path_score, path_via, path_origin
+        if score <= 0.0:
+            continue
+        scored.append((score, order[other], other, via, origin))
+        if len(top) < count:
+            heapq.heappush(top, score)
+        elif score > top[0]:
+            heapq.heapreplace(top, score)
+    scored.sort(key=lambda row: (-row[0], row[1]))
+    return [(other, (score, via, origin)) for score, _, other, via, origin in scored[:count]]
