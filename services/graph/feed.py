@@ -58,9 +58,9 @@ def snapshot(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
 
     The ids are sorted once, at a snapshot's first page, and the later pages bisect that list
     (a scan of every memory per page of 2,000 cost 0.08 s of CPU at 100k memories, on the
-    graph's loop, 50 times; at 1M ten times that, 500 times). The list is taken after the subscriber read its head, so a memory written
-    since is not missed: its event comes after that head. Each id is read again from the
-    state when its page is served."""
+    graph's loop, 50 times; at 1M ten times that, 500 times). The list is taken after the
+    subscriber read its head, so a memory written since is not missed: its event comes after
+    that head. Each id is read again from the state when its page is served."""
     body = body_of(raw)
     after = opt_str(body, "after") or ""
     limit = opt_int(body, "limit", 500, 1, SNAPSHOT_MAX_LIMIT)
