@@ -497,3 +497,21 @@ def test_bulk_snapshot_equals_indexing_per_document() -> None:
     with pytest.raises(ValueError, match="unique"):
         repeated.install(empty)
     assert len(empty) == 0 and not empty.namespaces
+
+
+def test_ties_break_by_id_among_loaded_and_added_documents() -> None:
+    """Thousands of documents with the same score (one common term, the same length): the top n
+    are the smallest ids, whether they came with the bulk load or were written since."""
+    builder = BulkBuilder()
+    for i in range(0, 6000, 2):
+        builder.add(f"d{i:05d}", "ns", text_digest(str(i)), Counter({"common": 1, f"u{i}": 1}))
+    lexicon = LexiconIndex()
+    builder.install(lexicon)
+    for i in (1, 7, 4001):  # written after the load: slots past the loaded ones
+        lexicon.upsert(f"d{i:05d}", "ns", text_digest(str(i)), Counter({"common": 1, f"u{i}": 1}))
+    lexicon.upsert("d00000", "ns", text_digest("x"), Counter({"common": 2, "u0": 1}))  # best
+    for top_n in (1, 3, 10):
+        got = [doc_id for doc_id, _ in lexicon.top("ns", Counter(["common"]), top_n)]
+        expected = ["d00000", "d00001", "d00002", "d00004", "d00006", "d00007", "d00008"]
+        expected += [f"d{i:05d}" for i in range(10, 20, 2)]
+        assert got == expected[:top_n]

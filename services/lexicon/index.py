@@ -675,9 +675,19 @@ class NamespaceIndex:
         return kept, partial
 
     def _ranked(self, slots: IntArray, scores: FloatArray, top_n: int) -> list[tuple[str, float]]:
+        """The best ``top_n`` of ``slots`` (ascending) by score, ties by id."""
         if len(slots) > top_n:
-            # keep everything tied with the n-th score, so ties break by id, not by position
-            best = np.flatnonzero(scores >= _nth_best(scores, top_n))
+            nth = _nth_best(scores, top_n)
+            above = np.flatnonzero(scores > nth)
+            tied = np.flatnonzero(scores == nth)
+            need = top_n - len(above)
+            if len(tied) > need:
+                # ties break by id; the bulk-loaded slots are in id order, so of those only the
+                # first ``need`` can place (thousands of documents may share a common term's score)
+                loaded = slots[tied] < self.base_slots
+                first = tied[loaded][:need]
+                tied = np.concatenate((first, tied[~loaded]))
+            best = np.concatenate((above, tied))
             slots, scores = slots[best], scores[best]
         ranked = [
             (self.id_at(slot), score)
