@@ -271,6 +271,8 @@ def test_loaded_links_answer_as_the_files_rows(tmp_path: Path) -> None:
             assert all(m in state.key_links[key_id] for m in members)
             ranked = sorted(members.items(), key=lambda item: -item[1][0])
             assert [ln.memory_id for ln in state.strongest(key_id, 5)] == [m for m, _ in ranked[:5]]
+            # what a hop walk reads of the key: the same links, with the file's weights
+            assert state.strongest_members(key_id, 5) == [(m, w) for m, (w, *_) in ranked[:5]]
         assert "nothing" not in state.key_links and len(state.mem_links["nothing"]) == 0
         assert state.link(next(iter(by_key)), "nothing") is None
     finally:
@@ -292,12 +294,15 @@ def test_links_changed_after_the_load_are_read_and_kept(tmp_path: Path) -> None:
         assert state.key_links[shared][ids["m9"]].weight == weight
         assert state.mem_links[ids["m9"]][shared].weight == weight
         assert state.strongest(shared, 1)[0].memory_id == ids["m9"]
+        assert state.strongest_members(shared, 1) == [(ids["m9"], weight)]
         # a link written after the load: seen both ways, after the loaded ones
         count = len(state.key_links[shared])
         new = graph.remember(remember_body("a newer note", ["shared", "fresh"]))["saved"]
         assert list(state.key_links[shared])[-1] == new
         assert len(state.key_links[shared]) == count + 1
-        assert set(state.mem_links[new]) == {shared, key_id_of(graph, "fresh")}
+        fresh = key_id_of(graph, "fresh")
+        assert set(state.mem_links[new]) == {shared, fresh}
+        assert state.strongest_members(fresh, 5) == [(new, state.mem_links[new][fresh].weight)]
         # a loaded memory forgotten: its links leave every key, its own key goes with them
         own = key_id_of(graph, "own 11")
         graph.forget({"memory_id": ids["m11"]})

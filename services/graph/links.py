@@ -232,6 +232,17 @@ class LinkTable:
         """The links ``ranking`` handed out, as records with their current weights."""
         return [h if isinstance(h, LinkRecord) else self._record(h) for h in handles]
 
+    def members_at(self, handles: Sequence[int | LinkRecord]) -> list[tuple[str, float]]:
+        """The links ``ranking`` handed out as (memory id, current weight): what a hop walk
+        reads of a key's strongest links, without making a record per link."""
+        ids, at_memory, at_weight = self._memory_ids, self._at_memory, self._at_weight
+        return [
+            (h.memory_id, h.weight)
+            if isinstance(h, LinkRecord)
+            else (ids[at_memory[h]], at_weight[h])
+            for h in handles
+        ]
+
     def kinds(self) -> tuple[int, int, int]:
         """How many links there are: all, extracted auto-keys' (auto, not learned), learned."""
         flags = self._flags[(self._flags & GONE) == 0]

@@ -262,10 +262,8 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     def members(key_id: str) -> tuple[float, list[tuple[str, float]]]:
         """A key's IDF and its unvisited members with their link weights."""
         idf = key_idf(state.keys[key_id], state.active_count.get(key_id, 0))
-        links = state.strongest(key_id, per_key)
-        return idf, [
-            (link.memory_id, link.weight) for link in links if link.memory_id not in visited
-        ]
+        links = state.strongest_members(key_id, per_key)
+        return idf, [(other, weight) for other, weight in links if other not in visited]
 
     visited = {m for m in seeds if fresh_factor(m) is not None}
     frontier = {m: s for m, s in seeds.items() if m in visited}

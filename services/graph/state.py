@@ -147,16 +147,23 @@ class GraphState:
     def link(self, key_id: str, memory_id: str) -> LinkRecord | None:
         return self.links.get(key_id, memory_id)
 
-    def strongest(self, key_id: str, count: int) -> list[LinkRecord]:
-        """A key's ``count`` strongest links, strongest first, ties in ``key_links`` order
-        (the ranking cached up to STRONGEST_CACHED per key)."""
+    def _strongest_handles(self, key_id: str, count: int) -> list[int | LinkRecord]:
+        """``links.ranking``'s ``count`` strongest, cached up to STRONGEST_CACHED per key."""
         if count > STRONGEST_CACHED:
-            return self.links.at(self.links.ranking(key_id, count))
+            return self.links.ranking(key_id, count)
         cached = self._strongest.get(key_id)
         if cached is None:
             cached = self.links.ranking(key_id, STRONGEST_CACHED)
             self._strongest[key_id] = cached
-        return self.links.at(cached[:count])
+        return cached[:count]
+
+    def strongest(self, key_id: str, count: int) -> list[LinkRecord]:
+        """A key's ``count`` strongest links, strongest first, ties in ``key_links`` order."""
+        return self.links.at(self._strongest_handles(key_id, count))
+
+    def strongest_members(self, key_id: str, count: int) -> list[tuple[str, float]]:
+        """``strongest`` as (memory id, weight) pairs, for a hop walk's many keys."""
+        return self.links.members_at(self._strongest_handles(key_id, count))
 
     def ranked(self, key_id: str) -> list[LinkRecord]:
         """Every link of a key, strongest first (ties in ``key_links`` order)."""
