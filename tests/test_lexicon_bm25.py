@@ -160,6 +160,38 @@ def test_incremental_updates_equal_a_fresh_reference(
     assert space.slot_count < 3 * len(docs) + 2 * index.MIN_DEAD_SLOTS_TO_COMPACT
 
 
+def assert_pruned_top_n_is_full_top_n(
+    monkeypatch: pytest.MonkeyPatch,
+    space: NamespaceIndex,
+    queries: list[Counter[str]],
+    top_ns: tuple[int, ...],
+) -> None:
+    """Each query's top n equals the full ranking's, and the pruned path really ran."""
+    finishes: list[int] = []
+    finish = NamespaceIndex._finish
+
+    def counted(*args: Any) -> Any:
+        finishes.append(1)
+        return finish(*args)
+
+    monkeypatch.setattr(NamespaceIndex, "_finish", staticmethod(counted))
+    for query in queries:
+        slots, scores = space.scores(query)
+        full = sorted(
+            ((space.id_at(s), sc) for s, sc in zip(slots.tolist(), scores.tolist(), strict=True)),
+            key=lambda hit: (-hit[1], hit[0]),
+        )
+        exact = dict(full)
+        for top_n in top_ns:
+            got = space.top(query, top_n)
+            assert len(got) == min(top_n, len(full))
+            # the same score at every rank, and each returned document's true score; ids may
+            # differ only between documents whose sums differ in the last bit (summation order)
+            assert [s for _, s in got] == pytest.approx([s for _, s in full[:top_n]], abs=1e-9)
+            assert all(exact[doc_id] == pytest.approx(score, abs=1e-9) for doc_id, score in got)
+    assert finishes  # the pruned path ran
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_pruned_top_n_equals_full_scoring(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     """Max-score pruning (forced on for every term) returns exactly the full ranking."""
@@ -173,29 +205,8 @@ def test_pruned_top_n_equals_full_scoring(monkeypatch: pytest.MonkeyPatch, seed:
     for i in range(0, 3000, 7):  # deletes and corrections leave dead entries behind
         space.remove(f"d{i:05d}")
         space.upsert(f"d{i + 1:05d}", Counter(rng.choices(vocabulary, weights, k=5)))
-    finishes: list[int] = []
-    finish = NamespaceIndex._finish
-
-    def counted(*args: Any) -> Any:
-        finishes.append(1)
-        return finish(*args)
-
-    monkeypatch.setattr(NamespaceIndex, "_finish", staticmethod(counted))
-    for _ in range(60):
-        query = Counter(rng.choices(vocabulary, weights, k=rng.randint(1, 6)))
-        slots, scores = space.scores(query)
-        full = sorted(
-            ((space.id_at(s), sc) for s, sc in zip(slots.tolist(), scores.tolist(), strict=True)),
-            key=lambda hit: (-hit[1], hit[0]),
-        )
-        exact = dict(full)
-        for top_n in (1, 5, 10):
-            got = space.top(query, top_n)
-            # the same score at every rank, and each returned document's true score; ids may
-            # differ only between documents whose sums differ in the last bit (summation order)
-            assert [s for _, s in got] == pytest.approx([s for _, s in full[:top_n]], abs=1e-9)
-            assert all(exact[doc_id] == pytest.approx(score, abs=1e-9) for doc_id, score in got)
-    assert finishes  # the pruned path ran
+    queries = [Counter(rng.choices(vocabulary, weights, k=rng.randint(1, 6))) for _ in range(60)]
+    assert_pruned_top_n_is_full_top_n(monkeypatch, space, queries, (1, 5, 10))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -215,28 +226,11 @@ def test_pruned_top_n_equals_full_scoring_with_common_terms(
         space.upsert(f"d{i:05d}", Counter(words))
     for i in range(0, 12_000, 11):  # dead entries in the long lists
         space.remove(f"d{i:05d}")
-    finishes: list[int] = []
-    finish = NamespaceIndex._finish
-
-    def counted(*args: Any) -> Any:
-        finishes.append(1)
-        return finish(*args)
-
-    monkeypatch.setattr(NamespaceIndex, "_finish", staticmethod(counted))
-    for _ in range(40):
-        query = Counter(common[: rng.randint(1, 5)] + rng.choices(rare, k=rng.randint(0, 4)))
-        slots, scores = space.scores(query)
-        full = sorted(
-            ((space.id_at(s), sc) for s, sc in zip(slots.tolist(), scores.tolist(), strict=True)),
-            key=lambda hit: (-hit[1], hit[0]),
-        )
-        exact = dict(full)
-        for top_n in (1, 10, 50):
-            got = space.top(query, top_n)
-            assert len(got) == min(top_n, len(full))
-            assert [s for _, s in got] == pytest.approx([s for _, s in full[:top_n]], abs=1e-9)
-            assert all(exact[doc_id] == pytest.approx(score, abs=1e-9) for doc_id, score in got)
-    assert finishes  # the pruned path ran
+    queries = [
+        Counter(common[: rng.randint(1, 5)] + rng.choices(rare, k=rng.randint(0, 4)))
+        for _ in range(40)
+    ]
+    assert_pruned_top_n_is_full_top_n(monkeypatch, space, queries, (1, 10, 50))
 
 
 def test_tiny_namespaces_follow_the_reference_quirks() -> None:
