@@ -15,6 +15,13 @@ in seconds, not minutes) it starts the real deployment on a copy (`keymem up`), 
   server, the router with the memory service, the graph, the models, the lexicon), so a loaded
   box's wall time can be read as the CPU it stands for.
 
+``--hops N`` first takes one remember apart hop by hop, from a plain client on the router's
+front end (no MCP): the router alone (``router.ping``), the graph's key-vector lookup
+(``graph.held_vectors``), the graph's durable write with vectors already attached
+(``graph.remember``), the memory service's whole ``remember`` (lookup, write, the reranker's
+warm-up), and the same through MCP; for each, p50 wall and every process's CPU per call, so the
+difference between two rows is what one hop costs.
+
 It measures once the lexicon has indexed the whole store (it does after every start), so
 that work is not counted as the writes'; ``--during-index`` measures at once instead, while the
 lexicon's first index reads the graph's change feed (at 1M ~10 minutes of it: the writes then
@@ -56,9 +63,12 @@ from benchmarks.deployment import BenchHome, bench_home, timed_tool
 from benchmarks.footprint import deployment_processes
 from benchmarks.graph_bench import Synthetic
 from benchmarks.recall_bench import _wait_indexed
-from keymem.protocol.client import Client
+from keymem.protocol.client import Client, with_idempotency_key
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.services.graph import GraphService
+from keymem.services.memory.horizon import WriteHorizon
+from keymem.services.memory.service import MemoryAPI
+from keymem.services.memory.warmup import Warmer
 from keymem.store.database import graph_path
 
 UP_TIMEOUT_S = "1800"
@@ -113,6 +123,58 @@ async def _phase(
     }
 
 
+def _hop(processes: list[psutil.Process], calls: list[Callable[[], Any]]) -> dict[str, Any]:
+    """Run ``calls`` (blocking) one after another: p50 wall and each program's CPU ms per call."""
+    before = _cpu_s(processes)
+    load = os.getloadavg()[0]
+    seconds = []
+    for call in calls:
+        started = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - started)
+    time.sleep(SETTLE_S)
+    after = _cpu_s(processes)
+    return {
+        "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 2),
+        "cpu_ms_per_call": {
+            name: round((after[name] - before.get(name, 0.0)) / len(calls) * 1000, 2)
+            for name in sorted(after)
+        },
+        "load_average": [round(load, 1), round(os.getloadavg()[0], 1)],
+    }
+
+
+def _hops(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
+    """One remember taken apart hop by hop (see the module doc), ``calls`` of each."""
+    processes = deployment_processes(deployment)
+    items = [{k: v for k, v in data.item().items() if k != "key_vectors"} for _ in range(3 * calls)]
+    frontend = ipc_endpoints(deployment.home).frontend
+    # attaches vectors as the memory service does (its warmer is never used here)
+    api = MemoryAPI(frontend, WriteHorizon(), Warmer(frontend))
+    with Client(frontend) as client:
+
+        def call(service: str, method: str, body: Any) -> Callable[[], Any]:
+            return lambda: client.call(service, method, body)
+
+        lookups = [{"keys": i["keys"], "namespace": i["namespace"]} for i in items[:calls]]
+        writes = [
+            with_idempotency_key(api._with_vectors(item, keys_required=True))
+            for item in items[calls : 2 * calls]
+        ]
+        remembers = [with_idempotency_key(item) for item in items[2 * calls :]]
+        client.call("memory", "remember", remembers.pop())  # the first write's one-off costs
+        report = {
+            "router.ping": _hop(processes, [call("router", "ping", {}) for _ in range(calls)]),
+            "graph.held_vectors": _hop(
+                processes, [call("graph", "held_vectors", body) for body in lookups]
+            ),
+            "graph.remember": _hop(processes, [call("graph", "remember", b) for b in writes]),
+            "memory.remember": _hop(processes, [call("memory", "remember", b) for b in remembers]),
+        }
+    api.client.close()
+    return report
+
+
 async def _measure_mcp(
     deployment: BenchHome, data: Synthetic, calls: int, batches: int, batch_size: int
 ) -> dict[str, Any]:
@@ -149,7 +211,13 @@ async def _measure_mcp(
 
 
 def measure(
-    size: int, store: Path, calls: int, batches: int, batch_size: int, during_index: bool
+    size: int,
+    store: Path,
+    calls: int,
+    batches: int,
+    batch_size: int,
+    during_index: bool,
+    hops: int,
 ) -> dict[str, Any]:
     with bench_home("km-wr-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
@@ -165,6 +233,8 @@ def measure(
                 active = client.call("graph", "counts", {})["memories"]
                 report["lexicon_index_s"] = round(_wait_indexed(client, active), 1)
         data = Synthetic(size, seed=size + 17)  # another stream than the build's
+        if hops:
+            report["hops"] = _hops(deployment, data, hops)
         report.update(asyncio.run(_measure_mcp(deployment, data, calls, batches, batch_size)))
     return report
 
@@ -254,6 +324,9 @@ def main() -> int:
     parser.add_argument(
         "--during-index", action="store_true", help="measure while the lexicon's first index runs"
     )
+    parser.add_argument(
+        "--hops", type=int, default=0, help="first, N calls of each hop of one remember"
+    )
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args()
     rows = []
@@ -270,6 +343,7 @@ def main() -> int:
                     args.batches,
                     args.batch_size,
                     args.during_index,
+                    args.hops,
                 )
             )
         print(json.dumps(rows[-1]), flush=True)

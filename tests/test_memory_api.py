@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, Conflict, Unavailable
-from keymem.protocol.worker import HeartbeatPolicy
+from keymem.protocol.worker import HeartbeatPolicy, Service
 from keymem.services import graph
 from keymem.services.embedder.service import Embedder
 from keymem.services.embedder.service import make_service as embedder_service
@@ -19,6 +20,8 @@ from keymem.services.memory import service as memory
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack, RunningWorker
 from tests.full_stack import fresh_embedder
+
+WARM_WAIT_S = 10.0  # the warm-up's window on a loaded box
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +137,27 @@ def test_without_an_embedder_a_write_is_refused_cleanly(deployed: Deployed) -> N
 def test_a_write_warms_the_reranker_so_the_first_recall_pays_no_model_time(
     tmp_path: Path,
 ) -> None:
-    from tests.full_stack import full_stack
+    from tests.full_stack import shared_reranker, start_services
 
+    real = shared_reranker()
+    warmed: list[str] = []
+
+    def warm(body: Any) -> Any:
+        warmed.extend(body["passages"])
+        return real.methods["warm"].handler(body)
+
+    observed = Service("reranker")  # the real reranker, its warm-ups recorded
+    for name, method in real.methods.items():
+        observed.add(name, warm if name == "warm" else method.handler, idempotent=True)
     content = "The user's bicycle is a green steel randonneur bought in Kyoto"
-    with full_stack(tmp_path) as running:
+    with InprocStack() as stack:
+        running = start_services(stack, stack.settings(tmp_path), reranker=observed)
         running.remember(content, ["bicycle", "Kyoto"])
-        # The write sent its warm-up before replying, so the router has it queued ahead of this
-        # probe (one reranker worker serves in order): the passage is already embedded.
+        # The warm-up follows the reply, within the warmer's window (memory/warmup.py).
+        give_up = time.monotonic() + WARM_WAIT_S
+        while content not in warmed:
+            assert time.monotonic() < give_up, "the write's text was never warmed"
+            time.sleep(0.01)
         probe = running.client.call("reranker", "warm", {"passages": [content]})
         assert probe["cached"] == 0
         unseen = running.client.call("reranker", "warm", {"passages": ["never written here"]})

@@ -31,14 +31,10 @@ from keymem.services.memory.learning import (
 )
 from keymem.services.memory.navigation import Navigation
 from keymem.services.memory.search import Search
+from keymem.services.memory.warmup import Warmer
 
 # The embedder's per-request limit on texts; larger batches are split and sent in parallel.
 EMBED_TEXTS_PER_CALL = 256
-# Warm-ups share the one reranker queue with recalls, so they come in small pieces (each a
-# fraction of a second of model time) with a short deadline: under a burst of writes the
-# reranker drops the expired ones unread instead of making recalls wait behind them.
-WARM_PASSAGES_PER_CALL = 16
-WARM_BUDGET_MS = 1_000
 
 # Graph methods the agent API exposes unchanged (they need no vectors). read_memory is not
 # among them: it goes through the learner, which teaches the graph when it reads what inject
@@ -58,9 +54,10 @@ IDEMPOTENT = {"browse_keys", "history", "counts", "get_memories", "brief"}
 
 
 class MemoryAPI:
-    def __init__(self, router_endpoint: str, horizon: WriteHorizon) -> None:
+    def __init__(self, router_endpoint: str, horizon: WriteHorizon, warmer: Warmer) -> None:
         self.client = ConsistentClient(router_endpoint, horizon)
         self.autokeys = AutoKeys(self.client)
+        self.warmer = warmer
 
     def _call(self, service: str, method: str, body: Any) -> Any:
         return self.client.call(service, method, body, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
@@ -169,18 +166,11 @@ class MemoryAPI:
         (vectors,), fingerprint = self.key_vectors([(item.get("namespace"), usable)])
         return {**item, "keys": usable, "key_vectors": vectors, **fingerprinted(fingerprint)}
 
-    def _warm(self, contents: list[Any]) -> None:
-        """Let the reranker embed new memories now, off the recall path (not waited for)."""
-        passages = [c for c in contents if isinstance(c, str) and c.strip()]
-        for i in range(0, len(passages), WARM_PASSAGES_PER_CALL):
-            chunk = passages[i : i + WARM_PASSAGES_PER_CALL]
-            self.client.notify("reranker", "warm", {"passages": chunk}, timeout_ms=WARM_BUDGET_MS)
-
     # -- writes that need vectors ----------------------------------------------------------
     def remember(self, body: Any) -> Any:
         (body,) = self.autokeys.complete([body])
         saved = self._write("remember", self._with_vectors(body, keys_required=True))
-        self._warm([body.get("content")])
+        self.warmer.add([body.get("content")])
         return saved
 
     def correct(self, body: Any) -> Any:
@@ -188,7 +178,7 @@ class MemoryAPI:
         if inherits_keys(stamped):
             stamped = self._with_text_vectors(stamped)
         saved = self._write("correct", stamped)
-        self._warm([body.get("content")])
+        self.warmer.add([body.get("content")])
         return saved
 
     def _with_text_vectors(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -232,7 +222,7 @@ class MemoryAPI:
                 items[i]["key_vectors"] = vectors
             body = {**body, "items": items, **fingerprinted(fingerprint)}
         saved = self._write("remember_batch", body)
-        self._warm([item.get("content") for item in items if isinstance(item, dict)])
+        self.warmer.add(item.get("content") for item in items if isinstance(item, dict))
         return saved
 
     def passthrough(self, method: str) -> Any:
@@ -268,15 +258,20 @@ def make_service(
     horizon: WriteHorizon | None = None,
     config: Config | None = None,
     journal: Journal | None = None,
+    warmer: Warmer | None = None,
 ) -> Service:
     """One worker's service. Workers of one process must share ``surfaced`` (what inject
     showed) and ``horizon`` (the newest acknowledged write), or a read served by another
     thread than the inject would teach nothing, and one served by another thread than the
     write could miss it. ``config``: the process's settings (read now if not given);
-    ``journal``: where recall, search and inject are recorded (one per process)."""
+    ``journal``: where recall, search and inject are recorded (one per process); ``warmer``:
+    the reranker warm-up of written text, shared so that it groups every thread's writes
+    (without one, this service has its own and closes it when it stops)."""
     config = config or load()
     journal = journal or Journal(config[cfg.HOME], "memory")
-    api = MemoryAPI(router_endpoint, horizon if horizon is not None else WriteHorizon())
+    own_warmer = warmer is None
+    warmer = warmer if warmer is not None else Warmer(router_endpoint)
+    api = MemoryAPI(router_endpoint, horizon if horizon is not None else WriteHorizon(), warmer)
     track = api.client.horizon.tracking
     recall = Search(api.client)
     navigation = Navigation(api.client)
@@ -305,4 +300,6 @@ def make_service(
         service.add(method, handler if idempotent else track(handler), idempotent=idempotent)
     service.every(FLUSH_INTERVAL_S, journal.flush)
     service.on_stop.append(journal.flush)
+    if own_warmer:
+        service.on_stop.append(warmer.close)
     return service

@@ -18,6 +18,7 @@ from keymem.services.journal import Journal
 from keymem.services.memory import service as memory
 from keymem.services.memory.horizon import WriteHorizon
 from keymem.services.memory.learning import SurfacedLog
+from keymem.services.memory.warmup import Warmer
 from keymem.services.router.auth import Security
 from keymem.services.router.broker import Broker
 
@@ -36,6 +37,7 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     horizon = WriteHorizon()  # one for all workers: horizon.py
     journal = Journal(settings.home, "memory")  # one for all workers: services/journal.py
     local = inproc_endpoints("router")
+    warmer = Warmer(local.frontend)  # one for all workers: memory/warmup.py
     broker = Broker(
         settings.endpoints.frontend,
         settings.endpoints.backend,
@@ -48,7 +50,9 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     threads = [
         threading.Thread(
             target=Worker(
-                memory.make_service(local.frontend, surfaced, horizon, settings.config, journal),
+                memory.make_service(
+                    local.frontend, surfaced, horizon, settings.config, journal, warmer
+                ),
                 local.backend,
                 heartbeat=orchestration_heartbeat(settings),
                 stop=stop,
@@ -66,4 +70,5 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     stop.wait()
     for thread in threads:
         thread.join(JOIN_TIMEOUT_S)
+    warmer.close()
     broker_thread.join(JOIN_TIMEOUT_S)

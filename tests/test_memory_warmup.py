@@ -1,0 +1,116 @@
+"""The memory service's reranker warm-up: grouped off the write's path, never lost unsaid."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from keymem.protocol.worker import Service
+from keymem.services.memory.warmup import Warmer
+from keymem.services.stack import InprocStack
+
+WAIT_S = 10.0  # for a thread on a loaded box; the checks below never wait this long when green
+
+
+class RecordingReranker:
+    """A ``reranker`` worker that records each ``warm`` call's passages (and can be held)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.entered = threading.Event()
+
+    def warm(self, body: Any) -> dict[str, Any]:
+        self.entered.set()
+        self.release.wait(WAIT_S)
+        self.calls.append(list(body["passages"]))
+        return {"cached": len(body["passages"]), "score_kind": "recorded"}
+
+    def service(self) -> Service:
+        service = Service("reranker")
+        service.add("warm", self.warm, idempotent=True)
+        return service
+
+    def warmed(self) -> list[str]:
+        return [p for call in self.calls for p in call]
+
+
+def wait_for(condition: Any) -> None:
+    give_up = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < give_up, "timed out"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def stack() -> Iterator[InprocStack]:
+    with InprocStack() as running:
+        yield running
+
+
+def test_passages_within_the_window_share_one_call(stack: InprocStack) -> None:
+    reranker = RecordingReranker()
+    stack.add_worker(reranker.service())
+    warmer = Warmer(stack.endpoints.frontend, window_s=WAIT_S / 2, per_call=4)
+    try:
+        warmer.add(["one"])
+        warmer.add(["two", "  ", None, 3])  # blanks and non-text are not passages
+        warmer.add(["three"])
+        assert reranker.calls == []  # the window of "one" has not passed, nor 4 gathered
+        warmer.add(["four", "five"])  # four gathered: sent without waiting out the window
+        wait_for(lambda: len(reranker.calls) == 1)
+        assert reranker.calls == [["one", "two", "three", "four"]]
+    finally:
+        warmer.close()  # sends what waits at once
+    assert reranker.calls == [["one", "two", "three", "four"], ["five"]]
+    assert warmer.stats() == {"sent": 5, "calls": 2, "failed": 0, "dropped": 0, "pending": 0}
+
+
+def test_a_lone_passage_goes_when_its_window_ends(stack: InprocStack) -> None:
+    reranker = RecordingReranker()
+    stack.add_worker(reranker.service())
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.05)
+    try:
+        warmer.add(["alone"])
+        wait_for(lambda: reranker.calls == [["alone"]])
+    finally:
+        warmer.close()
+
+
+def test_a_full_backlog_drops_the_oldest_and_says_so(
+    stack: InprocStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    reranker = RecordingReranker()
+    stack.add_worker(reranker.service())
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=1, pending_max=2)
+    try:
+        reranker.release.clear()
+        warmer.add(["held"])
+        assert reranker.entered.wait(WAIT_S)  # the thread waits inside its call
+        with caplog.at_level(logging.WARNING, logger="keymem.memory.warmup"):
+            warmer.add(["a", "b", "c", "d"])
+        assert warmer.stats()["dropped"] == 2
+        assert "2 oldest passages not warmed" in caplog.text
+        reranker.release.set()
+    finally:
+        warmer.close()
+    assert reranker.warmed() == ["held", "c", "d"]
+
+
+def test_a_failed_warm_up_is_counted_and_logged(
+    stack: InprocStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    # no reranker worker at all: the router refuses each call
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.0)
+    with caplog.at_level(logging.WARNING, logger="keymem.memory.warmup"):
+        warmer.add(["lost cause"])
+        wait_for(lambda: warmer.stats()["failed"] == 1)
+    warmer.close()
+    assert "warm-up failed for 1 passages" in caplog.text
+    assert warmer.stats()["sent"] == 1
