@@ -66,15 +66,13 @@ from benchmarks.recall_bench import _wait_indexed
 from keymem.protocol.client import Client, with_idempotency_key
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.services.graph import GraphService
-from keymem.services.memory.horizon import WriteHorizon
-from keymem.services.memory.service import MemoryAPI
-from keymem.services.memory.warmup import Warmer
 from keymem.store.database import graph_path
 
 UP_TIMEOUT_S = "1800"
 LIVENESS = "30"  # heartbeat intervals: a re-embedding's long calls at start
 COUNTS_TIMEOUT_MS = 60_000  # one pass over every memory
 SETTLE_S = 3.0  # after a phase: the lexicon and the reranker finish what it gave them
+IDLE_S = 3.0  # the deployment's CPU with nothing asked of it (heartbeats, timers), per second
 
 
 def _programs(deployment: BenchHome, mcp_server: psutil.Process | None) -> list[psutil.Process]:
@@ -124,7 +122,8 @@ async def _phase(
 
 
 def _hop(processes: list[psutil.Process], calls: list[Callable[[], Any]]) -> dict[str, Any]:
-    """Run ``calls`` (blocking) one after another: p50 wall and each program's CPU ms per call."""
+    """Run ``calls`` (blocking) one after another: p50 wall and each program's CPU ms per call
+    (with what the deployment spends idle over as long: ``_idle_cpu``)."""
     before = _cpu_s(processes)
     load = os.getloadavg()[0]
     seconds = []
@@ -136,6 +135,7 @@ def _hop(processes: list[psutil.Process], calls: list[Callable[[], Any]]) -> dic
     after = _cpu_s(processes)
     return {
         "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 2),
+        "seconds": round(sum(seconds) + SETTLE_S, 1),
         "cpu_ms_per_call": {
             name: round((after[name] - before.get(name, 0.0)) / len(calls) * 1000, 2)
             for name in sorted(after)
@@ -144,26 +144,48 @@ def _hop(processes: list[psutil.Process], calls: list[Callable[[], Any]]) -> dic
     }
 
 
+def _idle_cpu(processes: list[psutil.Process]) -> dict[str, float]:
+    """Each program's CPU ms per second with no request: subtract it times a hop's seconds."""
+    before = _cpu_s(processes)
+    time.sleep(IDLE_S)
+    after = _cpu_s(processes)
+    return {name: round((after[name] - before.get(name, 0.0)) / IDLE_S * 1000, 2) for name in after}
+
+
+def _with_vectors(client: Client, item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` with its keys' vectors as the memory service attaches them: the graph's stored
+    vector of a key it holds, the embedder's for the others."""
+    lookup = {"keys": item["keys"], "namespace": item["namespace"]}
+    held = client.call("graph", "held_vectors", lookup)
+    found = [k for k, h in zip(item["keys"], held["held"], strict=True) if h]
+    vectors = dict(zip(found, held["vectors"], strict=True))
+    missing = [k for k in item["keys"] if k not in vectors]
+    fingerprint = held["fingerprint"]
+    if missing:
+        embedded = client.call("embedder", "embed", {"texts": missing, "kind": "key"})
+        vectors.update(zip(missing, embedded["vectors"], strict=True))
+        fingerprint = embedded["fingerprint"]
+    matrix = np.stack([vectors[k] for k in item["keys"]])
+    return {**item, "key_vectors": matrix, "fingerprint": fingerprint}
+
+
 def _hops(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
     """One remember taken apart hop by hop (see the module doc), ``calls`` of each."""
     processes = deployment_processes(deployment)
     items = [{k: v for k, v in data.item().items() if k != "key_vectors"} for _ in range(3 * calls)]
-    frontend = ipc_endpoints(deployment.home).frontend
-    # attaches vectors as the memory service does (its warmer is never used here)
-    api = MemoryAPI(frontend, WriteHorizon(), Warmer(frontend))
-    with Client(frontend) as client:
+    with Client(ipc_endpoints(deployment.home).frontend) as client:
 
         def call(service: str, method: str, body: Any) -> Callable[[], Any]:
             return lambda: client.call(service, method, body)
 
         lookups = [{"keys": i["keys"], "namespace": i["namespace"]} for i in items[:calls]]
         writes = [
-            with_idempotency_key(api._with_vectors(item, keys_required=True))
-            for item in items[calls : 2 * calls]
+            with_idempotency_key(_with_vectors(client, item)) for item in items[calls : 2 * calls]
         ]
         remembers = [with_idempotency_key(item) for item in items[2 * calls :]]
         client.call("memory", "remember", remembers.pop())  # the first write's one-off costs
-        report = {
+        return {
+            "idle_cpu_ms_per_s": _idle_cpu(processes),
             "router.ping": _hop(processes, [call("router", "ping", {}) for _ in range(calls)]),
             "graph.held_vectors": _hop(
                 processes, [call("graph", "held_vectors", body) for body in lookups]
@@ -171,8 +193,6 @@ def _hops(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
             "graph.remember": _hop(processes, [call("graph", "remember", b) for b in writes]),
             "memory.remember": _hop(processes, [call("memory", "remember", b) for b in remembers]),
         }
-    api.client.close()
-    return report
 
 
 async def _measure_mcp(
