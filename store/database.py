@@ -113,6 +113,15 @@ LINKS_WITH_ENDS = (
     f"FROM ({EFFECTIVE_LINKS}) l LEFT JOIN keys k ON k.id = l.key_id "
     "LEFT JOIN memories m ON m.id = l.memory_id ORDER BY l.memory_id"
 )
+# An event row: seq, op, memory_id, namespace, committed_at, then the outcome of the keyed write
+# it carries (outcome_key, outcome_method, outcome_result; NULL when it carries none).
+EVENT_WIDTH = 8
+# Every committed outcome of a keyed write, wherever it is kept (see schema v7).
+OUTCOMES = (
+    "SELECT key, method, result, committed_at FROM write_outcomes UNION ALL "
+    "SELECT outcome_key, outcome_method, outcome_result, committed_at FROM events "
+    "WHERE outcome_key IS NOT NULL"
+)
 # Fold appended weight changes into ``links`` once this many are waiting (and the service idles).
 FOLD_LINK_WEIGHTS_MIN_ROWS = 1_000
 
@@ -368,17 +377,35 @@ class GraphStore:
 
     # -- writes ----------------------------------------------------------------------------
     def commit(self, changes: Changes, head_seq: int) -> int:
-        """Write ``changes`` in one transaction; returns the feed head after the commit."""
+        """Write ``changes`` in one transaction; returns the feed head after the commit.
+
+        Keyed writes' outcomes ride on the event rows, one each, in order (any event row of the
+        transaction will do: the outcome only has to commit with its write); outcomes beyond
+        the events go to ``write_outcomes``.
+        """
         now = time.time()
+        outcomes: list[tuple[str | None, str | None, bytes | None]] = [
+            (key, o.method, o.result) for key, o in changes.outcomes.items()
+        ]
+        riding = outcomes[: len(changes.events)]
+        riding += [(None, None, None)] * (len(changes.events) - len(riding))
         try:
             with self.transaction():
                 self._write(changes)
                 seq = head_seq
                 event_rows = []
-                for op, memory_id, namespace in changes.events:
+                for (op, memory_id, namespace), outcome in zip(changes.events, riding, strict=True):
                     seq += 1
-                    event_rows.append((seq, op, memory_id, namespace, now))
-                self.insert_rows("events", 5, event_rows)
+                    event_rows.append((seq, op, memory_id, namespace, now, *outcome))
+                self.insert_rows("events", EVENT_WIDTH, event_rows)
+                self.insert_rows(
+                    "write_outcomes",
+                    4,
+                    [
+                        (key, method, result, now)
+                        for key, method, result in outcomes[len(changes.events) :]
+                    ],
+                )
         except duckdb.OutOfMemoryException:
             log.error("DuckDB's memory pool is full: %s", self.pool_mb())
             raise
@@ -520,11 +547,6 @@ class GraphStore:
                 ],
             )
         self.insert_rows("confirmations", 5, c.confirmations)
-        self.insert_rows(
-            "write_outcomes",
-            4,
-            [(k, o.method, o.result, o.committed_at) for k, o in c.outcomes.items()],
-        )
         for name, value in c.meta.items():
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
 
@@ -611,13 +633,20 @@ class GraphStore:
         return waiting
 
     # -- idempotent writes -----------------------------------------------------------------
-    def load_outcomes(self) -> dict[str, Outcome]:
+    def load_outcomes(self, since: float) -> dict[str, Outcome]:
+        """The outcomes of keyed writes committed at ``since`` or later, from the event rows
+        and ``write_outcomes``; a key found twice (reused after its retention) gives its newest.
+        """
         rows = self.conn.execute(
-            "SELECT key, method, result, committed_at FROM write_outcomes"
+            f"SELECT key, arg_max(method, committed_at), arg_max(result, committed_at), "
+            f"max(committed_at) FROM ({OUTCOMES}) WHERE committed_at >= ? GROUP BY key",
+            [since],
         ).fetchall()
         return {str(k): Outcome(str(m), bytes(r), float(t)) for k, m, r, t in rows}
 
     def prune_outcomes(self, before: float) -> None:
+        """Delete ``write_outcomes`` rows older than ``before`` (those on event rows go with
+        the events, and ``load_outcomes`` reads none older than its ``since``)."""
         self.conn.execute("DELETE FROM write_outcomes WHERE committed_at < ?", [before])
 
     # -- change feed -----------------------------------------------------------------------
@@ -637,6 +666,12 @@ class GraphStore:
         changes = Changes()
         changes.set_meta("pruned_through", cutoff)
         with self.transaction():
+            # the outcomes the dropped rows carry stay until the ledger's own pruning
+            self.conn.execute(
+                "INSERT INTO write_outcomes SELECT outcome_key, outcome_method, outcome_result, "
+                "committed_at FROM events WHERE seq <= ? AND outcome_key IS NOT NULL",
+                [cutoff],
+            )
             self.conn.execute("DELETE FROM events WHERE seq <= ?", [cutoff])
             self._write(changes)
         return cutoff + 1

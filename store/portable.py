@@ -20,7 +20,7 @@ import numpy as np
 
 from keymem.protocol.errors import BadRequest, Conflict
 from keymem.store.changes import OP_UPSERT
-from keymem.store.database import EFFECTIVE_LINKS, GraphStore
+from keymem.store.database import EFFECTIVE_LINKS, EVENT_WIDTH, GraphStore
 from keymem.store.schema import SCHEMA_VERSION
 
 EXPORT_FORMAT = "keymem-graph-export"
@@ -189,12 +189,12 @@ def import_graph(store: GraphStore, document: dict[str, Any]) -> dict[str, int]:
     for row in sorted(tables["memories"]["rows"], key=lambda r: r[id_at]):
         if row[id_at] in new_memories and row[sup_at] is None:
             head += 1
-            events.append((head, OP_UPSERT, row[id_at], row[ns_at], now))
+            events.append((head, OP_UPSERT, row[id_at], row[ns_at], now, None, None, None))
     conn.execute("BEGIN TRANSACTION")
     try:
         for table, rows, width in plan:
             store.insert_rows(table, width, rows)
-        store.insert_rows("events", 5, events)
+        store.insert_rows("events", EVENT_WIDTH, events)
         for name in EXPORTED_META:
             if name in incoming and name not in meta:
                 conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, incoming[name]])

@@ -3,14 +3,16 @@
 A caller that cannot tell whether its write committed (the reply was lost because the router
 or the graph died, or its wait ran out) sends the same write again with the same
 ``idempotency_key``. The key and the write's result are committed in the write's own
-transaction, so a key in the ledger is a write that is on disk, and the retry is answered from
-the ledger without running again: a committed write is never reported as failed to an agent
-that retries, and never applied twice. Keys are kept ``RETAINED_S``, far longer than any
-caller's deadline; a key reused for another method is a ``conflict``.
+transaction (on one of the write's change-feed event rows, or in ``write_outcomes`` when it
+appends none: store/schema.py, v7), so a key in the ledger is a write that is on disk, and the
+retry is answered from the ledger without running again: a committed write is never reported as
+failed to an agent that retries, and never applied twice. Keys are kept ``RETAINED_S``, far
+longer than any caller's deadline; a key reused for another method is a ``conflict``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from keymem.protocol.client import IDEMPOTENCY_KEY
@@ -40,7 +42,7 @@ class Ledger:
 
     def __init__(self, store: GraphStore) -> None:
         self.store = store
-        self.outcomes: dict[str, Outcome] = store.load_outcomes()
+        self.outcomes: dict[str, Outcome] = store.load_outcomes(time.time() - RETAINED_S)
 
     def replay(self, method: str, key: str) -> dict[str, Any] | None:
         """The first commit's result for ``key``, or None when no write with it committed."""
@@ -62,11 +64,12 @@ class Ledger:
         self.outcomes.update(changes.outcomes)
 
     def prune(self, now: float) -> int:
-        """Forget keys older than ``RETAINED_S``; returns how many."""
+        """Forget keys older than ``RETAINED_S``; returns how many. The file's
+        ``write_outcomes`` is pruned too whether or not the ledger held any: the feed's own
+        pruning moves the outcomes of the event rows it drops there, old or not."""
         cutoff = now - RETAINED_S
         old = [key for key, outcome in self.outcomes.items() if outcome.committed_at < cutoff]
         for key in old:
             del self.outcomes[key]
-        if old:
-            self.store.prune_outcomes(cutoff)
+        self.store.prune_outcomes(cutoff)
         return len(old)
