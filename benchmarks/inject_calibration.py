@@ -54,16 +54,19 @@ HALVES = ("A", "B")
 # Graph connection and the relevance floor only (the gate before any calibration).
 LEGACY = Gate(min_coverage=0.0, strong_coverage=NEVER, entities=False, premise=False)
 # The previous calibration: any named entity, word-only admission at 0.6, no cross-script path.
-PREVIOUS = Gate(strong_coverage=0.6, persons=False, cross_script=False)
+PREVIOUS = Gate(strong_coverage=0.6, persons=False, cross_script=False, premise_ties=False)
 VARIANTS: dict[str, Gate] = {
     "shipped": Gate(),
     "legacy": LEGACY,
     "previous": PREVIOUS,
+    "premise_strict": Gate(premise_ties=False),
     "no_entities": Gate(entities=False),
     "no_persons_first": Gate(persons=False),
     "no_subjects": Gate(subjects=False),
     "no_premise": Gate(premise=False),
     "no_cross_script": Gate(cross_script=False),
+    "cross_0.2": Gate(cross_relevance=0.2),
+    "cross_0.25": Gate(cross_relevance=0.25),
     "cross_0.3": Gate(cross_relevance=0.3),
     "cross_0.45": Gate(cross_relevance=0.45),
     "no_coverage": Gate(min_coverage=0.0),
@@ -78,6 +81,7 @@ VARIANTS: dict[str, Gate] = {
     "floor_0.2": Gate(min_relevance=0.2),
     "floor_0.4": Gate(min_relevance=0.4),
     "strong_0.5": Gate(strong_relevance=0.5),
+    "strong_0.55": Gate(strong_relevance=0.55),
     "strong_0.7": Gate(strong_relevance=0.7),
 }
 

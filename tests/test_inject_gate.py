@@ -126,6 +126,28 @@ def test_a_named_entity_must_be_whom_the_memory_is_about() -> None:
     assert ids(kept) == ["dana", "filed"]
 
 
+def test_another_entitys_memory_holding_as_much_leaves_the_premise_unsupported() -> None:
+    keys = [{"key_id": "k-jon", "concept": "Jon", "aliases": [], "key_type": "name"}]
+    prompt = "What is Jon's favorite style of painting?"
+    pool = [
+        candidate("jon", content="Jon's favorite dance style is contemporary", keys=("k-jon",)),
+        candidate("gina", content="Gina's favorite dance style is contemporary", keys=()),
+    ]
+    # both hold "favorite" and "style", neither "painting": the words cannot say whose it is
+    coverage = {"jon": 0.65, "gina": 0.65}
+    kept, rejected = admit(prompt, pool, keys, coverage, Gate())
+    assert kept == [] and rejected["premise_elsewhere"] == 1
+    kept, _ = admit(prompt, pool, keys, coverage, Gate(premise_ties=False))
+    assert ids(kept) == ["jon"]
+    # a memory of the named person that holds more of what is asked stands
+    coverage["jon"] = 0.9
+    kept, _ = admit(prompt, pool, keys, coverage, Gate())
+    assert ids(kept) == ["jon"]
+    # nothing held on either side is no tie: the coverage floor, not the premise, decides
+    kept, rejected = admit(prompt, pool, keys, {"jon": 0.0, "gina": 0.0}, Gate())
+    assert kept == [] and rejected["premise_elsewhere"] == 0
+
+
 def test_a_place_the_prompt_names_does_not_stand_in_for_the_person_it_asks_about() -> None:
     keys = [
         {"key_id": "k-joanna", "concept": "Joanna", "aliases": [], "key_type": "name"},

@@ -28,9 +28,15 @@ in parallel (``Search.search_all``) — and keeps a candidate only when
   own (``CROSS_SCRIPT_RELEVANCE_BY_KIND``).
 
 And it surfaces nothing when the prompt's facts belong to someone else: if a memory about
-another entity covers the prompt better than every memory about the named one, the prompt's
-premise is not in the store ("what did Caroline realise after her charity race", when the race
-was Melanie's), and showing either would mislead.
+another entity covers the prompt at least as well as every memory about the named one, the
+prompt's premise is not in the store ("what did Caroline realise after her charity race", when
+the race was Melanie's), and showing either would mislead. A tie counts: when another's memory
+holds every asked word the named one's best memory holds, the words do not say whose fact it
+is, and the reranker cannot break the tie (it favours the memory naming the prompt's person,
+whether or not it holds the asked fact) — so "What is Jon's favorite style of painting?" is not
+answered by "Jon's favorite dance style is contemporary" when "Gina's favorite dance style is
+contemporary" is stored too. Known cost, precision first: "What pet does Caroline have?" goes
+unanswered when Melanie's pets are stored as well.
 
 Then it takes the top few and cuts each preview and the whole block to a size budget. The
 thresholds (``Gate``) were calibrated with ``benchmarks/inject_calibration.py``, which swaps the
@@ -42,7 +48,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from math import inf
+from math import inf, isclose
 from typing import Any
 
 from keymem.protocol.client import Client
@@ -231,6 +237,7 @@ class Gate:
     strong_coverage: float = STRONG_COVERAGE
     entities: bool = True
     premise: bool = True
+    premise_ties: bool = True  # another entity's memory covering as much counts too
     cross_script: bool = True
     cross_relevance: float | None = None  # None: the level for the score kind
     persons: bool = True
@@ -317,7 +324,14 @@ def admit(
             if crosses:
                 crossing.add(candidate["memory_id"])
     best_here = max((share or 0.0 for share in map(covered, plausible)), default=0.0)
-    if gate.premise and any((covered(c) or 0.0) > best_here for c in elsewhere):
+
+    def outcovers(share: float) -> bool:
+        """Another entity's memory holds more of what is asked than the named one's best —
+        or as much, where the named one's holds anything at all (``premise_ties``)."""
+        tie = gate.premise_ties and best_here > 0 and isclose(share, best_here)
+        return share > best_here or tie
+
+    if gate.premise and any(outcovers(covered(c) or 0.0) for c in elsewhere):
         rejected["premise_elsewhere"] += len(plausible)
         return [], rejected
     kept = []
