@@ -10,6 +10,15 @@ RSS once the loaded rows are dropped and the C heap trimmed (what the worker the
 ``--trace N`` runs it again under tracemalloc and lists the N source lines that hold the most
 memory after the load (the traced run is several times slower; its times are not comparable).
 
+``--key-ann DIR`` then gives the namespaces at or above ``KEYMEM_KEY_ANN_MIN_KEYS`` concept keys
+their approximate indexes as the service does (loaded from DIR, or built and saved there the
+first time: minutes at 1M) and reads the RSS with them serving next to the float32 matrices
+(``rss_served_mb``) and once the matrices are released (``rss_released_mb``: what the worker
+holds). Between the two it times ``nearest_concepts`` through the index on ``--queries``
+vectors (mixes of two keys' vectors, one BLAS thread as the service) with each re-score — from
+the float32 matrix, then from the index's half-precision vectors — and reports how often the
+two agree on the top ``NEAREST_TAKE``.
+
 ``costs(store)`` returns the same figures for another benchmark (``scale_1m --costs``).
 """
 
@@ -28,14 +37,21 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
+from threadpoolctl import threadpool_limits
 
-from keymem.services.graph import rows
+from keymem.services import config as cfg
+from keymem.services.graph import keyann, rows
 from keymem.services.graph.state import GraphState
 from keymem.store.database import GraphStore, graph_path, trim_heap
 
 HUB_MIN_LINKS = 50
 MB = 1 << 20
+NEAREST_TAKE = 40  # match_keys asks top_k * 4 nearest concept keys
+QUERIES = 300
+QUERY_SEED = 5
+READY_POLL_S = 0.5
 
 
 def _rss_mb() -> float:
@@ -46,7 +62,69 @@ def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # kB on Linux
 
 
-def measure(store: Path, trace: int = 0) -> dict[str, Any]:
+def _queries(state: GraphState, count: int) -> dict[str, np.ndarray]:
+    """Per served namespace, ``count`` unit vectors each halfway between two random keys."""
+    rng = np.random.default_rng(QUERY_SEED)
+    out = {}
+    for namespace, index in state.indexes.items():
+        if index.approximate is None or index.matrix is None:
+            continue
+        n = len(index)
+        mixed = index.matrix[rng.integers(0, n, count)] + index.matrix[rng.integers(0, n, count)]
+        out[namespace] = (mixed / np.linalg.norm(mixed, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+def _nearest(state: GraphState, queries: dict[str, np.ndarray]) -> tuple[float, list[list[str]]]:
+    """CPU ms per query vector of ``nearest_concepts`` and the ids each query found."""
+    found: list[list[str]] = []
+    started = time.process_time()
+    with threadpool_limits(1):
+        for namespace, vectors in queries.items():
+            index = state.indexes[namespace]
+            for vector in vectors:
+                (nearest,) = index.nearest_concepts(vector[None, :], NEAREST_TAKE)
+                found.append([index.ids[row] for row in nearest.rows.tolist()])
+    spent = time.process_time() - started
+    return round(spent / max(1, len(found)) * 1e3, 3), found
+
+
+def serve_key_ann(state: GraphState, directory: Path, queries: int) -> dict[str, Any]:
+    """The approximate indexes attached and ready, then the matrices released (see above)."""
+    out: dict[str, Any] = {}
+    manager = keyann.KeyAnn(directory, cfg.KEY_ANN_MIN_KEYS.default)
+    started = time.perf_counter()
+    manager.tick(state.indexes, state.fingerprint)
+    served = [i.approximate for i in state.indexes.values() if i.approximate is not None]
+    while not all(a.ready() or a.failed for a in served):
+        time.sleep(READY_POLL_S)
+    out["key_ann_namespaces"] = sum(a.ready() for a in served)
+    out["key_ann_ready_s"] = round(time.perf_counter() - started, 1)
+    out["key_ann_usearch_mb"] = round(
+        sum(a.keys.index.memory_usage for a in served if a.keys is not None) / MB, 1
+    )
+    trim_heap()
+    out["rss_served_mb"] = _rss_mb()
+    asked = _queries(state, queries)
+    out["nearest_f32_rescore_ms"], before = _nearest(state, asked)
+    started = time.process_time()
+    out["released"] = state.release_matrices()
+    out["release_cpu_s"] = round(time.process_time() - started, 3)
+    trim_heap()
+    out["rss_released_mb"] = _rss_mb()
+    out["nearest_f16_rescore_ms"], after = _nearest(state, asked)
+    out["nearest_same_top"] = round(
+        sum(a == b for a, b in zip(before, after, strict=True)) / max(1, len(before)), 4
+    )
+    out["nearest_same_set"] = round(
+        sum(set(a) == set(b) for a, b in zip(before, after, strict=True)) / max(1, len(before)), 4
+    )
+    return out
+
+
+def measure(
+    store: Path, trace: int = 0, key_ann: Path | None = None, queries: int = QUERIES
+) -> dict[str, Any]:
     """Start the graph from a copy of ``store``'s file in this process; the figures by phase."""
     work = Path(tempfile.mkdtemp(prefix="km-graph-load-", dir="/tmp"))
     try:
@@ -85,6 +163,8 @@ def measure(store: Path, trace: int = 0) -> dict[str, Any]:
         )
         out["graph_mb"] = round(out["rss_held_mb"] - out["rss_start_mb"], 1)
         out["bytes_per_memory"] = round(out["graph_mb"] * MB / max(1, out["memories"]))
+        if key_ann is not None:
+            out.update(serve_key_ann(state, key_ann, queries))
         if trace:
             lines = tracemalloc.take_snapshot().statistics("lineno")
             out["traced_mb"] = round(sum(s.size for s in lines) / MB, 1)
@@ -113,9 +193,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, required=True, help="a KEYMEM_HOME with a graph")
     parser.add_argument("--trace", type=int, default=0, help="list the N heaviest lines")
+    parser.add_argument("--key-ann", type=Path, help="saved approximate indexes (built if none)")
+    parser.add_argument("--queries", type=int, default=QUERIES, help="per served namespace")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    figures = measure(args.store)
+    figures = measure(args.store, key_ann=args.key_ann, queries=args.queries)
     if args.trace:
         figures["traced"] = measure(args.store, trace=args.trace)
     if args.json:

@@ -145,6 +145,7 @@ def assert_vectors(state: GraphState, given: dict[str, np.ndarray]) -> None:
     assert set(state.keys) == set(given)
     for key_id, key in state.keys.items():
         index = state.indexes[key.namespace]
+        assert index.matrix is not None
         assert np.array_equal(key.vector, given[key_id])
         assert np.array_equal(index.matrix[index.pos[key_id]], given[key_id])
         assert np.shares_memory(key.vector, index.matrix)
@@ -177,9 +178,10 @@ def test_key_vectors_stay_their_own_through_growth_deletes_and_alias_changes(
     store.close()
     assert_vectors(state, given)
     index = state.indexes["default"]
+    assert index.matrix is not None
     capacity = len(index.matrix)
     added = [add(f"grown {i}") for i in range(capacity)]  # past the spare rows: it reallocates
-    assert len(index.matrix) > capacity
+    assert index.matrix is not None and len(index.matrix) > capacity
     assert_vectors(state, given)
     for key in (state.keys["k1"], added[5], added[-1]):  # the last row and rows swapped into
         state.delete_key(key)

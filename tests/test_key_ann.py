@@ -22,7 +22,8 @@ import pytest
 
 from keymem.services.embedder.calibrate import FIXTURE
 from keymem.services.graph import GraphService, keyann
-from keymem.services.graph.keyindex import KeyIndex
+from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
+from keymem.store.records import KeyAlias
 from tests.graph_helpers import GRAPH_FILE
 from tests.vectors import remember_body, vector, vectors
 
@@ -32,6 +33,9 @@ KEYS_PER_MEMORY = 3
 # recall@10 against the exact scan measured on this set (884 keys, 34 queries): 1.0; the margin
 # absorbs HNSW's randomness, not a regression (60k real keys: docs/SCALING.md)
 MIN_RECALL_AT_10 = 0.97
+# A cosine from a half-precision vector (10-bit mantissa: relative error <= 2**-11 per
+# component) differs from float32's by at most 2**-11 for unit vectors; real keys ~1e-4.
+F16_COSINE_ERROR = 2**-11
 
 
 def key_strings() -> list[str]:
@@ -90,9 +94,15 @@ def ready_index(graph: GraphService, namespace: str = "default") -> KeyIndex:
         time.sleep(0.05)
 
 
-def exact_top(index: KeyIndex, query: np.ndarray, k: int) -> list[str]:
+def true_vectors(graph: GraphService, index: KeyIndex) -> np.ndarray:
+    """Every key's float32 vector as the model gave it (its concept's embedding), by row."""
+    return vectors([graph.state.keys[key_id].concept for key_id in index.ids])
+
+
+def exact_top(graph: GraphService, index: KeyIndex, query: np.ndarray, k: int) -> list[str]:
+    """The exact scan over the model's float32 vectors (the index's own are half precision)."""
     n = len(index)
-    sims = np.where(index.concept_mask[:n], index.matrix[:n] @ query, -np.inf)
+    sims = np.where(index.concept_mask[:n], true_vectors(graph, index) @ query, -np.inf)
     return [index.ids[i] for i in np.argsort(-sims)[:k]]
 
 
@@ -143,8 +153,82 @@ def graph(home: Path) -> Iterator[GraphService]:
 def test_nearest_keys_agree_with_the_exact_scan(graph: GraphService) -> None:
     index = ready_index(graph)
     queries = vectors(QUERIES + key_strings()[::40])
-    recalls = [len(set(top_ids(index, q, 10)) & set(exact_top(index, q, 10))) / 10 for q in queries]
+    recalls = [
+        len(set(top_ids(index, q, 10)) & set(exact_top(graph, index, q, 10))) / 10 for q in queries
+    ]
     assert float(np.mean(recalls)) >= MIN_RECALL_AT_10
+
+
+def test_a_served_namespace_holds_each_vector_once(graph: GraphService) -> None:
+    """Once its index serves, the namespace's float32 matrix is gone: a key's vector is read
+    from the index (half precision, widened), its cosines within F16_COSINE_ERROR of the
+    model's float32 vector's, and the nearest keys re-scored from it rank as the exact scan."""
+    index = ready_index(graph)
+    assert index.matrix is None and not index.loose
+    records = [graph.state.keys[key_id] for key_id in index.ids]
+    assert all(key.vector is RELEASED_VECTOR for key in records)
+    with pytest.raises(ValueError):
+        records[0].vector @ vector("coffee")  # a reader that forgets key_vector fails loudly
+    held = np.stack([graph.state.key_vector(key) for key in records])
+    assert held.dtype == np.float32
+    assert np.allclose(held, true_vectors(graph, index), rtol=2**-10, atol=2**-24)
+    queries = vectors(QUERIES)
+    error = np.abs(held @ queries.T - true_vectors(graph, index) @ queries.T).max()
+    assert 0 < error < F16_COSINE_ERROR
+    for query in queries:
+        (nearest,) = index.nearest_concepts(query[None, :], 5)
+        found = [index.ids[row] for row in nearest.rows.tolist()]
+        assert nearest.cosines.tolist() == pytest.approx(
+            [graph.state.key_vector(graph.state.keys[k]) @ query for k in found]
+        )
+        assert set(found) <= set(exact_top(graph, index, query, 10))
+    reply = graph.held_vectors({"keys": [records[0].concept, "no such key at all"]})
+    assert reply["held"] == [True, False]
+    assert reply["vectors"].dtype == np.float32 and reply["vectors"].shape == (1, 512)
+    assert np.array_equal(reply["vectors"][0], held[0])
+
+
+def test_keys_changed_after_the_release_keep_their_vectors(home: Path) -> None:
+    """A key written into a released namespace is stored from its own float32 vector; an
+    alias change, an entity and back, and a delete move each vector where it is read from."""
+    graph = open_graph(home)
+    try:
+        index = ready_index(graph)
+        state = graph.state
+        saved = graph.remember(remember_body("Friday talk", ["quantum chromodynamics lecture"]))
+        added = state.keys[index.exact["quantum chromodynamics lecture"]]
+        assert added.vector.size and state.key_vector(added) is added.vector
+        assert matched(graph, "quantum chromodynamics")[0] == "quantum chromodynamics lecture"
+
+        coffee = state.keys[index.exact[matched(graph, "coffee")[0].lower()]]
+        widened = state.key_vector(coffee).copy()
+        alias = KeyAlias("morning brew drink")
+        assert state.add_alias(coffee, alias)
+        state.remove_alias(coffee, alias)  # leaves the index and comes back
+        assert np.array_equal(state.key_vector(coffee), widened)
+        assert state.key_vector(coffee) @ vector(coffee.concept) > 1 - F16_COSINE_ERROR
+        state.set_key_type(coffee, "name")
+        assert coffee.concept not in matched(graph, "coffee")
+        assert np.array_equal(state.key_vector(coffee), widened)
+        assert np.array_equal(index.loose[coffee.id], widened)
+        state.set_key_type(coffee, "concept")
+        assert not index.loose
+        best = index.best_concept(widened)
+        assert best is not None and best[0] == coffee.id and best[1] > 1 - F16_COSINE_ERROR
+        graph.forget({"memory_id": saved["saved"]})
+        assert "quantum chromodynamics lecture" not in matched(graph, "quantum chromodynamics")
+        graph.remember(remember_body("Monday talk", ["gauge theory seminar"]))
+        given = state.key_vector(state.keys[index.exact["gauge theory seminar"]]).copy()
+        assert not np.array_equal(given, given.astype(np.float16).astype(np.float32))
+    finally:
+        graph.close()
+    graph = open_graph(home, min_keys=0)  # exact, from the store's float32 vectors
+    try:
+        index = graph.state.indexes["default"]
+        key = graph.state.keys[index.exact["gauge theory seminar"]]
+        assert np.array_equal(key.vector, given)
+    finally:
+        graph.close()
 
 
 def test_a_key_written_or_deleted_is_searched_at_once(graph: GraphService) -> None:
@@ -195,7 +279,7 @@ def assert_rebuilt_and_exact(home: Path, caplog: pytest.LogCaptureFixture, why: 
         try:
             index = ready_index(graph)
             for query in vectors(QUERIES):
-                assert top_ids(index, query, 5) == exact_top(index, query, 5)
+                assert top_ids(index, query, 5) == exact_top(graph, index, query, 5)
         finally:
             graph.close()
     assert f"rebuilt: {why}" in caplog.text

@@ -64,7 +64,7 @@ def held_vectors(state: GraphState, raw: Any) -> dict[str, Any]:
         clean = surface.strip()
         key_id = index.exact.get(clean.lower()) if index is not None else None
         key = state.keys.get(key_id) if key_id is not None else None
-        vector = key.vector if key is not None and key.concept == clean else None
+        vector = state.key_vector(key) if key is not None and key.concept == clean else None
         held.append(vector is not None)
         if vector is not None:
             rows.append(vector)

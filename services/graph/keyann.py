@@ -4,9 +4,11 @@ The exact key scan is one float32 matrix-vector product per query vector: 3 ms C
 keys of a 100k store's namespace, 32-34 ms over the 94k of a 1M store's, and a search sends the
 query and each of its phrases. Above ``KEYMEM_KEY_ANN_MIN_KEYS`` concept keys a namespace also
 keeps its concept keys in an HNSW graph (usearch: half-precision vectors, inner product), asks
-it for twice the candidates it needs and re-scores those exactly from the float32 matrix, so a
-search costs milliseconds whatever the namespace's size (docs/SCALING.md "What each tool buys"
-has the measurements that chose usearch over faiss and voyager). Below the threshold — every
+it for twice the candidates it needs and re-scores those against the float32 query from the
+index's own vectors, widened (the namespace's float32 matrix is released once the index
+serves: ``KeyIndex.release``), so a search costs milliseconds whatever the namespace's size
+(docs/SCALING.md "What each tool buys" has the measurements that chose usearch over faiss and
+voyager). Below the threshold — every
 size ``keymem eval`` runs — search stays exact.
 
 Building the graph costs about 1.3 ms CPU per key (~2 minutes for 94k keys), so it is not
@@ -49,7 +51,7 @@ DIRECTORY = "key-ann"
 # HNSW parameters (measured on 60k real key embeddings: docs/SCALING.md): 16 links per node,
 # 128 candidates while inserting; a search looks at 256 (recall@10 0.983 against the exact scan
 # for 3.1 ms CPU, where 128 gave 0.963 for 2.3 ms) and returns CANDIDATE_FACTOR times what the
-# caller asked (at least MIN_CANDIDATES), which are then re-scored exactly.
+# caller asked (at least MIN_CANDIDATES), which are then re-scored against the float32 query.
 CONNECTIVITY = 16
 ADD_EXPANSION = 128
 SEARCH_EXPANSION = 256
@@ -141,6 +143,16 @@ class HnswKeys:
         self.digests[start:end] = digest_vectors(half)
         self.key_of.extend(ids)
         self.label_of.update(zip(ids, range(start, end), strict=True))
+
+    def vectors(self, key_ids: list[str]) -> np.ndarray:
+        """The keys' vectors as the index holds them (half precision), widened to float32
+        [len(key_ids), dim]: a released namespace's only copy of its concept keys' vectors."""
+        if not key_ids:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        label_of = self.label_of
+        labels = np.fromiter((label_of[k] for k in key_ids), dtype=np.uint64, count=len(key_ids))
+        held: tuple[np.ndarray, ...] = self.index.get(labels)  # type: ignore[assignment]  # one row per label: every label is in the index
+        return np.stack(held).astype(np.float32)
 
     def remove(self, key_id: str) -> None:
         label = self.label_of.pop(key_id, None)
@@ -353,7 +365,7 @@ def prepare(stem: Path, snapshot: Snapshot) -> HnswKeys:
 
 
 def candidates_for(take: int) -> int:
-    """How many candidates the index returns for ``take`` keys (re-scored exactly after)."""
+    """How many candidates the index returns for ``take`` keys (re-scored after)."""
     return max(MIN_CANDIDATES, CANDIDATE_FACTOR * take)
 
 

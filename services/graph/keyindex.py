@@ -4,7 +4,11 @@ Cosine against every key of a namespace is one matrix-vector product (vectors ar
 L2-normalised). Rows are appended into spare capacity and removed by swapping the last row in,
 so writes cost O(dim), not a rebuild. A namespace with many concept keys also has an
 approximate index (``keyann.py``), attached by ``keyann.KeyAnn`` and kept in step here: the
-nearest concept keys then come from it, re-scored exactly from the matrix.
+nearest concept keys then come from it. Once it serves, the namespace holds each vector once:
+the float32 matrix is released (``release``: 2 KB a key, ~720 MB at a 1M store's 353k keys),
+concept keys' vectors are read from the index's half-precision copy and widened (cosine within
+~1e-4 of float32's), and the few entity keys (not in that index) keep their float32 vectors.
+The store keeps every key's float32 vector; a new key is written from its own.
 """
 
 from __future__ import annotations
@@ -14,11 +18,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from keymem.services.graph.keyann import Approximate, Snapshot, candidates_for
+from keymem.services.graph.keyann import Approximate, HnswKeys, Snapshot, candidates_for
 from keymem.services.graph.text import script_of, surface_norm
 from keymem.store.records import KeyRecord
 
 INITIAL_CAPACITY = 64
+# A key record's vector in a namespace whose matrix was released: the real one is read from
+# the index (``KeyIndex.vector``; ``GraphState.key_vector``). Empty, so a reader that forgets
+# fails on the shape instead of computing with a wrong vector.
+RELEASED_VECTOR = np.zeros(0, dtype=np.float32)
+RELEASED_VECTOR.flags.writeable = False
 
 
 class KeyIndex:
@@ -26,7 +35,10 @@ class KeyIndex:
         self.dim = dim
         self.ids: list[str] = []
         self.pos: dict[str, int] = {}
-        self.matrix = np.zeros((INITIAL_CAPACITY, dim), dtype=np.float32)
+        # None once released: the approximate index then holds the concept keys' vectors
+        self.matrix: np.ndarray | None = np.zeros((INITIAL_CAPACITY, dim), dtype=np.float32)
+        # a released index's entity keys' vectors (the approximate index holds concepts only)
+        self.loose: dict[str, np.ndarray] = {}
         self.concept_mask = np.zeros(INITIAL_CAPACITY, dtype=bool)
         # surface_norm(concept or alias) -> key ids (literal matching of queries)
         self.literal: dict[str, set[str]] = {}
@@ -60,14 +72,18 @@ class KeyIndex:
 
     def add(self, key: KeyRecord) -> None:
         n = len(self.ids)
-        if n == len(self.matrix):
-            grown = np.zeros((2 * n, self.dim), dtype=np.float32)
-            grown[:n] = self.matrix
-            self.matrix = grown
+        if n == len(self.concept_mask):
             mask = np.zeros(2 * n, dtype=bool)
             mask[:n] = self.concept_mask
             self.concept_mask = mask
-        self.matrix[n] = key.vector
+            if self.matrix is not None:
+                grown = np.zeros((2 * n, self.dim), dtype=np.float32)
+                grown[:n] = self.matrix
+                self.matrix = grown
+        if self.matrix is not None:
+            self.matrix[n] = key.vector
+        elif key.is_entity:
+            self.loose[key.id] = key.vector
         self.concept_mask[n] = not key.is_entity
         self.ids.append(key.id)
         self.pos[key.id] = n
@@ -88,15 +104,18 @@ class KeyIndex:
         if self.approximate is not None and self.concept_mask[index]:
             self.approximate.put(key.id, None)
         last = len(self.ids) - 1
+        self.loose.pop(key.id, None)
         if index != last:
             moved = self.ids[last]
             self.ids[index] = moved
             self.pos[moved] = index
-            self.matrix[index] = self.matrix[last]
+            if self.matrix is not None:
+                self.matrix[index] = self.matrix[last]
             self.concept_mask[index] = self.concept_mask[last]
         self.ids.pop()
         self.scripts[script_of(key.concept)] -= 1
-        self.matrix[last] = 0.0
+        if self.matrix is not None:
+            self.matrix[last] = 0.0
         self.concept_mask[last] = False
         for surface in key.surfaces():
             norm = surface_norm(surface)
@@ -111,24 +130,55 @@ class KeyIndex:
 
     def set_entity(self, key: KeyRecord) -> None:
         row = self.pos[key.id]
+        vector = self.vector(key.id)
+        if self.matrix is None:  # the vector moves between the loose ones and the index
+            if key.is_entity:
+                self.loose[key.id] = vector.copy()
+            else:
+                self.loose.pop(key.id, None)
         self.concept_mask[row] = not key.is_entity
         if self.approximate is not None:
-            self.approximate.put(key.id, None if key.is_entity else self.matrix[row])
+            self.approximate.put(key.id, None if key.is_entity else vector)
 
-    def set_vector(self, key_id: str, vector: np.ndarray) -> None:
-        row = self.pos[key_id]
-        self.matrix[row] = vector
-        if self.approximate is not None and self.concept_mask[row]:
-            self.approximate.put(key_id, vector)
+    def vector(self, key_id: str) -> np.ndarray:
+        """The key's float32 vector: its matrix row, or once released its loose vector or the
+        approximate index's half-precision copy, widened (a new array)."""
+        if self.matrix is not None:
+            row: np.ndarray = self.matrix[self.pos[key_id]]
+            return row
+        loose = self.loose.get(key_id)
+        if loose is not None:
+            return loose
+        widened: np.ndarray = self._served().vectors([key_id])[0]
+        return widened
 
     def cosine(self, key_id: str, vector: np.ndarray) -> float:
-        return float(self.matrix[self.pos[key_id]] @ vector)
+        return float(self.vector(key_id) @ vector)
+
+    def _served(self) -> HnswKeys:
+        approximate = self.approximate
+        assert approximate is not None and approximate.keys is not None, "released unserved"
+        return approximate.keys
+
+    def release(self) -> bool:
+        """Drop the float32 matrix once the approximate index serves the concept keys (their
+        vectors are then read from it); the entity keys' rows are kept as loose vectors. True
+        when released now: the caller points the key records away from the matrix."""
+        if self.matrix is None or self.approximate is None or not self.approximate.ready():
+            return False
+        n = len(self.ids)
+        entities = np.flatnonzero(~self.concept_mask[:n]).tolist()
+        self.loose = {self.ids[row]: self.matrix[row].copy() for row in entities}
+        self.matrix = None
+        return True
 
     def concept_count(self) -> int:
         return int(np.count_nonzero(self.concept_mask[: len(self.ids)]))
 
     def snapshot(self, namespace: str, fingerprint: str | None) -> Snapshot:
-        """The concept keys as they are now, copied for a background reader."""
+        """The concept keys as they are now, copied for a background reader (taken before an
+        approximate index exists, so from the matrix)."""
+        assert self.matrix is not None, "a released index has its approximate index"
         n = len(self.ids)
         rows = np.flatnonzero(self.concept_mask[:n])
         return Snapshot(
@@ -141,20 +191,24 @@ class KeyIndex:
     def nearest_concepts(self, vectors: np.ndarray, take: int) -> list[Nearest]:
         """For each row of ``vectors`` (m, dim; unit length) the rows of its ``take`` nearest
         concept keys and their cosines, nearest first: every key scored (exact) or, in a
-        namespace with a ready approximate index, its candidates re-scored exactly."""
+        namespace with a ready approximate index, its candidates re-scored (from the float32
+        matrix, or once released from the index's half-precision vectors, widened)."""
         n = len(self.ids)
         if n == 0 or take <= 0:
             return [Nearest(np.zeros(0, dtype=np.intp), np.zeros(0, np.float32)) for _ in vectors]
         approximate = self.approximate
         if approximate is not None and approximate.ready():
-            assert approximate.keys is not None
+            keys = approximate.keys
+            assert keys is not None
             found = []
             for vector, ids in zip(
-                vectors, approximate.keys.search(vectors, candidates_for(take)), strict=True
+                vectors, keys.search(vectors, candidates_for(take)), strict=True
             ):
                 rows = np.array([self.pos[k] for k in ids], dtype=np.intp)
-                found.append(Nearest.best(rows, self.matrix[rows] @ vector, take))
+                held = keys.vectors(ids) if self.matrix is None else self.matrix[rows]
+                found.append(Nearest.best(rows, held @ vector, take))
             return found
+        assert self.matrix is not None, "a released index has its approximate index"
         sims = np.where(self.concept_mask[:n, None], self.matrix[:n] @ vectors.T, -np.inf)
         rows = np.arange(n)
         found = []

@@ -168,7 +168,7 @@ def _phrase_matches(index: KeyIndex, body: dict[str, Any], floor: float) -> dict
         return {}
     per_phrase = opt_int(body, "phrase_keys", 1, 1, PHRASE_KEYS_MAX)
     floor = opt_number(body, "phrase_min_cosine", floor, -1.0, 1.0)
-    if not isinstance(raw, np.ndarray) or raw.ndim != 2 or raw.shape[1] != index.matrix.shape[1]:
+    if not isinstance(raw, np.ndarray) or raw.ndim != 2 or raw.shape[1] != index.dim:
         raise BadRequest("phrase_vectors must be a two-dimensional float32 array of key width")
     if raw.shape[0] > PHRASES_MAX:
         raise BadRequest(f"at most {PHRASES_MAX} phrase_vectors")
@@ -211,7 +211,7 @@ def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
             view["weight"] = round(link.weight, SCORE_DIGITS)
             view["auto"] = link.auto
             if unit is not None and index is not None and key_id in index.pos:
-                cosine = float(index.matrix[index.pos[key_id]] @ unit)
+                cosine = index.cosine(key_id, unit)
                 view["relevance"] = round(cosine, SCORE_DIGITS)
             rows.append(view)
         out[memory_id] = rows

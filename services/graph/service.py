@@ -452,6 +452,7 @@ class GraphService:
 
     def key_ann_tick(self) -> None:
         self.key_ann.tick(self.state.indexes, self.state.fingerprint)
+        self.state.release_matrices()  # a namespace whose index serves holds each vector once
 
     def close(self) -> None:
         self.wait_for_backup()

@@ -70,7 +70,9 @@ TEMPLATE_GROUP_MAX = 8
 REPORT_SAMPLE_MAX = 20  # merges and flags listed by name in a pass's report
 
 
-def merge_reason(a: KeyRecord, b: KeyRecord, shared: float, thresholds: Thresholds) -> str | None:
+def merge_reason(
+    state: GraphState, a: KeyRecord, b: KeyRecord, shared: float, thresholds: Thresholds
+) -> str | None:
     """Why keys ``a`` and ``b`` of one namespace are one concept ("form" or "vector"), or None.
 
     ``shared``: the share of the smaller key's active memories the two have in common.
@@ -83,7 +85,7 @@ def merge_reason(a: KeyRecord, b: KeyRecord, shared: float, thresholds: Threshol
         return None
     short = is_short_concept(a.concept) or is_short_concept(b.concept)
     threshold = thresholds.short_key_merge if short else thresholds.key_merge
-    cosine = float(np.dot(a.vector, b.vector))
+    cosine = float(np.dot(state.key_vector(a), state.key_vector(b)))
     return "vector" if threshold > 0 and cosine >= threshold else None
 
 
@@ -323,7 +325,7 @@ class SleepPass:
             left, right = state.keys.get(a), state.keys.get(b)
             if left is None or right is None:
                 continue
-            reason = merge_reason(left, right, share, self.thresholds)
+            reason = merge_reason(state, left, right, share, self.thresholds)
             if reason is None or siblings(first.concept, second.concept):
                 continue
             kept, absorbed = sorted((first, second), key=self._keep_order)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from keymem.services.graph.keyindex import KeyIndex
+from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
 from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable
 from keymem.services.graph.text import normalize_content
 from keymem.store.changes import Changes
@@ -324,10 +324,33 @@ class GraphState:
 
     # A key's record reads its vector from its namespace's matrix (one copy of each vector):
     # every change that moves rows of a matrix points the records of the moved rows again.
+    # Once a namespace's matrix is released (its approximate index serves) the records hold
+    # RELEASED_VECTOR and ``key_vector`` reads the index; a key written since keeps its own
+    # vector (the store is written from it).
     def _share_vectors(self, index: KeyIndex, key_ids: Iterable[str]) -> None:
         matrix, pos, keys = index.matrix, index.pos, self.keys
+        if matrix is None:
+            return
         for key_id in key_ids:
             keys[key_id].vector = matrix[pos[key_id]]
+
+    def key_vector(self, key: KeyRecord) -> np.ndarray:
+        """A key's float32 vector (every reader of a stored key's vector goes through here)."""
+        if key.vector.size:
+            return key.vector
+        return self.indexes[key.namespace].vector(key.id)
+
+    def release_matrices(self) -> int:
+        """Release the float32 matrix of every namespace whose approximate index now serves
+        (``KeyIndex.release``) and point its key records away from it; how many were."""
+        released = 0
+        for index in self.indexes.values():
+            if index.release():
+                released += 1
+                loose, keys = index.loose, self.keys
+                for key_id in index.ids:
+                    keys[key_id].vector = loose.get(key_id, RELEASED_VECTOR)
+        return released
 
     def _index_add(self, key: KeyRecord) -> None:
         index = self.index_for(key.namespace, len(key.vector))
@@ -337,7 +360,8 @@ class GraphState:
 
     def _index_remove(self, key: KeyRecord) -> None:
         index = self.indexes[key.namespace]
-        key.vector = key.vector.copy()  # its row is about to hold another key's vector
+        # its row is about to hold another key's vector (or its index to forget it)
+        key.vector = self.key_vector(key).copy()
         last = index.ids[-1]
         index.remove(key)
         if last != key.id:

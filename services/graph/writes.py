@@ -327,7 +327,9 @@ def text_vectors_of(body: dict[str, Any], dim: int | None) -> np.ndarray | None:
     return unit
 
 
-def still_fits(key: KeyRecord, old_text: str, new_text: str, vectors: np.ndarray | None) -> bool:
+def still_fits(
+    state: GraphState, key: KeyRecord, old_text: str, new_text: str, vectors: np.ndarray | None
+) -> bool:
     """Whether an inherited key still fits a corrected text: it does when the new text names
     it; it does not when only the old text named it (the fact that named it is gone) or when
     the correction moved the text away from it by ``KEY_DRIFT_MIN`` in cosine (an off-topic
@@ -340,7 +342,7 @@ def still_fits(key: KeyRecord, old_text: str, new_text: str, vectors: np.ndarray
         return False
     if vectors is None:
         return True
-    old_cosine, new_cosine = vectors @ key.vector
+    old_cosine, new_cosine = vectors @ state.key_vector(key)
     return bool(old_cosine - new_cosine < KEY_DRIFT_MIN)
 
 
@@ -354,7 +356,7 @@ def inherit_keys(
     fitting = [
         link
         for link in links
-        if still_fits(state.keys[link.key_id], old.content, new.content, vectors)
+        if still_fits(state, state.keys[link.key_id], old.content, new.content, vectors)
     ]
     report: dict[str, Any] = {}
     if not fitting:
