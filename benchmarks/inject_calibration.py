@@ -81,7 +81,8 @@ VARIANTS: dict[str, Gate] = {
     "floor_0.2": Gate(min_relevance=0.2),
     "floor_0.4": Gate(min_relevance=0.4),
     "strong_0.5": Gate(strong_relevance=0.5),
-    "strong_0.55": Gate(strong_relevance=0.55),
+    "strong_0.54": Gate(strong_relevance=0.54),
+    "strong_0.6": Gate(strong_relevance=0.6),
     "strong_0.7": Gate(strong_relevance=0.7),
 }
 

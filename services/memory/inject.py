@@ -75,8 +75,15 @@ INJECT_FIELDS = ("prompt", "namespace", "namespaces", "top_k", "max_chars", "ses
 # cosine) and for cross-encoder logits (sigmoid 0.5); KEYMEM_INJECT_MIN_RELEVANCE (the Gate's
 # min_relevance) overrides whichever kind is in use.
 MIN_RELEVANCE_BY_KIND = {"embedding_cosine": 0.3, "cross_encoder_logit": 0.0}
-# Relevance at which a candidate needs no shared words (the coverage gate's escape hatch).
+# Relevance at which a memory needs no shared words: a paraphrase shares meaning, not words. The
+# MCP recall tool's preview takes this level (services/memory/navigation.py).
 STRONG_RELEVANCE_BY_KIND = {"embedding_cosine": 0.6, "cross_encoder_logit": 3.0}
+# Inject's level for the same escape hatch (the coverage gate's), lower for the cosine: the
+# premise check with ties silences the misattributed memories a relevance of 0.55-0.6 lets in.
+# Calibrated as the lowest level at which the fit half (A) of neither LoCoMo family (agent keys,
+# auto keys) shows more of its unanswerable prompts than at 0.6; it held on half B and on the
+# other files (docs/history/inject-premise-2026-12-02.md). Logits: not measured, unchanged.
+INJECT_STRONG_RELEVANCE_BY_KIND = {"embedding_cosine": 0.55, "cross_encoder_logit": 3.0}
 # The share of what is asked (stemmed words) a memory must hold. Calibrated as the smallest floor
 # at which the fit half (A) of both LoCoMo families (agent keys, auto keys) loses neither
 # not-found rate nor gold shown against unstemmed matching at 0.2; it held on half B and on the
@@ -256,7 +263,7 @@ class Gate:
     def strong(self, kind: str) -> float | None:
         if self.strong_relevance is not None:
             return self.strong_relevance
-        return STRONG_RELEVANCE_BY_KIND.get(kind)
+        return INJECT_STRONG_RELEVANCE_BY_KIND.get(kind)
 
 
 @dataclass
