@@ -7,15 +7,24 @@ huge line) waited out its own timeout. The guard reads each line first: one that
 JSON-RPC error carrying the request's id (invalid params), and never reaches the SDK. Every
 other line passes through unchanged; the tools' own schemas and keymem's services check the
 rest (a ``source`` is held to ``fields.FREE_FORM_MAX_DEPTH``).
+
+When stdin is a pipe or a socket (as every MCP host spawns its server), its lines are read on
+the event loop (``PipeLines``): the SDK's reader hands each line to a worker thread and back,
+which on a loaded machine waits for that thread to be scheduled. A file or a terminal is read
+as before, through a thread (the loop must not make a terminal non-blocking under its shell).
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
@@ -31,6 +40,12 @@ from keymem.protocol.fields import FREE_FORM_MAX_DEPTH, depth_of
 LINE_MAX_BYTES = 16 * 1024 * 1024
 # The envelope (params, arguments, items, an item) plus a source at its own limit.
 MESSAGE_MAX_DEPTH = FREE_FORM_MAX_DEPTH + 8
+# A pipe's line that has not ended after this many bytes is skipped to its end unread (and
+# refused by the id in its head); up to it, a line is read whole and judged as any other.
+PIPE_LINE_LIMIT_BYTES = 4 * LINE_MAX_BYTES
+# What of a skipped line is kept to find its id in.
+ID_SEARCH_BYTES = 65_536
+PIPE_READ_BYTES = 65_536  # one read from the pipe at most (a pipe's buffer)
 # An id found without parsing the line (one too deep or too large to parse).
 _ID = re.compile(r'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")')
 
@@ -39,7 +54,7 @@ def _id_of(line: str, message: Any) -> str | int | None:
     if isinstance(message, dict):
         found = message.get("id")
         return found if isinstance(found, str | int) and not isinstance(found, bool) else None
-    match = _ID.search(line[:65_536])
+    match = _ID.search(line[:ID_SEARCH_BYTES])
     if match is None:
         return None
     value = json.loads(match.group(1))
@@ -72,22 +87,89 @@ def refusal_of(line: str) -> JSONRPCError | None:
     )
 
 
+@dataclass(frozen=True)
+class Oversized:
+    """A line longer than ``PIPE_LINE_LIMIT_BYTES``: its head and its size in bytes."""
+
+    head: str
+    size: int
+
+
+def oversized_refusal(line: Oversized) -> JSONRPCError:
+    return _error(
+        _id_of(line.head, None),
+        INVALID_REQUEST,
+        f"message of more than {line.size} bytes; keymem takes at most {LINE_MAX_BYTES}",
+    )
+
+
 def _error(request_id: str | int | None, code: int, message: str) -> JSONRPCError:
     return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+
+
+class PipeLines:
+    """A pipe's (or socket's) lines, read on the event loop as its data arrives."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, line_limit: int = PIPE_LINE_LIMIT_BYTES
+    ) -> None:
+        self.reader = reader
+        self.line_limit = line_limit
+
+    async def __aiter__(self) -> AsyncIterator[str | Oversized]:
+        pending = bytearray()
+        skipped = 0  # bytes of an oversized line read so far (its head kept in ``pending``)
+        while chunk := await self.reader.read(PIPE_READ_BYTES):
+            held = len(pending)  # the line so far (or, skipping, its head)
+            start = 0 if skipped else held
+            pending += chunk
+            while (end := pending.find(b"\n", start)) >= 0:
+                if skipped:
+                    head = bytes(pending[:ID_SEARCH_BYTES]).decode("utf-8", "replace")
+                    yield Oversized(head, skipped + end - held)
+                    skipped = 0
+                else:
+                    yield pending[:end].decode("utf-8", "replace")
+                del pending[: end + 1]
+                start = 0
+            if skipped:
+                skipped += len(chunk)
+                del pending[ID_SEARCH_BYTES:]
+            elif len(pending) > self.line_limit:
+                skipped = len(pending)
+                del pending[ID_SEARCH_BYTES:]
+        if pending and not skipped:
+            yield pending.decode("utf-8", "replace")
+
+
+async def stdin_lines() -> AsyncIterable[str | Oversized]:
+    """This process's stdin as lines: ``PipeLines`` on a pipe or socket, else through a thread."""
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        return PipeLines(reader)
+    text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    return anyio.wrap_file(text)
 
 
 class GuardedLines:
     """stdin's lines minus the ones ``refusal_of`` answers (through ``answers``)."""
 
-    def __init__(self, lines: AsyncIterable[str]) -> None:
+    def __init__(self, lines: AsyncIterable[str | Oversized]) -> None:
         self.lines = lines
         self.answers: MemoryObjectSendStream[SessionMessage] | None = None
         self.ready = anyio.Event()
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for line in self.lines:
-            refusal = refusal_of(line)
+            if isinstance(line, Oversized):
+                refusal: JSONRPCError | None = oversized_refusal(line)
+            else:
+                refusal = refusal_of(line)
             if refusal is None:
+                assert isinstance(line, str)
                 yield line
                 continue
             await self.ready.wait()
@@ -97,8 +179,7 @@ class GuardedLines:
 
 async def serve(server: MCPServer[None]) -> None:
     """``server`` over this process's stdin and stdout, behind the guard."""
-    text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-    guarded = GuardedLines(anyio.wrap_file(text))
+    guarded = GuardedLines(await stdin_lines())
     async with stdio_server(stdin=cast(Any, guarded)) as (read_stream, write_stream):
         guarded.answers = write_stream
         guarded.ready.set()
