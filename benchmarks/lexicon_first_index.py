@@ -14,7 +14,10 @@ tree (``PYTHONPATH`` at a ``git archive`` of each) to compare.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
+import mmap
 import os
 import resource
 import shutil
@@ -28,10 +31,11 @@ from typing import Any
 import numpy as np
 import psutil
 
-from keymem.services.lexicon.index import LexiconIndex
+from keymem.services.lexicon import cache
+from keymem.services.lexicon.index import LexiconIndex, NamespaceIndex
 from keymem.services.lexicon.journal import Journal
 from keymem.services.lexicon.sync import FeedFollower
-from keymem.services.lexicon.tokenizer import shared_tokenizer
+from keymem.services.lexicon.tokenizer import Tokenizer, shared_tokenizer
 
 CONCEPTS = 88_000
 NAMESPACES = 4
@@ -80,6 +84,53 @@ def _cpu_ms(samples: list[float]) -> dict[str, float]:
     return {"cpu_p50_ms": round(p50, 2), "cpu_p99_ms": round(p99, 2), "max_ms": round(ms.max(), 1)}
 
 
+def _array_mb(arrays: list[np.ndarray[Any, Any]]) -> dict[str, float]:
+    """MB of ``arrays`` split by where their bytes live: the heap, or a mapped file."""
+    heap = mapped = 0
+    for array in arrays:
+        owner: Any = array
+        while isinstance(owner, np.ndarray) and owner.base is not None:
+            owner = owner.base
+        if isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap):
+            mapped += array.nbytes
+        else:
+            heap += array.nbytes
+    return {"heap_mb": round(heap / MB, 1), "mapped_mb": round(mapped / MB, 1)}
+
+
+def _vocabulary_mb(space: NamespaceIndex) -> float:
+    """The term dictionary's Python objects: the dict, the list and each term's str."""
+    strs = sum(sys.getsizeof(term) for term in space.terms)
+    return (sys.getsizeof(space.vocab) + sys.getsizeof(space.terms) + strs) / MB
+
+
+def footprint(index: LexiconIndex) -> dict[str, Any]:
+    """Where the index's memory is: document table, per-namespace rows and postings,
+    per-slot arrays, term dictionaries (Python objects), the process's RSS / USS / PSS."""
+    table = index.base
+    rows, columns, slots = [], [], []
+    vocabulary = 0.0
+    for space in index.namespaces.values():
+        rows += [space.base.ptr, space.base.tids, space.base.tfs, space.base.ids]
+        base = space.postings.columns
+        if base is not None:
+            columns += [base.ptr, base.rows, base.tfs]
+        slots += [space.alive, space.doc_len]
+        vocabulary += _vocabulary_mb(space)
+    memory = psutil.Process().memory_full_info()
+    return {
+        "table": _array_mb([table.ids, table.spaces, table.digests, index.base_alive]),
+        "rows": _array_mb(rows),
+        "columns": _array_mb(columns),
+        "slots": _array_mb(slots),
+        "vocabulary_mb": round(vocabulary, 1),
+        "terms": sum(len(space.terms) for space in index.namespaces.values()),
+        "rss_mb": round(memory.rss / MB),
+        "uss_mb": round(memory.uss / MB),
+        "pss_mb": round(memory.pss / MB),
+    }
+
+
 def measure(memories: int) -> dict[str, Any]:
     tokenizer = shared_tokenizer()
     feed = SyntheticFeed(memories)
@@ -117,6 +168,47 @@ def measure(memories: int) -> dict[str, Any]:
         "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "load": [round(x, 1) for x in os.getloadavg()],
     }
+    report["after_index"] = footprint(index)
+    _trim()
+    report["after_trim"] = footprint(index)
+    report.update(_queries(index, tokenizer, feed))
+    cache_dir = Path(tempfile.mkdtemp(prefix="km-first-index-cache-", dir="/tmp"))
+    try:
+        path = cache.cache_path(cache_dir)
+        started, cpu = time.perf_counter(), time.process_time()
+        info = cache.save(path, index, tokenizer="bench", epoch="bench", seq=1)
+        report["save"] = {
+            "wall_s": round(time.perf_counter() - started, 2),
+            "cpu_s": round(time.process_time() - cpu, 2),
+            "bytes_mb": round(info.bytes / MB),
+        }
+        del index, follower
+        gc.collect()
+        _trim()
+        report["rss_without_index_mb"] = round(process.memory_info().rss / MB)
+        loaded = LexiconIndex()
+        started, cpu = time.perf_counter(), time.process_time()
+        cache.load(path, loaded, tokenizer="bench")
+        report["load"] = {
+            "wall_s": round(time.perf_counter() - started, 2),
+            "cpu_s": round(time.process_time() - cpu, 2),
+        }
+        loaded_queries = _queries(loaded, tokenizer, feed)
+        report["after_load"] = footprint(loaded)
+        report["loaded"] = loaded_queries
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    report["load_end"] = [round(x, 1) for x in os.getloadavg()]
+    return report
+
+
+def _trim() -> None:
+    """Hand the heap's free pages back to the OS (glibc keeps them after large frees)."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _queries(index: LexiconIndex, tokenizer: Tokenizer, feed: SyntheticFeed) -> dict[str, Any]:
+    """CPU per query: 300 of the store's shape, a first (cold) pass and warm passes."""
     rng = np.random.default_rng(SEED + 1)
     queries = []
     for _ in range(QUERIES):
@@ -126,6 +218,7 @@ def measure(memories: int) -> dict[str, Any]:
         queries.append(
             (namespace, Counter(tokenizer.tokenize(f"{words} {namespace} concept {concept}")))
         )
+    report = {}
     for label, top_n in (("first_top10", 10), ("top10", 10), ("top50", 50)):
         samples = []
         for namespace, query in queries:

@@ -7,6 +7,7 @@ real graph service. Kiwi is loaded once per process (``shared_tokenizer``).
 
 from __future__ import annotations
 
+import mmap
 import random
 import threading
 import time
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from keymem.protocol.errors import BadRequest, TooLarge
@@ -25,6 +27,7 @@ from keymem.services.lexicon.tokenizer import TOKENIZER_VERSION
 from keymem.services.stack import InprocStack
 from tests.lexicon_feed_double import FeedDouble
 from tests.lexicon_support import (
+    WAIT_S,
     Running,
     assert_mirrors,
     lexicon_starter,
@@ -477,3 +480,109 @@ def test_idle_polling_reads_only_the_head(
     wait_until(synced_to(client, seq), "the second write")
     assert feed.since_calls > calls
     assert search(client, "서울") == ["m2"]
+
+
+def _mapped(running: Running) -> bool:
+    """Whether the worker's index is the cache file's arrays (not heap arrays it built)."""
+    owner: Any = running.lexicon.index.base.ids
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    return isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap)
+
+
+def test_a_first_index_is_saved_at_once_and_then_served_from_the_file(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not after the 30 s timer: a first index is saved as soon as it is complete, and the
+    worker then serves the file it wrote, with the writes applied while it was written."""
+    monkeypatch.setattr(service_module, "CACHE_SAVE_INTERVAL_S", 3600.0)
+    for i in range(300):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}", namespace=f"ns{i % 2}")
+    writing, release = threading.Event(), threading.Event()
+    write = cache.write
+
+    def held_write(path: Path, snap: cache.Snapshot) -> cache.CacheInfo:
+        writing.set()
+        assert release.wait(WAIT_S)
+        return write(path, snap)
+
+    monkeypatch.setattr(cache, "write", held_write)
+    client = stack.client()
+    running = start_lexicon()
+    wait_until(writing.is_set, "the save of the first index")
+    assert not _mapped(running)
+    feed.put("m500", "제주 휴가 keymem", namespace="ns0")  # applied while the save runs
+    feed.delete("m001")
+    wait_until(synced_to(client, feed.seq), "the writes during the save")
+    release.set()
+    wait_until(lambda: _mapped(running), "serving the saved file")
+    assert_mirrors(running, feed.docs)
+    assert search(client, "제주 휴가", "ns0") == ["m500"]
+    feed.put("m501", "서울 출장 keymem", namespace="ns1")  # and after the swap
+    wait_until(synced_to(client, feed.seq), "a write after the swap")
+    assert_mirrors(running, feed.docs)
+
+
+def test_a_stop_right_after_a_first_index_leaves_the_cache_the_next_start_loads(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    short_home: Path,
+) -> None:
+    for i in range(2_000):
+        feed.put(f"m{i:04d}", f"기억 {i}: 부산 회의 tag{i}x", namespace=f"ns{i % 3}")
+    client = stack.client()
+    first = start_lexicon()
+    wait_until(synced_to(client, feed.seq), "the first index")
+    first.stop()  # whether its save is still running or not
+    lexicon_dir = cache.cache_path(short_home).parent
+    assert sorted(p.name for p in lexicon_dir.iterdir() if p.suffix == ".tmp") == []
+
+    second = start_lexicon()
+    assert second.lexicon.cache_state["loaded"] is True
+    assert second.lexicon.cache_state["documents"] == 2_000
+    wait_until(synced_to(client, feed.seq), "resume")
+    assert second.lexicon.follower.stats.tokenized == 0
+    assert second.lexicon.follower.stats.snapshots == 0
+
+
+def test_a_stop_with_the_journal_current_does_not_rewrite_the_cache(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running], short_home: Path
+) -> None:
+    """At 1M documents a save is seconds: a stop whose changes the journal already holds
+    only flushes it, and the next start replays them."""
+    for i in range(100):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    client = stack.client()
+    first = start_lexicon()
+    wait_until(lambda: first.lexicon.covered, "the first index saved")
+    path = cache.cache_path(short_home)
+    written = path.stat().st_mtime_ns
+    feed.put("m100", "제주 휴가 keymem")
+    wait_until(synced_to(client, feed.seq), "a write")
+    first.stop()
+    assert path.stat().st_mtime_ns == written
+
+    second = start_lexicon()
+    assert second.lexicon.cache_state["journal_records"] == 1
+    wait_until(synced_to(client, feed.seq), "resume")
+    assert second.lexicon.follower.stats.tokenized == 0
+    assert_mirrors(second, feed.docs)
+
+
+def test_what_a_killed_save_left_is_removed_and_never_read(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running], short_home: Path
+) -> None:
+    feed.put("m0", "부산 회의")
+    path = cache.cache_path(short_home)
+    path.parent.mkdir(parents=True)
+    partial = path.with_name(f"{path.name}.12345.tmp")
+    partial.write_bytes(b"")  # a SIGKILL right after the file was opened
+    running = start_lexicon()
+    assert not partial.exists()
+    assert running.lexicon.cache_state["loaded"] is False
+    wait_until(synced_to(stack.client(), feed.seq), "the first index")
+    assert_mirrors(running, feed.docs)

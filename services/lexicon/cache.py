@@ -61,6 +61,7 @@ CHECKSUM_BYTES = 32
 HEAD_BYTES = len(MAGIC) + CHECKSUM_BYTES
 ALIGN_BYTES = 64
 CACHE_FILE = "terms.cache"
+PARTIAL_SUFFIX = ".tmp"  # a save in progress: terms.cache.<pid>.tmp
 _LENGTH = struct.Struct("<Q")
 # dtypes a file may give each array (the writer picks the narrowest that holds the values)
 _COUNTS = ("|u1", "<u2", "<i4")
@@ -120,7 +121,8 @@ def _arrays(snap: Snapshot) -> tuple[DocTable, list[tuple[list[str], dict[str, A
     table = snap.table.to_table()
     spaces = []
     for code, name in enumerate(table.names):
-        wide = snap.namespaces[name].to_csr()
+        frozen = snap.namespaces[name]
+        wide = frozen.to_csr()
         if not np.array_equal(wide.ids, table.ids[table.spaces == code]):
             raise ValueError(f"namespace {name!r} changed while its snapshot was taken")
         tids_dtype = "<u2" if len(wide.vocab) <= np.iinfo(np.uint16).max + 1 else "<i4"
@@ -132,14 +134,17 @@ def _arrays(snap: Snapshot) -> tuple[DocTable, list[tuple[list[str], dict[str, A
             tfs=_narrowest(wide.tfs, _COUNTS),
         )
         del wide
-        columns = TermColumns.of(csr)
+        # to_csr kept the base's rows and term ids when nothing changed: so do its columns
+        columns = frozen.columns
+        if columns is None or len(columns.ptr) != len(csr.vocab) + 1:
+            columns = TermColumns.of(csr)
         arrays = {
             "ptr": csr.ptr.astype("<i8", copy=False),
             "tids": csr.tids,
             "tfs": csr.tfs,
             "term_ptr": columns.ptr.astype("<i8", copy=False),
             "term_rows": columns.rows.astype("<i4", copy=False),
-            "term_tfs": columns.tfs,
+            "term_tfs": _narrowest(columns.tfs, _COUNTS),
         }
         spaces.append((csr.vocab, arrays))
     return table, spaces
@@ -195,14 +200,29 @@ def write(path: Path, snap: Snapshot) -> CacheInfo:
     lead = _LENGTH.pack(len(packed)) + packed
     lead += b"\x00" * (_aligned(HEAD_BYTES + len(lead)) - HEAD_BYTES - len(lead))
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a process killed mid-write
-        stale.unlink(missing_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    remove_partial(path)
+    tmp = _partial(path)
     with open(tmp, "wb") as out:
         size = _write_checksummed(out, [lead, *layout.chunks()])
         os.fsync(out.fileno())
     os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself survives a machine crash
+    finally:
+        os.close(directory)
     return CacheInfo(snap.epoch, snap.seq, len(table.ids), size)
+
+
+def _partial(path: Path) -> Path:
+    return path.with_name(f"{path.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+
+
+def remove_partial(path: Path) -> None:
+    """Delete what a process killed mid-save left beside ``path`` (a stop timeout's SIGKILL
+    during a save): never read as a cache, but as large as one. Run at every start and save."""
+    for stale in path.parent.glob(f"{path.name}.*{PARTIAL_SUFFIX}"):
+        stale.unlink(missing_ok=True)
 
 
 def _write_checksummed(out: IO[bytes], chunks: list[bytes | memoryview]) -> int:
@@ -280,6 +300,9 @@ def load(path: Path, index: LexiconIndex, *, tokenizer: str) -> CacheInfo:
             columns = TermColumns(parts["term_ptr"], parts["term_rows"], parts["term_tfs"])
             spaces[name] = (csr, columns)
         index.load(table, spaces)
+        # the checks read every page; a query reads few of them again: out of this process's
+        # resident set until touched (they stay in the page cache, shared and reclaimable)
+        mapped.madvise(mmap.MADV_DONTNEED)
         return CacheInfo(str(header["epoch"]), int(header["seq"]), len(index), len(mapped))
     except CacheInvalid:
         index.clear()

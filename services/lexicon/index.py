@@ -251,6 +251,11 @@ class _PostingsTable:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def columns(self) -> TermColumns | None:
+        """The term-major arrays of the last bulk load (None before any)."""
+        return self._base
+
     def append(self, postings: _Postings | None) -> None:
         self._made[self._size] = postings
         self._size += 1
@@ -288,6 +293,9 @@ class FrozenNamespace:
     added_ids: list[str]
     added_bags: list[IntArray]  # per document: row 0 term ids, row 1 counts
     terms: list[str]
+    # the base's term-major arrays when the namespace is exactly its last bulk load (no write
+    # since): a save right after a first index then sorts nothing
+    columns: TermColumns | None = None
 
     def to_csr(self) -> NamespaceCsr:
         """The live documents in id order over a vocabulary of their terms only."""
@@ -517,12 +525,15 @@ class NamespaceIndex:
     def freeze(self) -> FrozenNamespace:
         """The live documents by reference (O(documents added since the last load)): safe to
         turn into a ``NamespaceCsr`` on another thread while this index keeps changing."""
+        base_alive = self.alive[: self.base_slots].copy()
+        unchanged = not self.added_ids and bool(base_alive.all())
         return FrozenNamespace(
             base=self.base,
-            base_alive=self.alive[: self.base_slots].copy(),
+            base_alive=base_alive,
             added_ids=list(self.added_slot_of),
             added_bags=[self.bags[slot] for slot in self.added_slot_of.values()],
             terms=list(self.terms),
+            columns=self.postings.columns if unchanged else None,
         )
 
     def to_csr(self) -> NamespaceCsr:

@@ -151,6 +151,26 @@ class Journal:
         """Apply the chain of records continuing ``(epoch, seq)`` (the loaded cache) to
         ``index``; the seq reached and the records applied. Journaling then continues in the
         current file if the chain reached it, else it is off until the next save."""
+        seq, applied, reached_current = self._follow(index, epoch, seq)
+        if reached_current:
+            try:
+                self._out = open(self.path, "ab")  # noqa: SIM115 - appended to until rotate
+            except OSError as exc:
+                self._failed(exc)
+        else:
+            self.stop()
+        return seq, applied
+
+    def apply(self, index: LexiconIndex, epoch: str, seq: int) -> int:
+        """Apply the records written since ``(epoch, seq)`` to another ``index`` (one just
+        loaded from the cache saved there) while journaling goes on; the seq reached."""
+        self.flush()
+        reached, _, _ = self._follow(index, epoch, seq)
+        return reached
+
+    def _follow(self, index: LexiconIndex, epoch: str, seq: int) -> tuple[int, int, bool]:
+        """The seq reached, the records applied and whether the chain reached the current
+        file."""
         applied = 0
         reached_current = False
         for path in (self.old, self.path):
@@ -164,14 +184,7 @@ class Journal:
                 seq = record["seq"]
                 applied += 1
             reached_current = path == self.path
-        if reached_current:
-            try:
-                self._out = open(self.path, "ab")  # noqa: SIM115 - appended to until rotate
-            except OSError as exc:
-                self._failed(exc)
-        else:
-            self.stop()
-        return seq, applied
+        return seq, applied, reached_current
 
 
 def _apply(index: LexiconIndex, record: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ documents the methods.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -46,7 +47,16 @@ WAIT_SHARE_OF_DEADLINE = 0.5  # ... and at most this share of the request's rema
 SYNC_INTERVAL_S = 0.02  # the sync timer runs on (almost) every pass of the loop
 IDLE_POLL_S = 0.1  # once caught up, ask the feed for news this often
 RETRY_AFTER_S = 1.0  # after the graph was unreachable
-CACHE_SAVE_INTERVAL_S = 30.0
+CACHE_SAVE_INTERVAL_S = 30.0  # between saves while the journal holds the changes since
+CACHE_RETRY_S = 5.0  # after a failed save of a state nothing on disk holds
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the OS: glibc keeps what a dropped index freed
+    (numpy arrays below its mmap threshold, Python's arenas) in the process otherwise."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc's; absent elsewhere
+    if trim is not None:
+        trim(0)
 
 
 def _text(body: dict[str, Any], name: str, max_chars: int) -> str:
@@ -66,6 +76,9 @@ class Lexicon:
         self._client: Client | None = None
         self.cache_state: dict[str, Any] = {"path": str(self.cache_file)}
         self.journal = Journal(self.cache_file.parent)
+        # whether the cache file is the base of the journal's chain: then the two together
+        # are the index, and a stop needs only the journal flushed
+        self._saved_base = False
         epoch, seq = self._load_cache()
         self.follower = FeedFollower(
             self.index,
@@ -79,7 +92,12 @@ class Lexicon:
         )
         self._next_poll = 0.0
         self._last_save = time.monotonic()
+        self._failed_at: float | None = None  # the last save's failure, if it failed
         self._saver: threading.Thread | None = None
+        # the saved cache, mapped by the saver, that replaces a heap-built index (a first
+        # index, a re-snapshot) on the serving thread: (index, epoch, seq of the save)
+        self._mapped: tuple[LexiconIndex, str, int] | None = None
+        self._closing = False  # stopping: a save in flight skips mapping what it wrote
 
     @staticmethod
     def _budgets(heartbeat: HeartbeatPolicy) -> tuple[float, float]:
@@ -89,6 +107,7 @@ class Lexicon:
     # -- cache ---------------------------------------------------------------------------------
     def _load_cache(self) -> tuple[str | None, int]:
         started = time.perf_counter()
+        cache.remove_partial(self.cache_file)
         try:
             info = cache.load(self.cache_file, self.index, tokenizer=TOKENIZER_VERSION)
         except cache.CacheInvalid as exc:
@@ -111,6 +130,7 @@ class Lexicon:
             seq,
             elapsed - loaded_s,
         )
+        self._saved_base = self.journal.active
         self.cache_state.update(
             loaded=True,
             documents=info.documents,
@@ -122,12 +142,27 @@ class Lexicon:
         )
         return info.epoch, seq
 
+    @property
+    def covered(self) -> bool:
+        """Whether the cache file and the journal continuing it hold the index (a restart
+        loads them); not so after a first index or a re-snapshot until a save completes."""
+        return self._saved_base and self.journal.active
+
+    def _save_due(self, now: float) -> bool:
+        if self._saver is not None and self._saver.is_alive():
+            return False
+        if not self.covered:  # only this process holds the index: save it at once
+            return self._failed_at is None or now - self._failed_at >= CACHE_RETRY_S
+        return now - self._last_save >= CACHE_SAVE_INTERVAL_S
+
     def save_cache(self, *, wait: bool = False) -> None:
         """Write the cache if the index changed and is consistent.
 
         Only capturing the snapshot runs here; building the arrays and writing happen on a
         background thread (at 1M documents that is seconds the serving loop must not spend).
-        With ``wait`` (on stop) everything runs here, after any write still in flight.
+        With ``wait`` (on stop) everything runs here, after any write still in flight. A save
+        of a state nothing on disk held (a first index, a re-snapshot: the index is heap
+        arrays) also maps the file it wrote, and the serving thread then swaps that in.
         """
         if self._saver is not None and self._saver.is_alive():
             if not wait:
@@ -136,36 +171,78 @@ class Lexicon:
         follower = self.follower
         if not (follower.changed and follower.consistent and follower.epoch is not None):
             return
+        remap = not self.covered and not wait
         snap = cache.snapshot(
             self.index, tokenizer=TOKENIZER_VERSION, epoch=follower.epoch, seq=follower.seq
         )
         self.journal.rotate(follower.epoch, follower.seq)
         follower.changed = False
+        self._last_save = time.monotonic()
         if wait:
-            self._write_cache(snap)
+            self._write_cache(snap, remap=False)
         else:
             self._saver = threading.Thread(
-                target=self._write_cache, args=(snap,), name="lexicon-cache", daemon=True
+                target=self._write_cache, args=(snap, remap), name="lexicon-cache", daemon=True
             )
             self._saver.start()
 
-    def _write_cache(self, snap: cache.Snapshot) -> None:
+    def _write_cache(self, snap: cache.Snapshot, remap: bool) -> None:
         started = time.perf_counter()
         try:
             info = cache.write(self.cache_file, snap)
         except (OSError, ValueError) as exc:
             log.warning("could not write the lexicon cache %s: %s", self.cache_file, exc)
             self.follower.changed = True
+            self._saved_base = False  # the next rotate drops the chain from the older file
+            self._failed_at = time.monotonic()
             return
         self.journal.saved()
+        self._saved_base = True
+        self._failed_at = None
+        saved_s = time.perf_counter() - started
         # replaced whole, so index_stats on the serving thread never sees it half-updated
         self.cache_state = {
             **self.cache_state,
             "saved_seq": info.seq,
             "saved_documents": info.documents,
             "bytes": info.bytes,
-            "save_s": round(time.perf_counter() - started, 3),
+            "save_s": round(saved_s, 3),
         }
+        if remap and not self._closing:
+            mapped = LexiconIndex()
+            try:
+                cache.load(self.cache_file, mapped, tokenizer=TOKENIZER_VERSION)
+            except cache.CacheInvalid as exc:
+                log.warning("the lexicon cache just saved does not load (%s)", exc)
+                return
+            self._mapped = (mapped, info.epoch, info.seq)
+            self.cache_state = {
+                **self.cache_state,
+                "remap_s": round(time.perf_counter() - started - saved_s, 3),
+            }
+
+    def _adopt_mapped(self) -> None:
+        """Serve from the cache the saver mapped, once the records since its seq are applied
+        to it: the heap arrays of a first index are freed (the mapped pages are the page
+        cache's, shared with the next worker and reclaimable)."""
+        if self._mapped is None or (self._saver is not None and self._saver.is_alive()):
+            return
+        mapped, epoch, seq = self._mapped
+        self._mapped = None
+        follower = self.follower
+        if not follower.consistent or follower.epoch != epoch:
+            return  # re-snapshotting since that save: it no longer continues
+        reached = self.journal.apply(mapped, epoch, seq)
+        if reached != follower.seq:
+            log.warning(
+                "lexicon journal reached seq %d, index at %d: keeping the heap index",
+                reached,
+                follower.seq,
+            )
+            return
+        self.index = follower.index = mapped
+        release_free_memory()
+        log.info("lexicon serves the mapped cache of seq %d (journal to %d)", seq, reached)
 
     # -- sync ----------------------------------------------------------------------------------
     def _call_graph(self, method: str, body: dict[str, Any], timeout_ms: int) -> Any:
@@ -179,12 +256,22 @@ class Lexicon:
         if follower.busy or now >= self._next_poll:
             follower.tick(self.slice_s)
             self._next_poll = now + IDLE_POLL_S
-        if now - self._last_save >= CACHE_SAVE_INTERVAL_S:
+        self._adopt_mapped()
+        if self._save_due(now):
             self.save_cache()
-            self._last_save = now
 
     def close(self) -> None:
-        self.save_cache(wait=True)
+        """On stop: the index must be on disk for the next start. When the cache and its
+        journal hold it, flushing the journal is enough; else (a first index, a re-snapshot)
+        the cache is written here, within the stop timeout (docs/LEXICON.md, "Term cache")."""
+        self._closing = True
+        if self._saver is not None:
+            self._saver.join()
+        self._mapped = None
+        if self.covered:
+            self.journal.flush()
+        else:
+            self.save_cache(wait=True)
         if self._client is not None:
             self._client.close()
             self._client = None
