@@ -182,6 +182,13 @@ def test_a_served_namespace_holds_each_vector_once(graph: GraphService) -> None:
             [graph.state.key_vector(graph.state.keys[k]) @ query for k in found]
         )
         assert set(found) <= set(exact_top(graph, index, query, 10))
+    memory_ids = list(graph.state.memories)[:20]
+    linked = graph.memory_keys({"memory_ids": memory_ids, "vector": queries[0]})["memories"]
+    relevances = {k["key_id"]: k["relevance"] for views in linked.values() for k in views}
+    assert len(relevances) >= 20
+    for key_id, relevance in relevances.items():
+        key = graph.state.keys[key_id]
+        assert relevance == pytest.approx(graph.state.key_vector(key) @ queries[0], abs=5e-5)
     reply = graph.held_vectors({"keys": [records[0].concept, "no such key at all"]})
     assert reply["held"] == [True, False]
     assert reply["vectors"].dtype == np.float32 and reply["vectors"].shape == (1, 512)

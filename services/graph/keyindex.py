@@ -155,6 +155,16 @@ class KeyIndex:
     def cosine(self, key_id: str, vector: np.ndarray) -> float:
         return float(self.vector(key_id) @ vector)
 
+    def cosines(self, key_ids: list[str], vector: np.ndarray) -> list[float]:
+        """``cosine`` of each key, the released index's vectors read from it in one call
+        (~2.5 us a key, where one call per key costs ~25 us)."""
+        if self.matrix is not None or not key_ids:
+            return [self.cosine(key_id, vector) for key_id in key_ids]
+        loose = self.loose
+        held = [k for k in key_ids if k not in loose]
+        widened = dict(zip(held, self._served().vectors(held), strict=True))
+        return [float((loose[k] if k in loose else widened[k]) @ vector) for k in key_ids]
+
     def _served(self) -> HnswKeys:
         approximate = self.approximate
         assert approximate is not None and approximate.keys is not None, "released unserved"

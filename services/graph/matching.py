@@ -200,6 +200,7 @@ def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     unit = query_vector(state, body)  # given: each key also gets its cosine to it
     index = state.indexes.get(namespace)
     out: dict[str, list[dict[str, Any]]] = {}
+    relevant: list[tuple[dict[str, Any], str]] = []  # views to give their key's cosine
     for memory_id in ids:
         memory = state.memories.get(memory_id)
         if memory is None or memory.namespace != namespace or memory.expired(now):
@@ -211,10 +212,13 @@ def memory_keys(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
             view["weight"] = round(link.weight, SCORE_DIGITS)
             view["auto"] = link.auto
             if unit is not None and index is not None and key_id in index.pos:
-                cosine = index.cosine(key_id, unit)
-                view["relevance"] = round(cosine, SCORE_DIGITS)
+                relevant.append((view, key_id))
             rows.append(view)
         out[memory_id] = rows
+    if unit is not None and index is not None and relevant:
+        cosines = index.cosines([key_id for _, key_id in relevant], unit)
+        for (view, _), cosine in zip(relevant, cosines, strict=True):
+            view["relevance"] = round(cosine, SCORE_DIGITS)
     return {"namespace": namespace, "memories": out}
 
 
