@@ -112,6 +112,8 @@ VARIANTS: dict[str, Variant] = {
     # the build before: a hop adds on its own scale, also over the memory it stepped from
     "hops_over_lender": Variant(fusion=Fusion(hops_below_lender=False)),
     "no_phrases": Variant(fusion=Fusion(phrases=False)),
+    # the build before: relevance reads the memory's text only, not also its writer's keys
+    "no_about": Variant(fusion=Fusion(about=False)),
     "phrases_all_links": Variant(scoring=Scoring(phrase_links="all")),
     "auto_hops": Variant(scoring=Scoring(auto_hops=True)),
     "no_named_hops": Variant(scoring=Scoring(named_hops=False)),

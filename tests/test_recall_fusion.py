@@ -185,3 +185,42 @@ def test_a_pool_larger_than_one_reranker_call_is_scored_in_pieces() -> None:
     (relevance,) = recall._relevance("query", [pool], {})
     assert client.sizes == [RERANK_MAX_PASSAGES, 6]
     assert relevance is not None and relevance.scores == [float(i) for i in range(len(pool))]
+
+
+def test_a_memory_is_as_relevant_as_the_better_of_its_text_and_its_writers_keys() -> None:
+    # "b"'s text reads far from the query, its keys close: it counts at its keys' reading;
+    # "a"'s keys read worse than its text, which it keeps; "c" has no keys of its writer
+    pool = [candidate("a", bm25=1.0), candidate("b", bm25=1.0), candidate("c", bm25=1.0)]
+    relevance = Relevance([0.5, 0.2, 0.4], "embedding_cosine", [0.1, 0.6, None])
+    assert relevance.best() == [0.5, 0.6, 0.4]
+    assert order(fuse_blend(pool, relevance, Fusion())) == ["b", "a", "c"]
+    assert order(fuse_blend(pool, Relevance([0.5, 0.2, 0.4], "embedding_cosine"), Fusion())) == [
+        "a",
+        "c",
+        "b",
+    ]
+
+
+def test_the_reranker_reads_each_about_in_the_same_calls_and_reports_the_text_score() -> None:
+    class Reranker:
+        def __init__(self) -> None:
+            self.passages: list[str] = []
+
+        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
+            replies = []
+            for _, _, body in calls:
+                self.passages += body["passages"]
+                scores = [0.9 if p.startswith("keys") else 0.3 for p in body["passages"]]
+                replies.append({"scores": scores, "score_kind": "embedding_cosine"})
+            return replies
+
+    pool = [{"content": "text one", "about": "keys one"}, {"content": "text two", "about": None}]
+    client = Reranker()
+    (relevance,) = Search(client)._relevance("query", [pool], {})  # type: ignore[arg-type]
+    assert client.passages == ["text one", "text two", "keys one"]
+    assert relevance is not None
+    assert relevance.scores == [0.3, 0.3] and relevance.about == [0.9, None]
+    off = Reranker()
+    (plain,) = Search(off, Fusion(about=False))._relevance("query", [pool], {})  # type: ignore[arg-type]
+    assert off.passages == ["text one", "text two"] and plain is not None
+    assert plain.best() == [0.3, 0.3]

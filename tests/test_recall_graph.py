@@ -70,3 +70,22 @@ def test_a_hop_names_the_memory_it_stepped_from(graph: GraphService) -> None:
     assert seed["hop"] == 0 and seed["hop_from"] is None
     assert found[HIKING][1]["hop_from"] == seed_id  # one step, through "hobby"
     assert found[CAMPING][1]["hop_from"] == seed_id  # one step, through "Melanie"
+
+
+def test_a_candidate_carries_its_writers_keys_not_its_auto_keys(graph: GraphService) -> None:
+    # what the memory's writer said it is about, for the reranker's second reading
+    found = {
+        c["content"]: c["about"]
+        for c in graph.recall_candidates(
+            {"vector": vector("lake sunrise painting"), "text": "the lake sunrise painting"}
+        )["candidates"]
+    }
+    assert found[PAINTS] == "Melanie; hobby; lake sunrise painting"
+    # fewer than three keys of its writer: the graph links the keys its text names as auto-keys
+    again = "Melanie went camping again."
+    graph.remember(remember_body(again, ["weekend"]))
+    linked = {c["content"]: c for c in graph.recall_candidates({"text": again})["candidates"]}
+    memory_id = linked[again]["memory_id"]
+    links = graph.memory_keys({"memory_ids": [memory_id]})["memories"][memory_id]
+    assert {k["concept"] for k in links if k["auto"]} >= {"Melanie", "camping"}
+    assert linked[again]["about"] == "weekend"

@@ -4,7 +4,8 @@ The router sends the query vector, the query text and the lexicon's ranked BM25 
 module does everything that needs the graph in memory, in one call, and returns the top pool
 with every score component labelled — raw scores (key path, BM25 score, hop score, the depth ×
 freshness factor) as well as ranks, because the router's final fusion blends the scores
-themselves (the router reranks the pool and decides what to show):
+themselves (the router reranks the pool and decides what to show), and each candidate's
+``about``, the keys its writer gave it (``agent_keys_text``), for the reranker to read too:
 
 1. key path — the matched keys (cosine, literal, or near one of the query's phrases,
    ``matching.match_keys``) give each of their memories ``key score × IDF × link weight``,
@@ -293,6 +294,7 @@ def recall_candidates(
                     "widened": memory_id in widened_ids,
                 },
                 "matched_keys": via_keys.get(memory_id, []),
+                "about": agent_keys_text(state, memory_id),
             }
         )
     anchor = {
@@ -302,6 +304,23 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
+
+
+ABOUT_SEPARATOR = "; "
+
+
+def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
+    """The keys its writer gave a memory, joined (``about``; None when it has none): the
+    router's reranker judges them as a second reading of the memory. A title or an agent's
+    keys say what a memory is about in a few words, where a passage's cosine is diluted by
+    everything else it says. Auto-keys and learned links are left out: auto-keys are words
+    of the text itself (no second reading), a learned link is a guess from traffic."""
+    concepts = [
+        state.keys[key_id].concept
+        for key_id, link in state.mem_links[memory_id].items()
+        if not link.auto and not link.learned
+    ]
+    return ABOUT_SEPARATOR.join(concepts) or None
 
 
 def _unlexical_members(

@@ -117,6 +117,9 @@ class Fusion:
     * ``link_weighted`` — key and hop evidence count at their links' share of an agent's link.
     * ``hops_below_lender`` — a hop lifts what it reaches at most to just below the memory it
       stepped from (``below_lenders``).
+    * ``about`` — the reranker also reads what a memory's writer said it is about (its
+      agent-written keys or title joined, the graph's ``about``), and a memory is as relevant
+      as the better of its two readings (``Relevance.best``).
     * ``evidence`` — comparison questions put one candidate per named entity first.
     * ``phrases`` — the query's own phrases are extracted and embedded for key matching.
     * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
@@ -128,6 +131,7 @@ class Fusion:
     scale: str = "floor"
     link_weighted: bool = True
     hops_below_lender: bool = True
+    about: bool = True
     evidence: bool = True
     phrases: bool = True
     bm25_depth: int = BM25_DEPTH
@@ -319,9 +323,13 @@ class Search:
         self, query: str, pools: list[list[dict[str, Any]]], degraded: dict[str, str]
     ) -> list[Relevance | None]:
         """The reranker's score of every candidate of every pool against the query (parallel
-        calls, at most ``RERANK_MAX_PASSAGES`` passages each); all None if it is down."""
+        calls, at most ``RERANK_MAX_PASSAGES`` passages each), and of every candidate's
+        ``about`` (``Fusion.about``) in the same calls; all None if it is down."""
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
-        passages = [c["content"] for pool in pools for c in pool]
+        contents = [c["content"] for pool in pools for c in pool]
+        abouts = [c.get("about") for pool in pools for c in pool] if self.fusion.about else []
+        read_about = [i for i, about in enumerate(abouts) if about]
+        passages = contents + [abouts[i] for i in read_about]
         chunks = range(0, len(passages), RERANK_MAX_PASSAGES)
         segments = rerank_segments(query)
         outcomes = self.client.call_many(
@@ -348,12 +356,17 @@ class Search:
             degraded["reranker"] = str(next(o for o in outcomes if isinstance(o, KeymemError)))
             return [None] * len(pools)
         # a passage is as relevant as its best match with any part of the query
-        scores = [max(row[i] for row in rows) for i in range(len(passages))]
+        best = [max(row[i] for row in rows) for i in range(len(passages))]
+        scores = best[: len(contents)]
+        about: list[float | None] = [None] * len(contents)
+        for at, i in enumerate(read_about):
+            about[i] = best[len(contents) + at]
         relevances: list[Relevance | None] = []
         at = 0
         for pool in pools:
-            relevances.append(Relevance(scores[at : at + len(pool)], kind) if pool else None)
-            at += len(pool)
+            end = at + len(pool)
+            relevances.append(Relevance(scores[at:end], kind, about[at:end]) if pool else None)
+            at = end
         return relevances
 
 
@@ -363,6 +376,14 @@ class Relevance:
 
     scores: list[float]
     kind: str
+    # the reranker's score of each candidate's ``about`` (None: not read), pool order
+    about: list[float | None] = field(default_factory=list)
+
+    def best(self) -> list[float]:
+        """Each candidate's relevance as the better of its two readings: its text, and what
+        its writer said it is about. A reading that does not fit the query costs nothing."""
+        about = self.about or [None] * len(self.scores)
+        return [s if a is None else max(s, a) for s, a in zip(self.scores, about, strict=True)]
 
     def labelled(
         self, candidate: dict[str, Any], i: int, score: float, kind: str
@@ -438,7 +459,7 @@ def fuse_blend(
     """
     parts = [c["components"] for c in candidates]
     bm25 = min_max([p.get("bm25_score", 0.0) for p in parts])
-    dense = min_max(relevance.scores) if relevance is not None else [0.0] * len(candidates)
+    dense = min_max(relevance.best()) if relevance is not None else [0.0] * len(candidates)
     if fusion.scale == "pool":
         key = min_max([p["key_path"] for p in parts])
         hop = min_max([p["hop_score"] for p in parts])
