@@ -214,7 +214,10 @@ def test_the_reranker_reads_each_about_in_the_same_calls_and_reports_the_text_sc
                 replies.append({"scores": scores, "score_kind": "embedding_cosine"})
             return replies
 
-    pool = [{"content": "text one", "about": "keys one"}, {"content": "text two", "about": None}]
+    pool: list[dict[str, Any]] = [
+        {"content": "text one", "about": "keys one"},
+        {"content": "text two", "about": None},
+    ]
     client = Reranker()
     (relevance,) = Search(client)._relevance("query", [pool], {})  # type: ignore[arg-type]
     assert client.passages == ["text one", "text two", "keys one"]
