@@ -9,11 +9,19 @@ so the figures are the lexicon's own: memories/s (wall and CPU), the process's R
 at its peak, then 300 queries of the store's shape (six absent words and one concept key) for
 the top 10 and 50, in CPU time (this box is shared; wall time tracks the load). Run it once per
 tree (``PYTHONPATH`` at a ``git archive`` of each) to compare.
+
+With ``--store DIR`` (a ``benchmarks.scale_store`` store, e.g. /tmp/km-scale5/store-1000000;
+copied, never changed) it runs the real deployment on a copy instead: ``keymem up``, the
+lexicon's first index from the graph's feed, its save and the swap to the mapped file, the
+lexicon processes' RSS / PSS, its query p50 / p99 through the router, ``keymem down`` (the
+lexicon's stop) and ``up`` again (the cache loaded, nothing re-indexed), RSS / PSS again, and a
+worker's ``kill -9`` to serving every memory again. Take ``flock /tmp/km1m.lock`` at 1M.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import json
@@ -21,6 +29,7 @@ import mmap
 import os
 import resource
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -31,11 +40,17 @@ from typing import Any
 import numpy as np
 import psutil
 
+from benchmarks.deployment import bench_home
+from benchmarks.recall_bench import LIVENESS
+from keymem.protocol.client import Client
+from keymem.protocol.endpoints import ipc_endpoints
+from keymem.protocol.errors import KeymemError
 from keymem.services.lexicon import cache
 from keymem.services.lexicon.index import LexiconIndex, NamespaceIndex
 from keymem.services.lexicon.journal import Journal
 from keymem.services.lexicon.sync import FeedFollower
 from keymem.services.lexicon.tokenizer import Tokenizer, shared_tokenizer
+from keymem.store.database import graph_path
 
 CONCEPTS = 88_000
 NAMESPACES = 4
@@ -45,6 +60,9 @@ QUERY_WORDS = 6
 SLICE_S = 0.25  # the service's sync slice
 SEED = 20261202
 MB = 2**20
+UP_TIMEOUT_S = "1800"
+DEPLOYMENT_GIVE_UP_S = 1_800.0
+DEPLOYMENT_POLL_S = 0.5
 
 
 class SyntheticFeed:
@@ -229,13 +247,114 @@ def _queries(index: LexiconIndex, tokenizer: Tokenizer, feed: SyntheticFeed) -> 
     return report
 
 
+def _lexicon_memory(client: Client) -> dict[str, Any]:
+    """RSS / PSS of the lexicon's worker and of the parent that keeps Kiwi (shared by both)."""
+    worker = psutil.Process(client.call("lexicon", "ping", timeout_ms=10_000)["pid"])
+    report = {}
+    for name, process in (("worker", worker), ("parent", worker.parent())):
+        assert process is not None
+        info = process.memory_full_info()
+        report[name] = {
+            "rss_mb": round(info.rss / MB),
+            "pss_mb": round(info.pss / MB),
+            "uss_mb": round(info.uss / MB),
+        }
+    return report
+
+
+def _serving(client: Client, memories: int, old_pid: int | None = None) -> float:
+    """Seconds until a lexicon worker (other than ``old_pid``) serves every memory."""
+    started = time.monotonic()
+    while time.monotonic() - started < DEPLOYMENT_GIVE_UP_S:
+        try:
+            if client.call("lexicon", "ping", timeout_ms=1_000)["pid"] != old_pid:
+                stats = client.call("lexicon", "index_stats", timeout_ms=2_000)
+                if stats["documents"] >= memories and stats["sync"]["phase"] == "live":
+                    return round(time.monotonic() - started, 2)
+        except KeymemError:
+            pass
+        time.sleep(DEPLOYMENT_POLL_S)
+    raise TimeoutError("the lexicon did not serve every memory in time")
+
+
+def _swapped(client: Client) -> float:
+    """Seconds until the worker serves the cache it saved after its first index (mapped)."""
+    started = time.monotonic()
+    while time.monotonic() - started < DEPLOYMENT_GIVE_UP_S:
+        with contextlib.suppress(KeymemError):
+            state = client.call("lexicon", "index_stats", timeout_ms=2_000)["cache"]
+            if "remap_s" in state:
+                time.sleep(1.0)  # the serving thread swaps on its next tick
+                return round(time.monotonic() - started, 2)
+        time.sleep(DEPLOYMENT_POLL_S)
+    raise TimeoutError("the lexicon did not save its first index in time")
+
+
+def _router_queries(client: Client, feed: SyntheticFeed) -> dict[str, float]:
+    rng = np.random.default_rng(SEED + 1)
+    samples = []
+    for _ in range(QUERIES):
+        namespace = f"ns{int(rng.integers(NAMESPACES))}"
+        words = " ".join(f"word{int(w)}" for w in rng.integers(0, 1000, QUERY_WORDS))
+        concept = int(rng.choice(CONCEPTS, p=feed.popularity))
+        body = {"query": f"{words} {namespace} concept {concept}", "namespace": namespace}
+        started = time.perf_counter()
+        client.call("lexicon", "search", body, timeout_ms=10_000)
+        samples.append((time.perf_counter() - started) * 1000)
+    p50, p99 = np.percentile(samples, [50, 99]).tolist()
+    return {"p50_ms": round(p50, 1), "p99_ms": round(p99, 1)}
+
+
+def deployment(store: Path) -> dict[str, Any]:
+    """The real deployment on a copy of ``store`` (module docstring)."""
+    memories = json.loads((store / "build.json").read_text())["memories"]
+    feed = SyntheticFeed(1)  # only its query popularity (the store's Zipf over the concepts)
+    report: dict[str, Any] = {"memories": memories, "load_start": os.getloadavg()}
+    with bench_home("km-lx-") as home:
+        home.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
+        shutil.copy(store / "graph.duckdb", graph_path(home.home))
+        started = time.perf_counter()
+        home.keymem("up", "--timeout", UP_TIMEOUT_S)
+        report["up_s"] = round(time.perf_counter() - started, 1)
+        frontend = ipc_endpoints(home.home).frontend
+        with Client(frontend) as client:
+            report["first_index_s"] = _serving(client, memories)
+            report["at_first_index"] = _lexicon_memory(client)
+            report["until_swapped_s"] = _swapped(client)
+            report["cache"] = client.call("lexicon", "index_stats")["cache"]
+            report["swapped"] = _lexicon_memory(client)
+            report["query"] = _router_queries(client, feed)
+            report["after_queries"] = _lexicon_memory(client)
+        started = time.perf_counter()
+        home.keymem("down")
+        report["down_s"] = round(time.perf_counter() - started, 1)
+        report["lexicon_files"] = sorted(p.name for p in (home.home / "lexicon").iterdir())
+        started = time.perf_counter()
+        home.keymem("up", "--timeout", UP_TIMEOUT_S)
+        report["up_again_s"] = round(time.perf_counter() - started, 1)
+        with Client(frontend) as client:
+            report["serving_again_s"] = _serving(client, memories)
+            stats = client.call("lexicon", "index_stats")
+            report["cache_again"] = stats["cache"]
+            report["tokenized_again"] = stats["sync"]["tokenized"]
+            report["restarted"] = _lexicon_memory(client)
+            report["query_again"] = _router_queries(client, feed)
+            report["restarted_after_queries"] = _lexicon_memory(client)
+            old = client.call("lexicon", "ping")["pid"]
+            os.kill(old, signal.SIGKILL)
+            report["kill_9_to_serving_s"] = _serving(client, memories, old)
+    report["load_end"] = os.getloadavg()
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--memories", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--store", type=Path, help="a built store: the real deployment on a copy")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    for memories in args.memories:
-        report = measure(memories)
+    reports = [deployment(args.store)] if args.store else [measure(m) for m in args.memories]
+    for report in reports:
         print(json.dumps(report, indent=2 if args.json else None), flush=True)
     return 0
 
