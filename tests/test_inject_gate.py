@@ -143,6 +143,9 @@ def test_another_entitys_memory_holding_as_much_leaves_the_premise_unsupported()
     coverage["jon"] = 0.9
     kept, _ = admit(prompt, pool, keys, coverage, Gate())
     assert ids(kept) == ["jon"]
+    # one holding every asked word answers the question as asked, whoever else's does too
+    kept, _ = admit(prompt, pool, keys, {"jon": 1.0, "gina": 1.0}, Gate())
+    assert ids(kept) == ["jon"]
     # nothing held on either side is no tie: the coverage floor, not the premise, decides
     kept, rejected = admit(prompt, pool, keys, {"jon": 0.0, "gina": 0.0}, Gate())
     assert kept == [] and rejected["premise_elsewhere"] == 0

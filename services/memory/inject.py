@@ -30,13 +30,14 @@ in parallel (``Search.search_all``) — and keeps a candidate only when
 And it surfaces nothing when the prompt's facts belong to someone else: if a memory about
 another entity covers the prompt at least as well as every memory about the named one, the
 prompt's premise is not in the store ("what did Caroline realise after her charity race", when
-the race was Melanie's), and showing either would mislead. A tie counts: when another's memory
-holds every asked word the named one's best memory holds, the words do not say whose fact it
-is, and the reranker cannot break the tie (it favours the memory naming the prompt's person,
-whether or not it holds the asked fact) — so "What is Jon's favorite style of painting?" is not
-answered by "Jon's favorite dance style is contemporary" when "Gina's favorite dance style is
-contemporary" is stored too. Known cost, precision first: "What pet does Caroline have?" goes
-unanswered when Melanie's pets are stored as well.
+the race was Melanie's), and showing either would mislead. A tie counts where the named one's
+best memory holds only part of what is asked: another's memory holding the same part says the
+words match a frame two people share, not the asked fact, and the reranker cannot break the
+tie (it favours the memory naming the prompt's person, whether or not it holds the asked fact)
+— so "What is Jon's favorite style of painting?" is not answered by "Jon's favorite dance style
+is contemporary" when "Gina's favorite dance style is contemporary" is stored too. A memory
+holding every asked word answers the question as asked ("What is Gina's favorite style of
+dance?"), whoever else's does too.
 
 Then it takes the top few and cuts each preview and the whole block to a size budget. The
 thresholds (``Gate``) were calibrated with ``benchmarks/inject_calibration.py``, which swaps the
@@ -333,9 +334,11 @@ def admit(
     best_here = max((share or 0.0 for share in map(covered, plausible)), default=0.0)
 
     def outcovers(share: float) -> bool:
-        """Another entity's memory holds more of what is asked than the named one's best —
-        or as much, where the named one's holds anything at all (``premise_ties``)."""
-        tie = gate.premise_ties and best_here > 0 and isclose(share, best_here)
+        """Another entity's memory holds more of what is asked than the named one's best — or
+        as much (``premise_ties``), where the named one's best holds some but not all of it:
+        one that holds every asked word answers the question as asked, whoever else does."""
+        partial = best_here > 0 and not isclose(best_here, 1.0)
+        tie = gate.premise_ties and partial and isclose(share, best_here)
         return share > best_here or tie
 
     if gate.premise and any(outcovers(covered(c) or 0.0) for c in elsewhere):
