@@ -586,3 +586,44 @@ def test_what_a_killed_save_left_is_removed_and_never_read(
     assert running.lexicon.cache_state["loaded"] is False
     wait_until(synced_to(stack.client(), feed.seq), "the first index")
     assert_mirrors(running, feed.docs)
+
+
+def test_a_stop_during_the_first_save_waits_for_it_and_maps_nothing(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    short_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for i in range(500):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    writing, release = threading.Event(), threading.Event()
+    write = cache.write
+    loads: list[Path] = []
+    load = cache.load
+
+    def held_write(path: Path, snap: cache.Snapshot) -> cache.CacheInfo:
+        writing.set()
+        assert release.wait(WAIT_S)
+        return write(path, snap)
+
+    def counted_load(path: Path, index: Any, *, tokenizer: str) -> cache.CacheInfo:
+        loads.append(path)
+        return load(path, index, tokenizer=tokenizer)
+
+    monkeypatch.setattr(cache, "write", held_write)
+    monkeypatch.setattr(cache, "load", counted_load)
+    first = start_lexicon()
+    wait_until(writing.is_set, "the save of the first index")
+    stopping = threading.Thread(target=first.stop)
+    stopping.start()
+    time.sleep(0.2)
+    assert stopping.is_alive()  # the stop waits for the save in flight
+    release.set()
+    stopping.join(WAIT_S)
+    assert not stopping.is_alive()
+    assert len(loads) == 1  # the start's attempt only: a stopping worker maps nothing
+
+    second = start_lexicon()
+    assert second.lexicon.cache_state["loaded"] is True
+    assert second.lexicon.cache_state["documents"] == 500
