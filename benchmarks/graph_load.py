@@ -17,7 +17,7 @@ first time: minutes at 1M) and reads the RSS with them serving next to the float
 holds). Between the two it times ``nearest_concepts`` through the index on ``--queries``
 vectors (mixes of two keys' vectors, one BLAS thread as the service) with each re-score — from
 the float32 matrix, then from the index's half-precision vectors — and reports how often the
-two agree on the top ``NEAREST_TAKE``.
+two agree (``_agreement``).
 
 ``costs(store)`` returns the same figures for another benchmark (``scale_1m --costs``).
 """
@@ -75,18 +75,40 @@ def _queries(state: GraphState, count: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _nearest(state: GraphState, queries: dict[str, np.ndarray]) -> tuple[float, list[list[str]]]:
-    """CPU ms per query vector of ``nearest_concepts`` and the ids each query found."""
-    found: list[list[str]] = []
+def _nearest(
+    state: GraphState, queries: dict[str, np.ndarray]
+) -> tuple[float, list[dict[str, float]]]:
+    """CPU ms per query vector of ``nearest_concepts``; per query the keys found, in order,
+    with their cosines."""
+    found: list[dict[str, float]] = []
     started = time.process_time()
     with threadpool_limits(1):
         for namespace, vectors in queries.items():
             index = state.indexes[namespace]
             for vector in vectors:
                 (nearest,) = index.nearest_concepts(vector[None, :], NEAREST_TAKE)
-                found.append([index.ids[row] for row in nearest.rows.tolist()])
+                rows, cosines = nearest.rows.tolist(), nearest.cosines.tolist()
+                found.append({index.ids[r]: c for r, c in zip(rows, cosines, strict=True)})
     spent = time.process_time() - started
     return round(spent / max(1, len(found)) * 1e3, 3), found
+
+
+def _agreement(before: list[dict[str, float]], after: list[dict[str, float]]) -> dict[str, Any]:
+    """How the re-score from half precision compares with the float32 one, query by query:
+    the same top 10 (as a set), the share of the top ``NEAREST_TAKE`` both hold, and the
+    largest cosine difference of a key both found."""
+    pairs = list(zip(before, after, strict=True))
+    return {
+        "nearest_same_top10": round(
+            float(np.mean([set(list(b)[:10]) == set(list(a)[:10]) for b, a in pairs])), 4
+        ),
+        "nearest_overlap": round(
+            float(np.mean([len(b.keys() & a.keys()) / max(1, len(b)) for b, a in pairs])), 4
+        ),
+        "nearest_max_cosine_error": max(
+            (abs(b[k] - a[k]) for b, a in pairs for k in b.keys() & a.keys()), default=0.0
+        ),
+    }
 
 
 def serve_key_ann(state: GraphState, directory: Path, queries: int) -> dict[str, Any]:
@@ -113,12 +135,7 @@ def serve_key_ann(state: GraphState, directory: Path, queries: int) -> dict[str,
     trim_heap()
     out["rss_released_mb"] = _rss_mb()
     out["nearest_f16_rescore_ms"], after = _nearest(state, asked)
-    out["nearest_same_top"] = round(
-        sum(a == b for a, b in zip(before, after, strict=True)) / max(1, len(before)), 4
-    )
-    out["nearest_same_set"] = round(
-        sum(set(a) == set(b) for a, b in zip(before, after, strict=True)) / max(1, len(before)), 4
-    )
+    out.update(_agreement(before, after))
     return out
 
 

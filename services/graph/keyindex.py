@@ -40,8 +40,9 @@ class KeyIndex:
         # a released index's entity keys' vectors (the approximate index holds concepts only)
         self.loose: dict[str, np.ndarray] = {}
         self.concept_mask = np.zeros(INITIAL_CAPACITY, dtype=bool)
-        # surface_norm(concept or alias) -> key ids (literal matching of queries)
-        self.literal: dict[str, set[str]] = {}
+        # surface_norm(concept or alias) -> key ids (literal matching of queries); a tuple: a
+        # surface names one key almost always, and a 1-tuple is 56 bytes where a set is 216
+        self.literal: dict[str, tuple[str, ...]] = {}
         # stripped lower-case concept or alias -> key id (exact key resolution on write)
         self.exact: dict[str, str] = {}
         # writing system -> keys whose concept is written in it (remember's language hint)
@@ -94,10 +95,12 @@ class KeyIndex:
             self.approximate.put(key.id, key.vector)
 
     def add_surface(self, key_id: str, surface: str) -> None:
-        norm = surface_norm(surface)
+        norm = _same(surface_norm(surface), surface)
         if norm:
-            self.literal.setdefault(norm, set()).add(key_id)
-        self.exact.setdefault(surface.strip().lower(), key_id)
+            holders = self.literal.get(norm, ())
+            if key_id not in holders:
+                self.literal[norm] = (*holders, key_id)
+        self.exact.setdefault(_same(_same(surface.strip().lower(), surface), norm), key_id)
 
     def remove(self, key: KeyRecord) -> None:
         index = self.pos.pop(key.id)
@@ -119,10 +122,12 @@ class KeyIndex:
         self.concept_mask[last] = False
         for surface in key.surfaces():
             norm = surface_norm(surface)
-            holders = self.literal.get(norm)
-            if holders is not None:
-                holders.discard(key.id)
-                if not holders:
+            holders = self.literal.get(norm, ())
+            if key.id in holders:
+                rest = tuple(k for k in holders if k != key.id)
+                if rest:
+                    self.literal[norm] = rest
+                else:
                     del self.literal[norm]
             exact = surface.strip().lower()
             if self.exact.get(exact) == key.id:
@@ -240,6 +245,12 @@ class KeyIndex:
             if self.ids[row] not in skip:
                 return self.ids[row], cosine
         return None
+
+
+def _same(text: str, held: str) -> str:
+    """``held`` when it equals ``text``: one string object serves both dictionaries and the
+    key's record (~60 bytes a key: a lower-case concept is its own literal and exact form)."""
+    return held if text == held else text
 
 
 class Nearest(NamedTuple):
