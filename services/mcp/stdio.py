@@ -8,10 +8,13 @@ JSON-RPC error carrying the request's id (invalid params), and never reaches the
 other line passes through unchanged; the tools' own schemas and keymem's services check the
 rest (a ``source`` is held to ``fields.FREE_FORM_MAX_DEPTH``).
 
-When stdin is a pipe or a socket (as every MCP host spawns its server), its lines are read on
-the event loop (``PipeLines``): the SDK's reader hands each line to a worker thread and back,
-which on a loaded machine waits for that thread to be scheduled. A file or a terminal is read
-as before, through a thread (the loop must not make a terminal non-blocking under its shell).
+When stdin and stdout are pipes or sockets (as every MCP host spawns its server), they are
+read and written on the event loop (``PipeLines``, ``PipeWriter``): the SDK's transport hands
+each line it reads, and each reply's write and flush, to a worker thread and back, and on a
+loaded machine every hand-off waits for that thread to be scheduled. While the server runs, fd
+1 points at stderr as the SDK arranges it (a library's stray print never reaches the wire). A
+file or a terminal is read and written through threads as before (the loop must not make a
+terminal non-blocking under its shell).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import re
 import stat
 import sys
 from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -144,14 +148,63 @@ class PipeLines:
 
 async def stdin_lines() -> AsyncIterable[str | Oversized]:
     """This process's stdin as lines: ``PipeLines`` on a pipe or socket, else through a thread."""
-    mode = os.fstat(sys.stdin.fileno()).st_mode
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+    if is_pipe(sys.stdin.fileno()):
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         return PipeLines(reader)
     text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
     return anyio.wrap_file(text)
+
+
+def is_pipe(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+class PipeWriter:
+    """The reply side of the SDK's stdio transport (its ``write`` and ``flush``) on a pipe
+    written by the event loop: a write is buffered at once, a flush waits for the pipe to take
+    it (so a client that stops reading slows the server, as a blocking write would)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    async def write(self, text: str) -> None:
+        self.writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        await self.writer.drain()
+
+
+@asynccontextmanager
+async def pipe_stdout() -> AsyncIterator[PipeWriter | None]:
+    """A ``PipeWriter`` on the wire when stdout is a pipe or socket (None otherwise: the SDK
+    then claims stdout itself), with fd 1 pointing at stderr until the server ends."""
+    if not is_pipe(sys.stdout.fileno()):
+        yield None
+        return
+    sys.stdout.flush()
+    wire = os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    loop = asyncio.get_running_loop()
+    try:
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(wire, "wb", buffering=0)
+        )
+    except BaseException:
+        os.dup2(wire, sys.stdout.fileno())
+        os.close(wire)
+        raise
+    transport.set_write_buffer_limits(high=0)  # a drain waits until the pipe took everything
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    try:
+        yield PipeWriter(writer)
+    finally:
+        os.dup2(wire, sys.stdout.fileno())
+        with suppress(OSError):  # what is still buffered goes first, if a reader is left
+            await writer.drain()
+        writer.close()
 
 
 class GuardedLines:
@@ -180,7 +233,13 @@ class GuardedLines:
 async def serve(server: MCPServer[None]) -> None:
     """``server`` over this process's stdin and stdout, behind the guard."""
     guarded = GuardedLines(await stdin_lines())
-    async with stdio_server(stdin=cast(Any, guarded)) as (read_stream, write_stream):
+    async with (
+        pipe_stdout() as stdout,
+        stdio_server(stdin=cast(Any, guarded), stdout=cast(Any, stdout)) as (
+            read_stream,
+            write_stream,
+        ),
+    ):
         guarded.answers = write_stream
         guarded.ready.set()
         # The SDK's own stdio runner, with our stdin (MCPServer.run_stdio_async builds its own).
