@@ -97,10 +97,14 @@ def test_a_full_backlog_drops_the_oldest_and_says_so(
             warmer.add(["a", "b", "c", "d"])
         assert warmer.stats()["dropped"] == 2
         assert "2 oldest passages not warmed" in caplog.text
+        with caplog.at_level(logging.WARNING, logger="keymem.memory.warmup"):
+            warmer.add(["e"])  # within the minute: counted, not logged again
+        assert warmer.stats()["dropped"] == 3
+        assert caplog.text.count("not warmed") == 1
         reranker.release.set()
     finally:
         warmer.close()
-    assert reranker.warmed() == ["held", "c", "d"]
+    assert reranker.warmed() == ["held", "d", "e"]
 
 
 def test_a_failed_warm_up_is_counted_and_logged(
@@ -112,5 +116,5 @@ def test_a_failed_warm_up_is_counted_and_logged(
         warmer.add(["lost cause"])
         wait_for(lambda: warmer.stats()["failed"] == 1)
     warmer.close()
-    assert "warm-up failed for 1 passages" in caplog.text
+    assert "1 passages not warmed: " in caplog.text
     assert warmer.stats()["sent"] == 1

@@ -11,9 +11,9 @@ the next ones gather. A recall inside that window pays the model for the passage
 that are not warm yet, as it would with no warm-up at all.
 
 Nothing is dropped silently: passages beyond ``WARM_PENDING_MAX`` (a burst the reranker cannot
-keep up with) drop the oldest with a logged warning, and failed warm-ups are logged (at most
-once per ``FAILURE_LOG_INTERVAL_S``, with how many failed since: a disabled reranker refuses
-every one); both are counted in ``stats``.
+keep up with, such as a bulk import) drop the oldest, and failed warm-ups (a disabled reranker
+refuses every one) are logged as warnings, each kind at most once per ``LOG_INTERVAL_S`` with
+how many since the last; both are counted in ``stats``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ WARM_BUDGET_MS = 1_000
 # Passages waiting at most; a longer backlog drops the oldest (and says so).
 WARM_PENDING_MAX = 4_096
 JOIN_TIMEOUT_S = 2.0
-FAILURE_LOG_INTERVAL_S = 60.0
+LOG_INTERVAL_S = 60.0
 
 
 class Warmer:
@@ -68,8 +68,8 @@ class Warmer:
         self.calls = 0
         self.failed = 0  # passages whose warm-up call failed
         self.dropped = 0  # passages dropped from a full backlog
-        self._failures_unlogged = 0
-        self._failure_logged_at = -FAILURE_LOG_INTERVAL_S
+        self._unlogged: dict[str, int] = {}  # passages lost since the last warning, by kind
+        self._logged_at: dict[str, float] = {}
 
     def add(self, passages: Iterable[Any]) -> None:
         """Queue the non-blank strings of ``passages``; returns at once."""
@@ -78,15 +78,13 @@ class Warmer:
             return
         with self._ready:
             if self._stopping:
+                self.dropped += len(texts)
+                self._lost("passages not warmed (the service is stopping)", len(texts))
                 return
             overflow = len(self._pending) + len(texts) - (self._pending.maxlen or 0)
             if overflow > 0:
                 self.dropped += overflow
-                log.warning(
-                    "reranker warm-up backlog full: %d oldest passages not warmed (%d so far)",
-                    overflow,
-                    self.dropped,
-                )
+                self._lost("oldest passages not warmed (backlog full)", overflow)
             now = time.monotonic()
             self._pending.extend((now, text) for text in texts)
             if self._thread is None:
@@ -142,12 +140,16 @@ class Warmer:
     def _failed(self, passages: int, exc: KeymemError) -> None:
         with self._ready:
             self.failed += passages
-            self._failures_unlogged += passages
-            now = time.monotonic()
-            if now - self._failure_logged_at < FAILURE_LOG_INTERVAL_S:
-                return
-            unlogged, self._failures_unlogged = self._failures_unlogged, 0
-            self._failure_logged_at = now
-        log.warning(
-            "reranker warm-up failed for %d passages since the last report: %s", unlogged, exc
-        )
+            self._lost(f"passages not warmed: {exc}", passages, kind="failed")
+
+    def _lost(self, what: str, passages: int, kind: str = "dropped") -> None:
+        """Count ``passages`` lost; warn with the count since the last warning of this kind
+        when ``LOG_INTERVAL_S`` has passed (caller holds the lock)."""
+        unlogged = self._unlogged.get(kind, 0) + passages
+        now = time.monotonic()
+        if now - self._logged_at.get(kind, -LOG_INTERVAL_S) < LOG_INTERVAL_S:
+            self._unlogged[kind] = unlogged
+            return
+        self._unlogged[kind] = 0
+        self._logged_at[kind] = now
+        log.warning("reranker warm-up: %d %s", unlogged, what)
