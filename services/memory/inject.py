@@ -245,7 +245,7 @@ class Gate:
     strong_coverage: float = STRONG_COVERAGE
     entities: bool = True
     premise: bool = True
-    premise_ties: bool = True  # another entity's memory covering as much counts too
+    premise_ties: bool = True  # covering as much counts too (below full coverage)
     cross_script: bool = True
     cross_relevance: float | None = None  # None: the level for the score kind
     persons: bool = True
