@@ -57,6 +57,10 @@ AnyIntArray = npt.NDArray[np.integer[Any]]
 FloatArray = npt.NDArray[np.float64]
 IdArray = npt.NDArray[np.bytes_]  # UTF-8 document ids, fixed width (numpy ``S``)
 BoolArray = npt.NDArray[np.bool_]
+# A document's length (its term count) per slot: float32 holds every integer below 2**24
+# exactly, so the scores are those of float64 lengths, at half the memory (8 MB at 1M).
+LENGTH_DTYPE = np.float32
+LengthArray = npt.NDArray[np.float32]
 
 _NO_SLOTS: IntArray = np.zeros(0, dtype=np.int32)
 _NO_TFS: FloatArray = np.zeros(0, dtype=np.float64)
@@ -150,13 +154,13 @@ class _Postings:
         return self.slots, self.tfs
 
     def saturations(
-        self, alive: npt.NDArray[np.bool_], doc_len: FloatArray, avgdl: float
+        self, alive: npt.NDArray[np.bool_], doc_len: LengthArray, avgdl: float
     ) -> tuple[IntArray, FloatArray, float]:
         """Slots (ascending), ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))`` per
         entry, and the largest of those (the term's bound, per unit of weight)."""
         slots, tfs = self.arrays(alive)
         if self.saturation is None or self.saturation_avgdl != avgdl:
-            norm = (K1 * (1 - B)) + (K1 * B / avgdl) * doc_len[slots]
+            norm = (K1 * (1 - B)) + (K1 * B / avgdl) * doc_len[slots].astype(np.float64)
             self.saturation = tfs * (K1 + 1) / (tfs + norm)
             self.saturation_avgdl = avgdl
             self.saturation_max = float(self.saturation.max()) if len(slots) else 0.0
@@ -394,7 +398,7 @@ class NamespaceIndex:
         self.added_ids: list[str | None] = []  # slot base_slots + i; None once removed
         self.added_slot_of: dict[str, int] = {}
         self.bags: dict[int, IntArray] = {}  # an added live slot's term ids (row 0), counts
-        self.doc_len: FloatArray = np.zeros(INITIAL_SLOTS, dtype=np.float64)
+        self.doc_len: LengthArray = np.zeros(INITIAL_SLOTS, dtype=LENGTH_DTYPE)
         self.alive: BoolArray = np.zeros(INITIAL_SLOTS, dtype=np.bool_)
         self.n_docs = 0
         self.total_len = 0
@@ -505,7 +509,7 @@ class NamespaceIndex:
         slot = self.slot_count
         if slot == len(self.alive):
             self.alive = np.concatenate((self.alive, np.zeros(slot, dtype=np.bool_)))
-            self.doc_len = np.concatenate((self.doc_len, np.zeros(slot, dtype=np.float64)))
+            self.doc_len = np.concatenate((self.doc_len, np.zeros(slot, dtype=LENGTH_DTYPE)))
         self.added_ids.append(doc_id)
         self.added_slot_of[doc_id] = slot
         self.alive[slot] = True
@@ -553,7 +557,7 @@ class NamespaceIndex:
         self.bags = {}
         self.alive = np.zeros(capacity, dtype=np.bool_)
         self.alive[:n] = True
-        self.doc_len = np.zeros(capacity, dtype=np.float64)
+        self.doc_len = np.zeros(capacity, dtype=LENGTH_DTYPE)
         self.doc_len[:n] = _row_sums(csr.ptr, csr.tfs)
         self.n_docs = n
         self.total_len = int(csr.tfs.sum())
