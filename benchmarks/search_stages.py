@@ -30,11 +30,11 @@ the graph stage alone, under each garbage-collection policy in turn, in one proc
 Each policy's pass runs every query of ``benchmarks.scale_1m`` (embedded in process with the
 default embedder, one phrase: the query's concept, no BM25 hits) once to warm, then again for
 ``--seconds``: per call the wall and thread-CPU ms and every collection inside it (from
-``gc.callbacks``, with the objects of the generation it walked), and apart from calls, the
-ticks' own cost. ``--writes N`` then remembers N synthetic memories one by one under the
-policy, with a search every ``WRITE_SEARCH_EVERY``, and follows the RSS, the frozen objects and
-the ticks; at the end it unfreezes and collects, so what that finds is what freezing kept
-alive (cyclic garbage made after a tick froze its parts).
+``gc.callbacks``), and apart from calls, the ticks' own cost. ``--writes N`` then remembers N
+synthetic memories under the policy, in batches of ``WRITE_BATCH`` with a search and the
+checkpoint check after each, and follows the RSS, the frozen objects and the ticks; at the end
+it unfreezes and collects, so what that finds is what freezing kept alive (cyclic garbage made
+after a tick froze its parts).
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ POLICIES = ("automatic", "between_requests")
 KEY_ANN_WAIT_S = 1_800.0  # a 1M store's four key indexes, built once per --work directory
 KEY_ANN_POLL_S = 1.0
 CONCEPT_WORDS = 3  # a synthetic query ends with its concept, "ns1 concept 42"
-WRITE_SEARCH_EVERY = 10  # a search between every this many remembers under --writes
-WRITE_REPORT_EVERY = 1_000  # remembers between two RSS samples
+WRITE_BATCH = 50  # memories per remember_batch under --writes (each batch one commit)
+WRITE_REPORT_EVERY = 1_000  # memories between two RSS samples
 MB = 1 << 20
 
 
@@ -231,14 +231,30 @@ class Ticker:
         self.collector = collector
         self.due = 0.0
         self.ms: list[float] = []
+        self.cpu_ms: list[float] = []
 
     def between_calls(self) -> None:
         if self.collector is None or time.monotonic() < self.due:
             return
         self.due = time.monotonic() + GC_INTERVAL_S
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         self.collector.tick()
+        self.cpu_ms.append((time.thread_time() - started_cpu) * 1000)
         self.ms.append((time.perf_counter() - started) * 1000)
+
+    def report(self) -> dict[str, Any]:
+        """The ticks since the last report: wall and CPU ms."""
+        ms, cpu, self.ms, self.cpu_ms = self.ms, self.cpu_ms, [], []
+        if not ms:
+            return {"n": 0}
+        return {
+            "n": len(ms),
+            "p50_ms": _pct(ms, 50),
+            "p99_ms": _pct(ms, 99),
+            "max_ms": _pct(ms, 100),
+            "cpu_p99_ms": _pct(cpu, 99),
+            "cpu_max_ms": _pct(cpu, 100),
+        }
 
 
 def _calls(
@@ -278,12 +294,6 @@ def _calls(
     }
 
 
-def _ticks(ms: list[float]) -> dict[str, Any]:
-    if not ms:
-        return {"n": 0}
-    return {"n": len(ms), "p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99), "max_ms": _pct(ms, 100)}
-
-
 def _writes(
     graph: GraphService,
     bodies: list[dict[str, Any]],
@@ -291,38 +301,41 @@ def _writes(
     memories: int,
     ticker: Ticker,
 ) -> dict[str, Any]:
-    """``count`` single remembers (each its own commit) with searches between, RSS sampled."""
+    """``count`` memories in batches of ``WRITE_BATCH`` (each a commit), a search and the
+    checkpoint check (the serving loop's timer) after each, RSS sampled."""
     data = Synthetic(memories, seed=memories + 17)  # another stream than the build's
     backend = Usem3Backend(BLAS_THREADS)
     vectors: dict[str, np.ndarray] = {}
     process = psutil.Process()
     samples = []
     started = time.perf_counter()
-    for i in range(count):
-        item = data.item()
-        missing = [k for k in item["keys"] if k not in vectors]
+    for start in range(0, count, WRITE_BATCH):
+        items = [data.item() for _ in range(min(WRITE_BATCH, count - start))]
+        missing = list({k for item in items for k in item["keys"] if k not in vectors})
         if missing:
             vectors.update(zip(missing, backend.encode(missing, "key").vectors, strict=True))
-        item["key_vectors"] = np.stack([vectors[k] for k in item["keys"]])
+        for item in items:
+            item["key_vectors"] = np.stack([vectors[k] for k in item["keys"]])
         ticker.between_calls()
-        graph.remember(item)
-        if i % WRITE_SEARCH_EVERY == 0:
-            ticker.between_calls()
-            graph.recall_candidates(bodies[i % len(bodies)])
-        if (i + 1) % WRITE_REPORT_EVERY == 0:
-            samples.append(
-                {
-                    "writes": i + 1,
-                    "rss_mb": round(process.memory_info().rss / MB),
-                    "frozen": gc.get_freeze_count(),
-                    "unfrozen_gen2": len(gc.get_objects(2)),
-                }
-            )
+        graph.remember_batch({"items": items})
+        ticker.between_calls()
+        graph.recall_candidates(bodies[start // WRITE_BATCH % len(bodies)])
+        graph.checkpoint_due()
+        done = start + len(items)
+        if done % WRITE_REPORT_EVERY == 0:
+            sample = {
+                "writes": done,
+                "rss_mb": round(process.memory_info().rss / MB),
+                "frozen": gc.get_freeze_count(),
+                "unfrozen_gen2": len(gc.get_objects(2)),
+            }
+            samples.append(sample)
+            print(json.dumps(sample), file=sys.stderr, flush=True)
     report: dict[str, Any] = {
         "writes": count,
         "per_s": round(count / (time.perf_counter() - started), 1),
         "samples": samples,
-        "ticks": _ticks(ticker.ms),
+        "ticks": ticker.report(),
     }
     gc.unfreeze()
     report["kept_by_freezing"] = gc.collect()  # unreachable cycles that freezing held on to
@@ -355,11 +368,9 @@ def in_process(
         for body in bodies:  # warm: each query's rankings cached, as a deployed run warms
             ticker.between_calls()
             graph.recall_candidates(body)
-        run["warm_ticks"] = _ticks(ticker.ms)
-        ticker.ms = []
+        run["warm_ticks"] = ticker.report()
         run["graph"] = _calls(graph.recall_candidates, bodies, seconds, probe, ticker)
-        run["ticks"] = _ticks(ticker.ms)
-        ticker.ms = []
+        run["ticks"] = ticker.report()
         run["unfrozen_gen2"] = len(gc.get_objects(2))
         run["frozen_after"] = gc.get_freeze_count()
         if writes:
