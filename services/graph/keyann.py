@@ -4,9 +4,9 @@ The exact key scan is one float32 matrix-vector product per query vector: 3 ms C
 keys of a 100k store's namespace, 32-34 ms over the 94k of a 1M store's, and a search sends the
 query and each of its phrases. Above ``KEYMEM_KEY_ANN_MIN_KEYS`` concept keys a namespace also
 keeps its concept keys in an HNSW graph (usearch: half-precision vectors, inner product), asks
-it for twice the candidates it needs and re-scores those against the float32 query from the
-index's own vectors, widened (the namespace's float32 matrix is released once the index
-serves: ``KeyIndex.release``), so a search costs milliseconds whatever the namespace's size
+it for twice the candidates it needs and ranks those by the cosines it computed (the
+namespace's float32 matrix is released once the index serves: ``KeyIndex.release``), so a
+search costs milliseconds whatever the namespace's size
 (docs/SCALING.md "What each tool buys" has the measurements that chose usearch over faiss and
 voyager). Below the threshold — every
 size ``keymem eval`` runs — search stays exact.
@@ -51,7 +51,7 @@ DIRECTORY = "key-ann"
 # HNSW parameters (measured on 60k real key embeddings: docs/SCALING.md): 16 links per node,
 # 128 candidates while inserting; a search looks at 256 (recall@10 0.983 against the exact scan
 # for 3.1 ms CPU, where 128 gave 0.963 for 2.3 ms) and returns CANDIDATE_FACTOR times what the
-# caller asked (at least MIN_CANDIDATES), which are then re-scored against the float32 query.
+# caller asked (at least MIN_CANDIDATES), which are then ranked by their cosines.
 CONNECTIVITY = 16
 ADD_EXPANSION = 128
 SEARCH_EXPANSION = 256
@@ -161,19 +161,27 @@ class HnswKeys:
         self.key_of[label] = ""
         self.index.remove(label)
 
-    def search(self, vectors: np.ndarray, count: int) -> list[list[str]]:
-        """The ids of about ``count`` nearest keys of each row of ``vectors`` (m, dim)."""
+    def search(self, vectors: np.ndarray, count: int) -> list[tuple[list[str], np.ndarray]]:
+        """The ids of about ``count`` nearest keys of each row of ``vectors`` (m, dim) and
+        their cosines as usearch computed them (the half-precision vectors against the query
+        rounded to half precision, summed in float32: within 2**-10 of float32's)."""
         count = min(count, len(self.label_of))
         if count == 0:
-            return [[] for _ in vectors]
+            return [([], np.zeros(0, dtype=np.float32)) for _ in vectors]
         matches = self.index.search(vectors, count, threads=1)
         rows = (
-            zip(matches.keys, matches.counts.tolist(), strict=True)
+            zip(matches.keys, matches.distances, matches.counts.tolist(), strict=True)
             if isinstance(matches, _usearch().BatchMatches)
-            else [(matches.keys, len(matches.keys))]  # usearch answers one row unbatched
+            else [(matches.keys, matches.distances, len(matches.keys))]  # one row: unbatched
         )
         key_of = self.key_of
-        return [[key_of[label] for label in row[:hits].tolist()] for row, hits in rows]
+        return [
+            (
+                [key_of[label] for label in labels[:hits].tolist()],
+                (1.0 - distances[:hits]).astype(np.float32),  # "ip" distance: 1 - dot
+            )
+            for labels, distances, hits in rows
+        ]
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, stem: Path, snapshot_meta: dict[str, Any]) -> None:
@@ -365,7 +373,7 @@ def prepare(stem: Path, snapshot: Snapshot) -> HnswKeys:
 
 
 def candidates_for(take: int) -> int:
-    """How many candidates the index returns for ``take`` keys (re-scored after)."""
+    """How many candidates the index returns for ``take`` keys (the best ``take`` kept)."""
     return max(MIN_CANDIDATES, CANDIDATE_FACTOR * take)
 
 

@@ -5,10 +5,11 @@ L2-normalised). Rows are appended into spare capacity and removed by swapping th
 so writes cost O(dim), not a rebuild. A namespace with many concept keys also has an
 approximate index (``keyann.py``), attached by ``keyann.KeyAnn`` and kept in step here: the
 nearest concept keys then come from it. Once it serves, the namespace holds each vector once:
-the float32 matrix is released (``release``: 2 KB a key, ~720 MB at a 1M store's 353k keys),
-concept keys' vectors are read from the index's half-precision copy and widened (cosine within
-~1e-4 of float32's), and the few entity keys (not in that index) keep their float32 vectors.
-The store keeps every key's float32 vector; a new key is written from its own.
+the float32 matrix is released (``release``: 2 KB a key, ~700 MB at a 1M store's 353k keys),
+the nearest keys are ranked by the index's own cosines, a key's vector is its half-precision
+copy widened (a cosine within 2**-11 of float32's; the index's own within 2**-10), and the
+few entity keys (not in that index) keep their float32 vectors. The store keeps every key's
+float32 vector; a new key is written from its own.
 """
 
 from __future__ import annotations
@@ -206,8 +207,9 @@ class KeyIndex:
     def nearest_concepts(self, vectors: np.ndarray, take: int) -> list[Nearest]:
         """For each row of ``vectors`` (m, dim; unit length) the rows of its ``take`` nearest
         concept keys and their cosines, nearest first: every key scored (exact) or, in a
-        namespace with a ready approximate index, its candidates re-scored (from the float32
-        matrix, or once released from the index's half-precision vectors, widened)."""
+        namespace with a ready approximate index, its candidates re-scored from the float32
+        matrix, or once that is released ranked by the index's own cosines (half precision:
+        fetching each candidate's vector to re-score it would cost ~2.5 us a key)."""
         n = len(self.ids)
         if n == 0 or take <= 0:
             return [Nearest(np.zeros(0, dtype=np.intp), np.zeros(0, np.float32)) for _ in vectors]
@@ -216,12 +218,13 @@ class KeyIndex:
             keys = approximate.keys
             assert keys is not None
             found = []
-            for vector, ids in zip(
+            for vector, (ids, cosines) in zip(
                 vectors, keys.search(vectors, candidates_for(take)), strict=True
             ):
                 rows = np.array([self.pos[k] for k in ids], dtype=np.intp)
-                held = keys.vectors(ids) if self.matrix is None else self.matrix[rows]
-                found.append(Nearest.best(rows, held @ vector, take))
+                if self.matrix is not None:  # re-scored exactly while the matrix is held
+                    cosines = self.matrix[rows] @ vector
+                found.append(Nearest.best(rows, cosines, take))
             return found
         assert self.matrix is not None, "a released index has its approximate index"
         sims = np.where(self.concept_mask[:n, None], self.matrix[:n] @ vectors.T, -np.inf)
