@@ -925,6 +925,12 @@ class FrozenTable:
 
     def to_table(self) -> DocTable:
         """The live documents, ids ascending, over the namespaces that have any."""
+        base = self.base
+        # unchanged since the last bulk load (a save right after a first index): as it is,
+        # not a sort of a million namespace names as Python objects
+        unchanged = not self.added and bool(self.base_alive.all())
+        if unchanged and np.bincount(base.spaces, minlength=len(base.names)).all():
+            return base
         keep = np.flatnonzero(self.base_alive)
         named = [
             np.asarray(self.base.names, dtype=object)[self.base.spaces[keep]],
