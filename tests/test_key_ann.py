@@ -23,6 +23,8 @@ import pytest
 from keymem.services.embedder.calibrate import FIXTURE
 from keymem.services.graph import GraphService, keyann
 from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
+from keymem.services.graph.profile import Thresholds
+from keymem.services.graph.sleep import merge_reason
 from keymem.store.records import KeyAlias
 from tests.graph_helpers import GRAPH_FILE
 from tests.vectors import remember_body, vector, vectors
@@ -234,6 +236,32 @@ def test_keys_changed_after_the_release_keep_their_vectors(home: Path) -> None:
         index = graph.state.indexes["default"]
         key = graph.state.keys[index.exact["gauge theory seminar"]]
         assert np.array_equal(key.vector, given)
+    finally:
+        graph.close()
+
+
+def test_a_name_key_keeps_its_float32_vector_and_merges_read_the_index(home: Path) -> None:
+    """A name key (not in the index) keeps its exact float32 vector through the release; a
+    sleep pass's merge check reads released keys' vectors through the index."""
+    graph = open_graph(home)
+    try:
+        state = graph.state
+        index = state.indexes["default"]
+        named = state.keys[index.exact["strawberry"]]
+        exact = named.vector.copy()
+        state.set_key_type(named, "name")  # before the index serves: the matrix holds it
+        ready_index(graph)
+        assert index.matrix is None
+        assert np.array_equal(index.loose[named.id], exact)
+        assert named.vector is index.loose[named.id]
+        assert index.cosine(named.id, exact) == pytest.approx(float(exact @ exact))
+        left, right = (state.keys[index.exact[k]] for k in ("movie", "film"))
+        assert left.vector is RELEASED_VECTOR and right.vector is RELEASED_VECTOR
+        cosine = float(vector(left.concept) @ vector(right.concept))
+        barely = Thresholds(cosine - 1e-3, cosine - 1e-3, 0.5, 0.5)
+        assert merge_reason(state, left, right, 1.0, barely) == "vector"
+        beyond = Thresholds(cosine + 1e-3, cosine + 1e-3, 0.5, 0.5)
+        assert merge_reason(state, left, right, 1.0, beyond) is None
     finally:
         graph.close()
 
