@@ -305,8 +305,9 @@ def _router_queries(client: Client, feed: SyntheticFeed) -> dict[str, float]:
     return {"p50_ms": round(p50, 1), "p99_ms": round(p99, 1)}
 
 
-def deployment(store: Path) -> dict[str, Any]:
-    """The real deployment on a copy of ``store`` (module docstring)."""
+def deployment(store: Path, *, down_at_once: bool) -> dict[str, Any]:
+    """The real deployment on a copy of ``store`` (module docstring); ``down_at_once``: the
+    `down` comes as soon as the first index serves (its save may still be running)."""
     memories = json.loads((store / "build.json").read_text())["memories"]
     feed = SyntheticFeed(1)  # only its query popularity (the store's Zipf over the concepts)
     report: dict[str, Any] = {"memories": memories, "load_start": os.getloadavg()}
@@ -319,12 +320,13 @@ def deployment(store: Path) -> dict[str, Any]:
         frontend = ipc_endpoints(home.home).frontend
         with Client(frontend) as client:
             report["first_index_s"] = _serving(client, memories)
-            report["at_first_index"] = _lexicon_memory(client)
-            report["until_swapped_s"] = _swapped(client)
-            report["cache"] = client.call("lexicon", "index_stats")["cache"]
-            report["swapped"] = _lexicon_memory(client)
-            report["query"] = _router_queries(client, feed)
-            report["after_queries"] = _lexicon_memory(client)
+            if not down_at_once:
+                report["at_first_index"] = _lexicon_memory(client)
+                report["until_swapped_s"] = _swapped(client)
+                report["cache"] = client.call("lexicon", "index_stats")["cache"]
+                report["swapped"] = _lexicon_memory(client)
+                report["query"] = _router_queries(client, feed)
+                report["after_queries"] = _lexicon_memory(client)
         started = time.perf_counter()
         home.keymem("down")
         report["down_s"] = round(time.perf_counter() - started, 1)
@@ -351,9 +353,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--memories", type=int, nargs="+", default=[100_000])
     parser.add_argument("--store", type=Path, help="a built store: the real deployment on a copy")
+    parser.add_argument(
+        "--down-at-once", action="store_true", help="with --store: down right after the index"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    reports = [deployment(args.store)] if args.store else [measure(m) for m in args.memories]
+    reports = (
+        [deployment(args.store, down_at_once=args.down_at_once)]
+        if args.store
+        else [measure(m) for m in args.memories]
+    )
     for report in reports:
         print(json.dumps(report, indent=2 if args.json else None), flush=True)
     return 0
