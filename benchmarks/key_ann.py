@@ -11,9 +11,11 @@ offline) once and cached in ``--cache``.
 
 For each size it measures, in CPU time with one thread (the graph's setting): the exact scan
 per query vector, building the index (per key), a search through ``KeyIndex.nearest_concepts``
-with the index (per query vector, candidates re-scored exactly as the graph does), recall@10
-of that against the exact scan, the index's memory and file size, and a save / load / catch-up
-round. ``--compare`` also builds faiss-cpu (HNSW, flat float32) and voyager (HNSW, E4M3) at the
+with the index (per query vector, candidates re-scored exactly from the float32 matrix),
+recall@10 of that against the exact scan, the index's memory and file size, and a save / load
+/ catch-up round; then the same search and recall with the matrix released (``released_*``:
+the candidates ranked by the index's own half-precision cosines, as the graph serves).
+``--compare`` also builds faiss-cpu (HNSW, flat float32) and voyager (HNSW, E4M3) at the
 same parameters, when installed, and reports their raw recall@10 and query CPU (40 candidates,
 re-scored exactly): the measurements that chose usearch (docs/SCALING.md).
 """
@@ -182,6 +184,24 @@ def measure(vectors: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
             for query in queries:
                 index.nearest_concepts(query[None, :], take)
             out[f"search_ms_{row}"] = (time.process_time() - started) / len(queries) * 1e3
+    # as the graph serves once the index is ready: the float32 matrix released, the
+    # candidates ranked by the index's own half-precision cosines
+    hnsw.index.expansion_search = keyann.SEARCH_EXPANSION  # type: ignore[misc]  # a setter
+    assert index.release()
+    for take in (TOP, 4 * TOP):
+        found = [
+            [int(r) for r in index.nearest_concepts(q[None, :], take)[0].rows] for q in queries
+        ]
+        out[f"released_recall_at_10_take_{take}"] = recall(found, exact)
+        out[f"released_recall_at_10_above_key_recall_take_{take}"] = recall_above(
+            found, exact, sims, KEY_RECALL
+        )
+        started = time.process_time()
+        for query in queries:
+            index.nearest_concepts(query[None, :], take)
+        out[f"released_search_ms_take_{take}"] = (
+            (time.process_time() - started) / len(queries) * 1e3
+        )
     return out
 
 
