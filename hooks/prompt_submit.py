@@ -2,12 +2,14 @@
 and Codex.
 
 The host runs this once per prompt and waits for it, so it must be quick and must never stand
-in the way: it imports only the thin client (pyzmq + msgpack), asks the router's ``inject`` with
-a short deadline, and on any failure — services down, timeout, bad input — prints nothing and
-exits 0 (exit 2 would block the prompt). Failures are appended to ``logs/hook-failures.log``
-under KEYMEM_HOME (kept to a bounded size, one older generation beside it), where ``keymem
-status`` and ``keymem doctor`` count the recent ones; a home never set up (no ``logs/``, which
-``keymem up`` creates) is left untouched.
+in the way. It asks the router's ``inject`` with a short deadline, through a client written in
+the standard library when the router is local (protocol/zmtp.py: importing pyzmq alone cost
+most of the hook's budget), through pyzmq's ``Client`` only when the router is reached over
+tcp. On any failure — services down, timeout, bad input — it prints nothing and exits 0 (exit
+2 would block the prompt). Failures are appended to ``logs/hook-failures.log`` under
+KEYMEM_HOME (kept to a bounded size, one older generation beside it), where ``keymem status``
+and ``keymem doctor`` count the recent ones; a home never set up (no ``logs/``, which ``keymem
+up`` creates) is left untouched.
 
 Output, when something relevant is found::
 
@@ -26,11 +28,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn, Protocol, Self
 
-from keymem.protocol.client import Client
 from keymem.protocol.endpoints import Endpoints, ipc_path, make_private
 from keymem.protocol.limits import PROMPT_MAX_CHARS
+from keymem.protocol.zmtp import IpcClient
 from keymem.services.config import (
     HOME,
     HOOK_TIMEOUT_MS,
@@ -120,6 +122,33 @@ def record_failure(home: Path, reason: str) -> None:
         pass
 
 
+class RouterClient(Protocol):
+    """What the hook asks of a client: ``Client`` and ``IpcClient`` both answer it."""
+
+    def call(
+        self,
+        service: str,
+        method: str,
+        body: Any = None,
+        *,
+        timeout_ms: int | None = None,
+        retry: bool = False,
+    ) -> Any: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def connect(router: str, timeout_ms: int) -> RouterClient:
+    """The stdlib client for a local router; pyzmq (and CURVE) only for a tcp one."""
+    if ipc_path(router) is not None:
+        return IpcClient(router, timeout_ms=timeout_ms)
+    from keymem.protocol.client import Client
+
+    return Client(router, timeout_ms=timeout_ms)
+
+
 def _router(endpoints: Endpoints) -> str:
     socket_file = ipc_path(endpoints.frontend)
     if socket_file is not None and not socket_file.exists():
@@ -144,14 +173,14 @@ def surfaced_context(payload: Any, config: Config) -> tuple[str, str | None]:
     body = {"prompt": shorten(prompt), "namespaces": namespaces}
     if isinstance(payload.get("session_id"), str):
         body["session_id"] = payload["session_id"]
-    with Client(_router(endpoints), timeout_ms=timeout_ms) as client:
+    with connect(_router(endpoints), timeout_ms) as client:
         result = client.call("memory", "inject", body, retry=True)
     memories = result.get("memories") or []
     return PROMPT_SUBMIT, render(memories) if memories else None
 
 
 def session_brief(router: str, namespace: str, timeout_ms: int) -> str | None:
-    with Client(router, timeout_ms=timeout_ms) as client:
+    with connect(router, timeout_ms) as client:
         found = client.call("memory", "brief", {"namespace": namespace})
     memories = found.get("memories") or []
     return render(memories, "keymem-brief", BRIEF_GUIDANCE) if memories else None
@@ -189,8 +218,8 @@ def respond() -> int:
 def main() -> NoReturn:
     """The hook's process: ``respond``, then ``os._exit``. Nothing is left to do once the
     output is flushed (the failure log is written unbuffered), and the interpreter's teardown
-    (module finalisers, pyzmq's context joining its I/O thread) took 120 ms p50 of the host's
-    wait on the loaded test box (docs/SCALING.md, "The hook's round trip")."""
+    (module finalisers; on tcp, pyzmq's context joining its I/O thread) took 120 ms p50 of the
+    host's wait on the loaded test box (docs/SCALING.md, "The hook's round trip")."""
     os._exit(respond())
 
 

@@ -1,6 +1,10 @@
-"""keymem's wire protocol: envelope, codec, typed errors, clients and the worker runtime."""
+"""keymem's wire protocol: envelope, codec, typed errors, clients and the worker runtime.
 
-from keymem.protocol.client import Client
+The clients are imported from their modules (``keymem.protocol.client.Client``), not from the
+package: the hook imports submodules of this package on every prompt and must not load pyzmq
+for a local router (protocol/zmtp.py).
+"""
+
 from keymem.protocol.envelope import PROTOCOL_VERSION
 from keymem.protocol.errors import (
     BadRequest,
@@ -19,7 +23,6 @@ from keymem.protocol.errors import (
 __all__ = [
     "PROTOCOL_VERSION",
     "BadRequest",
-    "Client",
     "Conflict",
     "DeadlineExceeded",
     "ErrorCode",

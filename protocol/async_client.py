@@ -15,16 +15,15 @@ import zmq
 import zmq.asyncio
 
 from keymem.protocol import curve, envelope
-from keymem.protocol.client import (
+from keymem.protocol.calls import (
     DEFAULT_TIMEOUT_MS,
     REPLY_GRACE_MS,
-    WATCHED_EVENTS,
     RequestIds,
     build_request,
-    connection_failed,
     result_of,
     retry_in_ms,
 )
+from keymem.protocol.client import WATCHED_EVENTS, connection_failed
 from keymem.protocol.errors import DeadlineExceeded, KeymemError
 
 

@@ -14,7 +14,6 @@ answered or its deadline passes.
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import time
@@ -24,49 +23,27 @@ from typing import Any
 import zmq
 
 from keymem.protocol import curve, envelope
-from keymem.protocol.codec import pack, unpack
+from keymem.protocol.calls import (
+    DEFAULT_TIMEOUT_MS,
+    REPLY_GRACE_MS,
+    RequestIds,
+    build_request,
+    connection_lost,
+    result_of,
+    retry_in_ms,
+)
 from keymem.protocol.errors import (
     DeadlineExceeded,
     Forbidden,
     KeymemError,
     Unavailable,
-    error_from_wire,
     is_transient,
-    transient,
 )
 from keymem.protocol.sockets import send_frames
 
-DEFAULT_TIMEOUT_MS = 5_000
-# How long past its deadline a client waits for the router's own typed ``timeout`` reply.
-REPLY_GRACE_MS = 250
-# Between a transient failure and the retry: a restarting service needs about a second, and
-# a retry that comes back ``unavailable`` at once costs a round trip of well under 1 ms.
-RETRY_PAUSE_MS = 50
 # The body field that makes a write safe to send again: the graph commits a key's write once
 # and answers a repeat with the first commit's result (docs/PROTOCOL.md, "Idempotent writes").
 IDEMPOTENCY_KEY = "idempotency_key"
-
-
-class RequestIds:
-    def __init__(self) -> None:
-        self._prefix = os.urandom(8)
-        self._counter = itertools.count(1)
-
-    def next(self) -> bytes:
-        return self._prefix + next(self._counter).to_bytes(8, "big")
-
-
-def build_request(
-    ids: RequestIds, service: str, method: str, body: Any, timeout_ms: int
-) -> envelope.Request:
-    envelope.check_timeout(timeout_ms)
-    return envelope.Request(
-        request_id=ids.next(),
-        service=service,
-        method=method,
-        deadline_ms=envelope.now_ms() + timeout_ms,
-        body=pack(body),
-    )
 
 
 def with_idempotency_key(body: Any) -> Any:
@@ -74,10 +51,6 @@ def with_idempotency_key(body: Any) -> Any:
     if not isinstance(body, dict) or body.get(IDEMPOTENCY_KEY) is not None:
         return body
     return {**body, IDEMPOTENCY_KEY: os.urandom(16).hex()}
-
-
-def connection_lost(endpoint: str) -> Unavailable:
-    return transient(f"lost the connection to {endpoint} before the reply (the router went away)")
 
 
 # What a client's socket monitor reports: the connection dropping, the router refusing its key.
@@ -94,28 +67,6 @@ def connection_failed(endpoint: str, event: list[bytes]) -> KeymemError:
             "on the router's host)"
         )
     return connection_lost(endpoint)
-
-
-def retry_in_ms(error: KeymemError, retry: bool, give_up: float) -> int | None:
-    """How long to pause before sending a failed call again, or None: raise ``error``.
-
-    ``give_up`` is the call's deadline on the ``time.monotonic`` clock.
-    """
-    left_ms = (give_up - time.monotonic()) * 1000
-    if retry and is_transient(error) and left_ms > 2 * RETRY_PAUSE_MS:
-        return RETRY_PAUSE_MS
-    return None
-
-
-def result_of(reply: envelope.Reply) -> Any:
-    """The decoded result, or the typed error the peer sent, raised."""
-    if reply.ok:
-        return unpack(reply.body)
-    try:
-        body = unpack(reply.body)
-    except KeymemError:
-        body = None
-    raise error_from_wire(reply.status.decode("ascii", "replace"), body)
 
 
 class Client:

@@ -6,15 +6,17 @@ the router knows (docs/SCALING.md). A process learns its keys once, when it read
 (``services/config.py`` registers them for the router's two endpoints); ``Client``,
 ``AsyncClient`` and ``Worker`` connect through ``connect`` here, so no call site carries keys.
 ipc and inproc sockets never use CURVE: the 0700 run directory and the process boundary guard
-them. Only the standard library and pyzmq are imported: the hook loads this module (its records
-are ``NamedTuple``s: see protocol/envelope.py).
+them. Only the standard library is imported at start, pyzmq when a socket is configured: the
+hook loads this module through its settings and talks to a local router without pyzmq
+(protocol/zmtp.py); its records are ``NamedTuple``s (see protocol/envelope.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import zmq
+if TYPE_CHECKING:
+    import zmq
 
 # The ZAP domains of the router's two sockets: the handler admits clients on one, workers on
 # the other (services/router/auth.py).
@@ -45,6 +47,8 @@ def present(endpoint: str, keys: ClientKeys) -> None:
 def connect(sock: zmq.Socket[Any], endpoint: str, keys: ClientKeys | None = None) -> None:
     """``sock.connect(endpoint)``, as a CURVE client with ``keys``, else with the keys
     registered for ``endpoint`` (if any)."""
+    import zmq
+
     keys = keys or _presented.get(endpoint)
     if keys is not None:
         sock.setsockopt(zmq.CURVE_SERVERKEY, keys.server_public)
@@ -59,6 +63,8 @@ def serve(sock: zmq.Socket[Any], server: KeyPair, domain: str) -> None:
     Set before ``bind``; inproc peers of the same socket skip the handshake (libzmq runs no
     security mechanism in-process), so the router's own threads still reach it.
     """
+    import zmq
+
     sock.setsockopt(zmq.CURVE_SERVER, 1)
     sock.setsockopt(zmq.CURVE_PUBLICKEY, server.public)
     sock.setsockopt(zmq.CURVE_SECRETKEY, server.secret)

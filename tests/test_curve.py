@@ -21,7 +21,8 @@ import pytest
 import zmq
 
 from keymem.protocol import curve
-from keymem.protocol.client import Client, RequestIds, build_request
+from keymem.protocol.calls import RequestIds, build_request
+from keymem.protocol.client import Client
 from keymem.protocol.endpoints import Endpoints
 from keymem.protocol.errors import Forbidden, NotFound
 from keymem.protocol.worker import Service, Worker

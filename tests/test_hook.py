@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,18 @@ from keymem.hooks.prompt_submit import (
     record_failure,
 )
 from keymem.protocol.client import Client
-from keymem.protocol.endpoints import ipc_endpoints
+from keymem.protocol.endpoints import ipc_endpoints, ipc_path
+from keymem.protocol.errors import BadRequest
+from keymem.protocol.limits import CONTENT_MAX_CHARS
+from keymem.protocol.zmtp import (
+    GREETING,
+    READY,
+    RECV_CHUNK_BYTES,
+    SOCKET_TYPE,
+    IpcClient,
+    ProtocolViolation,
+    command,
+)
 from keymem.services.cli.doctor import _hook as doctor_hook_check
 from keymem.services.cli.hosts import this_installation
 from keymem.services.cli.status import HOOK_FAILURE_WINDOW_S, hook_failures
@@ -290,9 +304,11 @@ def test_doctor_and_status_count_only_recent_hook_failures(short_home: Path) -> 
 
 # What the hook must never load: each costs the host tens to hundreds of ms on every prompt
 # (``logging`` comes with zmq.auth, which only a CURVE key file needs; ``dataclasses`` brings
-# ``inspect`` and generates each class's methods at import, ~1 ms a class).
+# ``inspect`` and generates each class's methods at import, ~1 ms a class; pyzmq is for a
+# router on tcp only: a local one is reached by protocol/zmtp.py).
 HEAVY_MODULES = frozenset(
     {
+        "zmq",
         "dataclasses",
         "numpy",
         "duckdb",
@@ -341,7 +357,7 @@ def test_a_prompt_answered_loads_no_heavy_module(
     payload = host_payload("any snack ideas? I like strawberries")
     assert context_of(run_hook(deployment.home, payload)[0])  # the whole answer path runs
     imported = packages_the_installed_hook_imports(env, payload)
-    assert "zmq" in imported and "msgpack" in imported
+    assert "msgpack" in imported
     assert imported & HEAVY_MODULES == set()
 
 
@@ -377,3 +393,157 @@ def test_session_start_gets_a_brief_of_the_projects_durable_facts(
     assert (
         ids["strawberry"] in json.loads(elsewhere.stdout)["hookSpecificOutput"]["additionalContext"]
     )
+
+
+# -- the stdlib ZMTP client (protocol/zmtp.py) against the real router, and against peers that
+# misbehave in ways the router cannot be made to.
+
+BULK_MEMORIES = 6  # of CONTENT_MAX_CHARS each: a reply of ~120 KB, read in several recv calls
+SLOW_TIMEOUT_MS = 1_500
+# What a hook may add to its deadline before exiting: the router's grace for its own timeout
+# reply, interpreter start and exit on a loaded box.
+EXIT_SLACK_S = 2.0
+
+
+def test_the_stdlib_client_gets_what_pyzmq_gets_from_the_router(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, ids = deployed
+    endpoint = ipc_endpoints(deployment.home).frontend
+    body = {"ids": sorted(ids.values())}
+    with Client(endpoint, timeout_ms=10_000) as pyzmq, IpcClient(endpoint) as stdlib:
+        expected = pyzmq.call("memory", "get_memories", body)
+        assert stdlib.call("memory", "get_memories", body) == expected
+        assert stdlib.call("memory", "get_memories", body) == expected  # the same connection
+        with pytest.raises(BadRequest):
+            stdlib.call("memory", "get_memories", {"ids": "not a list"})
+
+
+def test_a_reply_larger_than_a_receive_chunk_arrives_whole(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    deployment, _ = deployed
+    endpoint = ipc_endpoints(deployment.home).frontend
+    contents = [f"bulk {n} " + "y" * (CONTENT_MAX_CHARS - 10) for n in range(BULK_MEMORIES)]
+    with Client(endpoint, timeout_ms=60_000) as client:
+        ids = [
+            client.call(
+                "memory", "remember", {"content": c, "keys": ["bulk"], "namespace": "bulk"}
+            )["saved"]
+            for c in contents
+        ]
+    with IpcClient(endpoint, timeout_ms=10_000) as stdlib:
+        found = stdlib.call("memory", "get_memories", {"ids": ids, "namespace": "bulk"})
+    assert sum(len(c) for c in contents) > RECV_CHUNK_BYTES
+    assert sorted(m["content"] for m in found["memories"]) == sorted(contents)
+
+
+def serve_once(path: Path, answer: Callable[[socket.socket], None]) -> threading.Thread:
+    """A peer on ``path`` that accepts one connection and runs ``answer`` on it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+
+    def run() -> None:
+        with listener:
+            peer, _ = listener.accept()
+            with peer:
+                answer(peer)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def router_greeting(peer: socket.socket) -> None:
+    peer.recv(len(GREETING))
+    peer.sendall(GREETING + command(READY, {SOCKET_TYPE: b"ROUTER"}))
+
+
+def garbage_after_the_handshake(peer: socket.socket) -> None:
+    router_greeting(peer)
+    peer.recv(RECV_CHUNK_BYTES)  # the request
+    peer.sendall(bytes([0xF0, 3]) + b"abc")  # reserved flag bits set
+    time.sleep(1)
+
+
+def not_zeromq(peer: socket.socket) -> None:
+    peer.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" + bytes(64))
+    time.sleep(1)
+
+
+def a_frame_too_large(peer: socket.socket) -> None:
+    router_greeting(peer)
+    peer.recv(RECV_CHUNK_BYTES)
+    peer.sendall(bytes([0x02]) + (1 << 40).to_bytes(8, "big"))
+    time.sleep(1)
+
+
+@pytest.mark.parametrize("answer", [garbage_after_the_handshake, not_zeromq, a_frame_too_large])
+def test_a_peer_that_breaks_zmtp_is_a_typed_error_at_once(
+    short_home: Path, answer: Callable[[socket.socket], None]
+) -> None:
+    path = short_home / "peer.sock"
+    serve_once(path, answer)
+    started = time.monotonic()
+    with IpcClient(f"ipc://{path}", timeout_ms=5_000) as client, pytest.raises(ProtocolViolation):
+        client.call("memory", "inject", {"prompt": "x"}, retry=True)
+    assert time.monotonic() - started < 1.0  # not retried, not waited out
+
+
+def routerless_home(home: Path) -> Path:
+    """A home set up as keymem's, whose router socket file is what the test binds there."""
+    set_up(home)
+    socket_file = ipc_path(ipc_endpoints(home).frontend)
+    assert socket_file is not None
+    socket_file.parent.mkdir(mode=0o700)
+    return socket_file
+
+
+def test_a_hook_facing_a_broken_peer_is_silent_and_counts_the_failure(short_home: Path) -> None:
+    serve_once(routerless_home(short_home), garbage_after_the_handshake)
+    completed, elapsed = run_hook(short_home, host_payload("any snack ideas? strawberries?"))
+    assert completed.returncode == 0 and completed.stdout == b""
+    assert elapsed < HOOK_TIMEOUT_MS / 1000
+    last = Deployment(short_home, deployment_env(short_home)).status()["hook"]["last"]
+    assert last["reason"].startswith("ProtocolViolation") and "reserved flags" in last["reason"]
+
+
+def test_a_stale_router_socket_ends_the_hook_within_its_deadline(short_home: Path) -> None:
+    """A router killed without ``keymem down`` leaves its socket file, where nothing listens:
+    the hook retries (a restarting router answers) until its deadline, then gives up."""
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(routerless_home(short_home)))
+    stale.close()
+    completed, elapsed = run_hook(short_home, host_payload("any snack ideas? strawberries?"))
+    assert completed.returncode == 0 and completed.stdout == b""
+    assert elapsed < HOOK_TIMEOUT_MS / 1000 + EXIT_SLACK_S
+    last = Deployment(short_home, deployment_env(short_home)).status()["hook"]["last"]
+    assert "not accepting connections" in last["reason"]
+
+
+def test_a_router_that_stops_answering_ends_the_hook_at_its_deadline(
+    deployed: tuple[Deployment, dict[str, str]],
+) -> None:
+    """The real router, frozen (SIGSTOP): connect succeeds (the kernel accepts), nothing
+    answers. Runs last of the deployment's tests: the router is thawed after it."""
+    deployment, _ = deployed
+    router = deployment.status()["services"]["router"]
+    env = deployment_env(deployment.home, KEYMEM_HOOK_TIMEOUT_MS=str(SLOW_TIMEOUT_MS))
+    os.kill(router["pid"], signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        completed = subprocess.run(
+            [sys.executable, "-m", "keymem.hooks.prompt_submit"],
+            input=host_payload("any snack ideas? I love strawberries"),
+            capture_output=True,
+            env=env,
+            timeout=30,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(router["pid"], signal.SIGCONT)
+    assert completed.returncode == 0 and completed.stdout == b""
+    assert SLOW_TIMEOUT_MS / 1000 <= elapsed < SLOW_TIMEOUT_MS / 1000 + EXIT_SLACK_S
+    last = deployment.status()["hook"]["last"]
+    assert last["reason"].startswith("DeadlineExceeded")

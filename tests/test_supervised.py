@@ -19,7 +19,8 @@ import pytest
 import zmq
 
 from keymem.protocol import envelope
-from keymem.protocol.client import REPLY_GRACE_MS, Client
+from keymem.protocol.calls import REPLY_GRACE_MS
+from keymem.protocol.client import Client
 from keymem.protocol.codec import pack
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
