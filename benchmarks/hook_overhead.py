@@ -11,12 +11,16 @@ home with its lexicon cache and key indexes: run the whole benchmark under ``flo
 - ``hook``: the command ``keymem install`` writes for this installation (the ``keymem-hook``
   console script, else ``python -m keymem.hooks.prompt_submit``), fed host JSON whose ``cwd``
   maps to the store's first namespace; spawn to exit, with its CPU time;
+- ``hook_pyzmq``: the same hook with pyzmq's ``Client`` in place of its stdlib ipc client
+  (protocol/zmtp.py), as a router on tcp is reached: the before of that change, in the same run;
 - ``inject``: the body the hook sends (``shorten``-ed prompt, ``scope_of``'s namespaces), sent by
   a ``Client`` in this process to the same frontend; ``overhead`` is the difference of the p50s;
-- ``phases``: a probe process that runs the hook's ``main`` with ``Client.__init__`` and
-  ``Client.call`` timed: interpreter start, imports, settings + stdin + scope, connect, inject,
-  format + write, exit;
-- the interpreter's floors: ``python -I -S -c pass``, ``python -c pass``, ``import zmq, msgpack``.
+- ``phases``: a probe process that runs the hook's ``main`` with ``IpcClient.__init__`` and
+  ``IpcClient.call`` timed: interpreter start, imports, settings + stdin + scope, client,
+  inject (the ipc client connects and greets the router in its first call), format + write,
+  exit;
+- the interpreter's floors: ``python -I -S -c pass``, ``python -c pass``, ``import msgpack``,
+  ``import zmq, msgpack``.
 
 It also reports how many modules the hook imports and any it compiled from source (a stale or
 missing ``.pyc``: every prompt would pay for the compile). Absolute times follow the box's load
@@ -57,14 +61,14 @@ CALL_TIMEOUT_MS = 60_000
 WARM_ROUNDS = 2
 LEXICON_WAIT_S = 1_800  # a store's first index from the feed (10k: seconds; 1M: minutes)
 POLL_S = 1.0
-# Does what the hook's main does (respond, then os._exit) with its connect and inject timed;
+# Does what the hook's main does (respond, then os._exit) with its client and inject timed;
 # reports perf_counter marks as JSON on stderr, with the wall clock at its first line (the
 # parent knows when it spawned it).
 PROBE = """
 import json, os, sys, time
 started_at, p0 = time.time(), time.perf_counter()
 from keymem.hooks import prompt_submit
-from keymem.protocol.client import Client
+from keymem.protocol.zmtp import IpcClient as Client
 marks = {"imports": time.perf_counter()}
 def timed(name, method):
     def wrapper(*args, **kwargs):
@@ -74,7 +78,7 @@ def timed(name, method):
         finally:
             marks[name + "_end"] = time.perf_counter()
     return wrapper
-Client.__init__ = timed("connect", Client.__init__)
+Client.__init__ = timed("client", Client.__init__)
 Client.call = timed("inject", Client.call)
 code = prompt_submit.respond()
 marks["main_end"] = time.perf_counter()
@@ -83,7 +87,14 @@ sys.stderr.write(json.dumps({"started_at": started_at, "p0": p0, "finished_at": 
 sys.stderr.flush()
 os._exit(code)  # as prompt_submit.main ends
 """
-PHASES = ("interpreter", "imports", "settings", "connect", "inject", "format", "exit")
+PHASES = ("interpreter", "imports", "settings", "client", "inject", "format", "exit")
+# The hook as it was before protocol/zmtp.py: every router reached through pyzmq's Client.
+HOOK_PYZMQ = """
+from keymem.hooks import prompt_submit
+from keymem.protocol.client import Client
+prompt_submit.connect = lambda router, timeout_ms: Client(router, timeout_ms=timeout_ms)
+prompt_submit.main()
+"""
 
 
 def prompt_texts() -> list[str]:
@@ -136,8 +147,8 @@ def probe_phases(env: dict[str, str], stdin: bytes) -> dict[str, float]:
             (
                 span(spawned_at, marks["started_at"]),
                 span(p0, marks["imports"]),
-                span(marks["imports"], marks["connect_start"]),
-                span(marks["connect_start"], marks["connect_end"]),
+                span(marks["imports"], marks["client_start"]),
+                span(marks["client_start"], marks["client_end"]),
                 span(marks["inject_start"], marks["inject_end"]),
                 span(marks["inject_end"], marks["main_end"]),
                 span(marks["finished_at"], exited_at),
@@ -227,11 +238,13 @@ def measure(store: Path, runs: int) -> dict[str, Any]:
         floors: dict[str, list[str]] = {
             "python -I -S -c pass": [sys.executable, "-I", "-S", "-c", "pass"],
             "python -c pass": [sys.executable, "-c", "pass"],
+            "import msgpack": [sys.executable, "-c", "import msgpack"],
             "import zmq, msgpack": [sys.executable, "-c", "import zmq, msgpack"],
         }
-        walls: dict[str, list[float]] = {name: [] for name in ("hook", "inject", *floors)}
-        hook_cpu: list[float] = []
-        answered = 0
+        hooks = {"hook": hook, "hook_pyzmq": [sys.executable, "-c", HOOK_PYZMQ]}
+        walls: dict[str, list[float]] = {name: [] for name in (*hooks, "inject", *floors)}
+        cpu: dict[str, list[float]] = {name: [] for name in hooks}
+        answered = {name: 0 for name in hooks}
         phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
         report["load_average_start"] = [round(x, 1) for x in os.getloadavg()]
         with Client(ipc_endpoints(deployment.home).frontend) as client:
@@ -240,15 +253,16 @@ def measure(store: Path, runs: int) -> dict[str, Any]:
                 started = time.perf_counter()
                 client.call("memory", "inject", bodies[i], timeout_ms=CALL_TIMEOUT_MS)
                 inject_ms = (time.perf_counter() - started) * 1000
-                wall_ms, cpu_ms, out = spawn(hook, payloads[i], env)
+                spawned = {name: spawn(argv, payloads[i], env) for name, argv in hooks.items()}
                 probed = probe_phases(env, payloads[i])
                 floor_ms = {name: spawn(argv, b"", env)[0] for name, argv in floors.items()}
                 if round_ < WARM_ROUNDS:
                     continue
                 walls["inject"].append(inject_ms)
-                walls["hook"].append(wall_ms)
-                hook_cpu.append(cpu_ms)
-                answered += bool(out)
+                for name, (wall_ms, cpu_ms, out) in spawned.items():
+                    walls[name].append(wall_ms)
+                    cpu[name].append(cpu_ms)
+                    answered[name] += bool(out)
                 for phase, ms in probed.items():
                     phases[phase].append(ms)
                 for name, ms in floor_ms.items():
@@ -258,7 +272,7 @@ def measure(store: Path, runs: int) -> dict[str, Any]:
         report["runs"] = runs
         report["hook_answered"] = answered
         report["wall"] = {name: summary(values) for name, values in walls.items()}
-        report["hook_cpu_p50_ms"] = round(statistics.median(hook_cpu), 1)
+        report["cpu_p50_ms"] = {name: round(statistics.median(v), 1) for name, v in cpu.items()}
         report["overhead_p50_ms"] = round(
             report["wall"]["hook"]["p50_ms"] - report["wall"]["inject"]["p50_ms"], 1
         )
