@@ -152,7 +152,7 @@ class Connection:
     def _read(self, size: int) -> bytes:
         while len(self._buffer) < size:
             self._arm()
-            chunk = self._sock.recv(max(RECV_CHUNK_BYTES, size - len(self._buffer)))
+            chunk = self._sock.recv(RECV_CHUNK_BYTES)
             if not chunk:
                 raise ConnectionResetError("the router closed the connection")
             self._buffer += chunk

@@ -22,6 +22,7 @@ from keymem.hooks.prompt_submit import (
     FAILURE_LOG_BACKUP,
     FAILURE_LOG_MAX_BYTES,
     FAILURE_REASON_MAX_CHARS,
+    connect,
     record_failure,
 )
 from keymem.protocol.client import Client
@@ -436,6 +437,15 @@ def test_a_reply_larger_than_a_receive_chunk_arrives_whole(
         found = stdlib.call("memory", "get_memories", {"ids": ids, "namespace": "bulk"})
     assert sum(len(c) for c in contents) > RECV_CHUNK_BYTES
     assert sorted(m["content"] for m in found["memories"]) == sorted(contents)
+
+
+def test_the_hook_uses_pyzmq_only_for_a_router_on_tcp(short_home: Path) -> None:
+    with connect(f"ipc://{short_home}/run/router.sock", 1_000) as local:
+        assert isinstance(local, IpcClient)
+    with connect("tcp://127.0.0.1:47810", 1_000) as remote:  # CURVE, when keys are registered
+        assert isinstance(remote, Client)
+    with pytest.raises(ValueError):
+        IpcClient("tcp://127.0.0.1:47810")
 
 
 def serve_once(path: Path, answer: Callable[[socket.socket], None]) -> threading.Thread:
