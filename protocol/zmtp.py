@@ -74,7 +74,7 @@ ROUTER_SOCKET_TYPE = b"ROUTER"
 # The most one reply may hold: the router refuses messages beyond 64 MiB (MAX_MESSAGE_BYTES in
 # services/router/broker.py), and a reply's body is a part of one. A larger size announced by
 # the peer is a broken stream, not a reply to wait for.
-MAX_MESSAGE_BYTES = 64 << 20
+MAX_REPLY_BYTES = 64 << 20
 MAX_FRAMES = 16  # a reply has 4 (protocol/envelope.py)
 RECV_CHUNK_BYTES = 1 << 16
 
@@ -185,7 +185,7 @@ class Connection:
         if flags & ~(MORE | LONG | COMMAND):
             raise ProtocolViolation(f"{self.endpoint} sent a frame with reserved flags {flags:#x}")
         size = _LONG_SIZE.unpack(self._read(8))[0] if flags & LONG else self._read(1)[0]
-        if size > MAX_MESSAGE_BYTES:
+        if size > MAX_REPLY_BYTES:
             raise ProtocolViolation(f"{self.endpoint} announced a {size}-byte frame")
         return flags, self._read(size)
 
@@ -215,7 +215,7 @@ class Connection:
                 continue
             frames.append(body)
             held += len(body)
-            if len(frames) > MAX_FRAMES or held > MAX_MESSAGE_BYTES:
+            if len(frames) > MAX_FRAMES or held > MAX_REPLY_BYTES:
                 raise ProtocolViolation(f"{self.endpoint} sent a message beyond the limits")
             if not flags & MORE:
                 return frames
