@@ -122,18 +122,6 @@ class Client:
             time.sleep(pause_ms / 1000)
             timeout = int((give_up - time.monotonic()) * 1000)
 
-    def notify(
-        self, service: str, method: str, body: Any = None, *, timeout_ms: int | None = None
-    ) -> None:
-        """Send a request without waiting: its reply, when it comes, is discarded like any
-        stale one. For work that helps later calls but nobody waits for (cache warming)."""
-        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
-        request = build_request(self._ids, service, method, body, timeout)
-        try:
-            send_frames(self._socket, request.frames())
-        except zmq.Again:
-            pass  # nobody waits for it; dropping it only loses the optimisation
-
     def call_many(
         self, calls: Sequence[tuple[str, str, Any]], *, timeout_ms: int | None = None
     ) -> list[Any]:
