@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -97,13 +98,16 @@ def main() -> int:
     (home / "run").mkdir()
     endpoints = ipc_endpoints(home)
     rows: list[dict[str, Any]] = []
-    with InprocStack(endpoints=endpoints) as stack:
-        stack.add_worker(stub_memory())
-        for round_ in range(args.rounds):
-            for name, path in trees:
-                row = asyncio.run(one_server(endpoints.frontend, path, args.calls))
-                rows.append({"round": round_, "tree": name, **row})
-                print(rows[-1], flush=True)
+    try:
+        with InprocStack(endpoints=endpoints) as stack:
+            stack.add_worker(stub_memory())
+            for round_ in range(args.rounds):
+                for name, path in trees:
+                    row = asyncio.run(one_server(endpoints.frontend, path, args.calls))
+                    rows.append({"round": round_, "tree": name, **row})
+                    print(rows[-1], flush=True)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     for name, _ in trees:
         mine = [r for r in rows if r["tree"] == name]
         print(
