@@ -14,9 +14,11 @@ import msgpack
 import numpy as np
 
 from keymem.protocol.client import Client
+from keymem.protocol.worker import HeartbeatPolicy
 from keymem.services.lexicon.service import Lexicon, make_service
 from keymem.services.lexicon.sync import document_text, text_digest
 from keymem.services.lexicon.tokenizer import shared_tokenizer
+from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack, RunningWorker
 
 WAIT_S = 30.0
@@ -33,6 +35,14 @@ class Running:
     def stop(self) -> None:
         self.worker.stop()
         assert not self.worker.thread.is_alive()
+
+
+def gil_tolerant_stack() -> Iterator[InprocStack]:
+    """Body of a ``stack`` fixture whose workers are threads beside a lexicon: a Kiwi load, a
+    bulk first index or a cache load holds the GIL long enough, on a busy box, to miss
+    conftest's 0.3 s liveness, so these stacks use the orchestration liveness."""
+    with InprocStack(heartbeat=HeartbeatPolicy(100, ORCHESTRATION_LIVENESS)) as running:
+        yield running
 
 
 def lexicon_starter(stack: InprocStack, home: Path) -> Iterator[Callable[[], Running]]:

@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 
 from keymem.protocol.client import Client
-from keymem.protocol.worker import HeartbeatPolicy
 from keymem.services.graph import make_service
-from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack
 from tests.graph_helpers import open_graph
 from tests.lexicon_support import (
     Running,
     assert_mirrors,
+    gil_tolerant_stack,
     lexicon_starter,
     search,
     synced_to,
@@ -34,10 +33,8 @@ NAMESPACE = "default"
 
 @pytest.fixture
 def stack() -> Iterator[InprocStack]:
-    """The graph and lexicon workers are threads of this one process: a Kiwi load or a cache
-    load holds the GIL long enough, on a busy box, to miss conftest's 0.3 s liveness."""
-    with InprocStack(heartbeat=HeartbeatPolicy(100, ORCHESTRATION_LIVENESS)) as running:
-        yield running
+    """The graph and lexicon workers are threads of this one process."""
+    yield from gil_tolerant_stack()
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from tests.lexicon_support import (
     WAIT_S,
     Running,
     assert_mirrors,
+    gil_tolerant_stack,
     lexicon_starter,
     search,
     search_reply,
@@ -37,6 +38,12 @@ from tests.lexicon_support import (
     wait_until,
     write_format2_cache,
 )
+
+
+@pytest.fixture
+def stack() -> Iterator[InprocStack]:
+    """The lexicon and the feed double are threads of this one process."""
+    yield from gil_tolerant_stack()
 
 
 @pytest.fixture
