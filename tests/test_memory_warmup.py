@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from keymem.protocol.worker import Service
-from keymem.services.memory.warmup import Warmer
+from keymem.services.memory.warmup import WARM_DUTY_SHARE, Warmer
 from keymem.services.stack import InprocStack
 
 WAIT_S = 10.0  # for a thread on a loaded box; the checks below never wait this long when green
@@ -20,16 +20,21 @@ WAIT_S = 10.0  # for a thread on a loaded box; the checks below never wait this 
 class RecordingReranker:
     """A ``reranker`` worker that records each ``warm`` call's passages (and can be held)."""
 
-    def __init__(self) -> None:
+    def __init__(self, busy_s: float = 0.0) -> None:
+        self.busy_s = busy_s  # model time each call takes
         self.calls: list[list[str]] = []
+        self.spans: list[tuple[float, float]] = []  # each call's (start, end), monotonic
         self.release = threading.Event()
         self.release.set()
         self.entered = threading.Event()
 
     def warm(self, body: Any) -> dict[str, Any]:
+        started = time.monotonic()
         self.entered.set()
         self.release.wait(WAIT_S)
+        time.sleep(self.busy_s)
         self.calls.append(list(body["passages"]))
+        self.spans.append((started, time.monotonic()))
         return {"cached": len(body["passages"]), "score_kind": "recorded"}
 
     def service(self) -> Service:
@@ -81,6 +86,22 @@ def test_a_lone_passage_goes_when_its_window_ends(stack: InprocStack) -> None:
         wait_for(lambda: reranker.calls == [["alone"]])
     finally:
         warmer.close()
+
+
+def test_a_burst_takes_at_most_its_share_of_the_model(stack: InprocStack) -> None:
+    """A bulk import's passages leave the model idle between warm-up calls as long as each
+    call kept it busy: recalls and writes get the rest of its time."""
+    reranker = RecordingReranker(busy_s=0.2)
+    stack.add_worker(reranker.service())
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=1)
+    try:
+        warmer.add(["p1", "p2", "p3"])
+        wait_for(lambda: len(reranker.spans) == 3)
+    finally:
+        warmer.close()
+    for (start, end), (next_start, _) in zip(reranker.spans, reranker.spans[1:], strict=False):
+        busy = end - start
+        assert next_start - end >= busy * (1 / WARM_DUTY_SHARE - 1) * 0.9
 
 
 def test_a_full_backlog_drops_the_oldest_and_says_so(

@@ -39,6 +39,11 @@ WARM_PASSAGES_PER_CALL = 16
 # A warm-up still waiting after this is not worth the model time any more: the reranker drops
 # it unread rather than make recalls wait behind it.
 WARM_BUDGET_MS = 1_000
+# The share of the model's time the warm-up may take: after a call of t seconds the warmer
+# rests t * (1 / share - 1) before the next, so a burst of writes (a bulk import) leaves the
+# rest of the model's time, and the cores it runs on, to recalls and to the writes themselves;
+# what the rest cannot warm waits in the backlog.
+WARM_DUTY_SHARE = 0.5
 # Passages waiting at most; a longer backlog drops the oldest (and says so).
 WARM_PENDING_MAX = 4_096
 JOIN_TIMEOUT_S = 2.0
@@ -129,6 +134,7 @@ class Warmer:
         # The socket lives and dies on this thread (a zmq socket is not thread-safe).
         with Client(self.router_endpoint, timeout_ms=WARM_BUDGET_MS) as client:
             while group := self._next_group():
+                started = time.monotonic()
                 try:
                     client.call("reranker", "warm", {"passages": group})
                 except KeymemError as exc:
@@ -136,6 +142,14 @@ class Warmer:
                 with self._ready:
                     self.sent += len(group)
                     self.calls += 1
+                self._rest((time.monotonic() - started) * (1 / WARM_DUTY_SHARE - 1))
+
+    def _rest(self, seconds: float) -> None:
+        """Wait ``seconds`` before the next call, or less if the service is stopping."""
+        until = time.monotonic() + seconds
+        with self._ready:
+            while not self._stopping and (left := until - time.monotonic()) > 0:
+                self._ready.wait(left)
 
     def _failed(self, passages: int, exc: KeymemError) -> None:
         with self._ready:
