@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from keymem.protocol import envelope
@@ -66,6 +67,21 @@ def retry_in_ms(error: KeymemError, retry: bool, give_up: float) -> int | None:
     if retry and is_transient(error) and left_ms > 2 * RETRY_PAUSE_MS:
         return RETRY_PAUSE_MS
     return None
+
+
+def with_retries(attempt: Callable[[int], Any], timeout_ms: int, retry: bool) -> Any:
+    """``attempt(timeout_ms)``'s result, sent again after a transient error while ``retry``
+    and the deadline allow (``retry_in_ms``): the blocking clients' one retry loop."""
+    give_up = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            return attempt(timeout_ms)
+        except KeymemError as error:
+            pause_ms = retry_in_ms(error, retry, give_up)
+            if pause_ms is None:
+                raise
+        time.sleep(pause_ms / 1000)
+        timeout_ms = int((give_up - time.monotonic()) * 1000)
 
 
 def result_of(reply: envelope.Reply) -> Any:

@@ -30,7 +30,7 @@ from keymem.protocol.calls import (
     build_request,
     connection_lost,
     result_of,
-    retry_in_ms,
+    with_retries,
 )
 from keymem.protocol.errors import (
     DeadlineExceeded,
@@ -110,17 +110,15 @@ class Client:
         ``retry=True`` sends it again after a transient ``unavailable`` (see the module
         docstring) until the deadline: only for calls that are safe to repeat.
         """
-        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
-        give_up = time.monotonic() + timeout / 1000
-        while True:
+
+        def attempt(timeout: int) -> Any:
             (outcome,) = self.call_many([(service, method, body)], timeout_ms=timeout)
-            if not isinstance(outcome, KeymemError):
-                return outcome
-            pause_ms = retry_in_ms(outcome, retry, give_up)
-            if pause_ms is None:
+            if isinstance(outcome, KeymemError):
                 raise outcome
-            time.sleep(pause_ms / 1000)
-            timeout = int((give_up - time.monotonic()) * 1000)
+            return outcome
+
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        return with_retries(attempt, timeout, retry)
 
     def call_many(
         self, calls: Sequence[tuple[str, str, Any]], *, timeout_ms: int | None = None

@@ -46,10 +46,10 @@ from keymem.protocol.calls import (
     build_request,
     connection_lost,
     result_of,
-    retry_in_ms,
+    with_retries,
 )
 from keymem.protocol.endpoints import EndpointError, ipc_path
-from keymem.protocol.errors import DeadlineExceeded, KeymemError, Unavailable, transient
+from keymem.protocol.errors import DeadlineExceeded, Unavailable, transient
 
 # The signature's padding is libzmq's (an empty routing id's length + 1); peers read only its
 # first and last bytes.
@@ -245,16 +245,9 @@ class IpcClient:
     ) -> Any:
         """One request; the result, or the typed error raised (``Client.call``'s contract)."""
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
-        give_up = time.monotonic() + timeout / 1000
-        while True:
-            try:
-                return self._attempt(service, method, body, timeout)
-            except KeymemError as error:
-                pause_ms = retry_in_ms(error, retry, give_up)
-                if pause_ms is None:
-                    raise
-            time.sleep(pause_ms / 1000)
-            timeout = int((give_up - time.monotonic()) * 1000)
+        return with_retries(
+            lambda left_ms: self._attempt(service, method, body, left_ms), timeout, retry
+        )
 
     def _attempt(self, service: str, method: str, body: Any, timeout_ms: int) -> Any:
         request = build_request(self._ids, service, method, body, timeout_ms)
