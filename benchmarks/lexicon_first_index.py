@@ -225,17 +225,23 @@ def _trim() -> None:
     ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _queries(index: LexiconIndex, tokenizer: Tokenizer, feed: SyntheticFeed) -> dict[str, Any]:
-    """CPU per query: 300 of the store's shape, a first (cold) pass and warm passes."""
+def _query_texts(feed: SyntheticFeed) -> list[tuple[str, str]]:
+    """The ``QUERIES`` queries of the store's shape, (namespace, text), the same every run."""
     rng = np.random.default_rng(SEED + 1)
-    queries = []
+    texts = []
     for _ in range(QUERIES):
         namespace = f"ns{int(rng.integers(NAMESPACES))}"
         words = " ".join(f"word{int(w)}" for w in rng.integers(0, 1000, QUERY_WORDS))
         concept = int(rng.choice(CONCEPTS, p=feed.popularity))
-        queries.append(
-            (namespace, Counter(tokenizer.tokenize(f"{words} {namespace} concept {concept}")))
-        )
+        texts.append((namespace, f"{words} {namespace} concept {concept}"))
+    return texts
+
+
+def _queries(index: LexiconIndex, tokenizer: Tokenizer, feed: SyntheticFeed) -> dict[str, Any]:
+    """CPU per query: 300 of the store's shape, a first (cold) pass and warm passes."""
+    queries = [
+        (namespace, Counter(tokenizer.tokenize(text))) for namespace, text in _query_texts(feed)
+    ]
     report = {}
     for label, top_n in (("first_top10", 10), ("top10", 10), ("top50", 50)):
         samples = []
@@ -291,13 +297,9 @@ def _swapped(client: Client) -> float:
 
 
 def _router_queries(client: Client, feed: SyntheticFeed) -> dict[str, float]:
-    rng = np.random.default_rng(SEED + 1)
     samples = []
-    for _ in range(QUERIES):
-        namespace = f"ns{int(rng.integers(NAMESPACES))}"
-        words = " ".join(f"word{int(w)}" for w in rng.integers(0, 1000, QUERY_WORDS))
-        concept = int(rng.choice(CONCEPTS, p=feed.popularity))
-        body = {"query": f"{words} {namespace} concept {concept}", "namespace": namespace}
+    for namespace, text in _query_texts(feed):
+        body = {"query": text, "namespace": namespace}
         started = time.perf_counter()
         client.call("lexicon", "search", body, timeout_ms=10_000)
         samples.append((time.perf_counter() - started) * 1000)
