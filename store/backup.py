@@ -92,6 +92,7 @@ def start_backup(
     directory.mkdir(parents=True, exist_ok=True)
     final, partial = _paths(directory, tag)
     job = BackupJob(final)
+    store.flush()  # the copy's cursor sees what DuckDB holds: every acknowledged write
     cursor = store.conn.cursor()
 
     def run() -> None:

@@ -140,6 +140,35 @@ class Changes:
         self.mutations += 1
         self.outcomes[key] = outcome
 
+    def absorb(self, later: Changes) -> None:
+        """Add the rows of a write made after these, so that one transaction writes both: a
+        row touched by both is written as ``later`` left it, a row it deleted is not written."""
+        for memory_id in later.deleted_memories:
+            self.delete_memory(memory_id)
+        for key_id in later.deleted_keys:
+            self.delete_key(key_id)
+        self.new_memories.update(later.new_memories)
+        for memory in later.touched_memories.values():
+            rows = self.new_memories if memory.id in self.new_memories else self.touched_memories
+            rows[memory.id] = memory
+        self.new_keys.update(later.new_keys)
+        for key in later.touched_keys.values():
+            keys = self.new_keys if key.id in self.new_keys else self.touched_keys
+            keys[key.id] = key
+        self.alias_keys.update(later.alias_keys)
+        self.candidate_keys.update(later.candidate_keys)
+        self.new_links.update(later.new_links)
+        for pair, link in later.touched_links.items():
+            links = self.new_links if pair in self.new_links else self.touched_links
+            links[pair] = link
+        self.related_rewrite.update(later.related_rewrite)
+        self.flags_rewrite.update(later.flags_rewrite)
+        self.confirmations.extend(later.confirmations)
+        self.events.extend(later.events)
+        self.meta.update(later.meta)
+        self.outcomes.update(later.outcomes)
+        self.mutations += later.mutations
+
     def bookkeeping_only(self) -> bool:
         """Only what reading teaches (access counts, link weights, learned aliases and links):
         not saving it loses no memory, key, confirmation or acknowledged write."""

@@ -35,6 +35,7 @@ from keymem.store.records import (
     shared,
 )
 from keymem.store.schema import migrate
+from keymem.store.writelog import APPLIED_META, Record, WriteLog, log_path
 
 log = logging.getLogger("keymem.store")
 
@@ -122,6 +123,8 @@ OUTCOMES = (
     "SELECT outcome_key, outcome_method, outcome_result, committed_at FROM events "
     "WHERE outcome_key IS NOT NULL"
 )
+# Row ids up to this many times a table's rows are looked up through a dense table of positions.
+DENSE_ROW_IDS_MAX_FACTOR = 4
 # Fold appended weight changes into ``links`` once this many are waiting (and the service idles).
 FOLD_LINK_WEIGHTS_MIN_ROWS = 1_000
 
@@ -185,11 +188,17 @@ class TableRows(NamedTuple):
         NULL) and its id, the loaded record's own string (a link then adds no string) or,
         where there is no row, the id the link names (``lost``)."""
         found = ~np.ma.getmaskarray(rows)
-        # row id -> position, then one lookup per joined row (a sorted search per row took
-        # 2.6 s of CPU for the 4.5M links of 1M memories, this 0.1 s)
-        position = np.full(int(self.rows.max(initial=-1)) + 1, -1, dtype=np.int64)
-        position[self.rows] = np.arange(len(self.rows))
-        at = position[np.ma.getdata(rows)[found]]
+        wanted = np.ma.getdata(rows)[found]
+        top = int(self.rows.max(initial=-1))
+        if top < DENSE_ROW_IDS_MAX_FACTOR * (len(self.rows) + 1):
+            # row id -> position, then one lookup per joined row (a sorted search per row
+            # took 2.6 s of CPU for the 4.5M links of 1M memories, this 0.1 s)
+            position = np.full(top + 1, -1, dtype=np.int64)
+            position[self.rows] = np.arange(len(self.rows))
+            at = position[wanted]
+        else:  # rows of an uncommitted transaction have ids near 2**62 (a full disk's load)
+            order = np.argsort(self.rows)
+            at = order[np.searchsorted(self.rows, wanted, sorter=order)]
         positions = np.full(len(found), -1, dtype=np.int64)
         positions[found] = at
         column = np.array(np.ma.getdata(lost), dtype=object)
@@ -236,7 +245,21 @@ class GraphStore:
         self.serial = int(
             self.conn.execute("SELECT coalesce(max(serial), 0) FROM link_weights").fetchall()[0][0]
         )
+        # the graph's write-ahead log (store/writelog.py): written records not yet in DuckDB
+        self.log = WriteLog(log_path(path))
         meta = self.read_meta()
+        self.pending: list[Record] = self.log.read(int(meta.get(APPLIED_META, "0") or 0))
+        if self.pending:
+            try:
+                self.flush()
+            except (duckdb.Error, OSError) as exc:
+                if not disk_full(exc):
+                    raise
+                log.warning(
+                    "%d logged writes stay in %s until the disk has room for them",
+                    len(self.pending),
+                    self.log.path,
+                )
         if "epoch" not in meta:
             self.set_meta({"epoch": uuid.uuid4().hex, "created_at": str(time.time())})
 
@@ -260,6 +283,23 @@ class GraphStore:
         are handed back at the end: the load reads the whole file once, then the graph serves
         from its own copy.
         """
+        if self.pending:
+            try:
+                self.flush()
+            except (duckdb.Error, OSError) as exc:
+                if not disk_full(exc):
+                    raise
+                # No room to fold the logged writes in: read the file as they would leave it,
+                # inside a transaction that is then rolled back; they stay logged.
+                self.conn.execute("BEGIN TRANSACTION")
+                try:
+                    self._fold(self.pending)
+                    return self._read_all()
+                finally:
+                    self.conn.execute("ROLLBACK")
+        return self._read_all()
+
+    def _read_all(self) -> LoadedGraph:
         graph = LoadedGraph(meta=self.read_meta())
         self._load_links(graph, self._load_keys(graph), self._load_memories(graph))
         lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
@@ -376,13 +416,48 @@ class GraphStore:
         trim_heap()
 
     # -- writes ----------------------------------------------------------------------------
+    def append(self, changes: Changes, head_seq: int) -> int:
+        """Make ``changes`` durable in the write-ahead log (one append and ``fdatasync``) and
+        leave them for ``flush`` to fold into DuckDB; returns the feed head after them."""
+        self.pending.append(self.log.append(head_seq, changes))
+        return head_seq + len(changes.events)
+
+    def pending_bytes(self) -> int:
+        return self.log.size
+
+    def flush(self) -> int:
+        """Fold every logged write into DuckDB in one transaction, then empty the log;
+        returns how many writes. On failure (a full disk) they all stay logged."""
+        if not self.pending:
+            return 0
+        with self.transaction():
+            self._fold(self.pending)
+        folded = len(self.pending)
+        self.pending.clear()
+        self.log.reset()
+        return folded
+
+    def _fold(self, records: Sequence[Record]) -> None:
+        """Write ``records`` as one set of rows, inside the caller's transaction."""
+        merged = records[0].changes()
+        for record in records[1:]:
+            merged.absorb(record.changes())
+        merged.meta[APPLIED_META] = str(records[-1].lsn)
+        self._commit_rows(merged, records[0].head_seq)
+
     def commit(self, changes: Changes, head_seq: int) -> int:
-        """Write ``changes`` in one transaction; returns the feed head after the commit.
+        """Write ``changes`` in one transaction (after any logged writes, which go first);
+        returns the feed head after the commit.
 
         Keyed writes' outcomes ride on the event rows, one each, in order (any event row of the
         transaction will do: the outcome only has to commit with its write); outcomes beyond
         the events go to ``write_outcomes``.
         """
+        self.flush()
+        with self.transaction():
+            return self._commit_rows(changes, head_seq)
+
+    def _commit_rows(self, changes: Changes, head_seq: int) -> int:
         now = time.time()
         outcomes: list[tuple[str | None, str | None, bytes | None]] = [
             (key, o.method, o.result) for key, o in changes.outcomes.items()
@@ -390,22 +465,21 @@ class GraphStore:
         riding = outcomes[: len(changes.events)]
         riding += [(None, None, None)] * (len(changes.events) - len(riding))
         try:
-            with self.transaction():
-                self._write(changes)
-                seq = head_seq
-                event_rows = []
-                for (op, memory_id, namespace), outcome in zip(changes.events, riding, strict=True):
-                    seq += 1
-                    event_rows.append((seq, op, memory_id, namespace, now, *outcome))
-                self.insert_rows("events", EVENT_WIDTH, event_rows)
-                self.insert_rows(
-                    "write_outcomes",
-                    4,
-                    [
-                        (key, method, result, now)
-                        for key, method, result in outcomes[len(changes.events) :]
-                    ],
-                )
+            self._write(changes)
+            seq = head_seq
+            event_rows = []
+            for (op, memory_id, namespace), outcome in zip(changes.events, riding, strict=True):
+                seq += 1
+                event_rows.append((seq, op, memory_id, namespace, now, *outcome))
+            self.insert_rows("events", EVENT_WIDTH, event_rows)
+            self.insert_rows(
+                "write_outcomes",
+                4,
+                [
+                    (key, method, result, now)
+                    for key, method, result in outcomes[len(changes.events) :]
+                ],
+            )
         except duckdb.OutOfMemoryException:
             log.error("DuckDB's memory pool is full: %s", self.pool_mb())
             raise
@@ -620,6 +694,7 @@ class GraphStore:
 
     def fold_link_weights(self, min_rows: int = FOLD_LINK_WEIGHTS_MIN_ROWS) -> int:
         """Apply appended weight changes to ``links`` in one bulk UPDATE; returns rows folded."""
+        self.flush()
         waiting = int(self.conn.execute("SELECT count(*) FROM link_weights").fetchall()[0][0])
         if waiting < min_rows or waiting == 0:
             return 0
@@ -636,29 +711,45 @@ class GraphStore:
     def load_outcomes(self, since: float) -> dict[str, Outcome]:
         """The outcomes of keyed writes committed at ``since`` or later, from the event rows
         and ``write_outcomes``; a key found twice (reused after its retention) gives its newest.
+        Writes still only in the log count too (a start on a full disk leaves them there).
         """
         rows = self.conn.execute(
             f"SELECT key, arg_max(method, committed_at), arg_max(result, committed_at), "
             f"max(committed_at) FROM ({OUTCOMES}) WHERE committed_at >= ? GROUP BY key",
             [since],
         ).fetchall()
-        return {str(k): Outcome(str(m), bytes(r), float(t)) for k, m, r, t in rows}
+        outcomes = {str(k): Outcome(str(m), bytes(r), float(t)) for k, m, r, t in rows}
+        for record in self.pending:
+            outcomes.update(record.changes().outcomes)
+        return outcomes
 
     def prune_outcomes(self, before: float) -> None:
         """Delete ``write_outcomes`` rows older than ``before`` (those on event rows go with
         the events, and ``load_outcomes`` reads none older than its ``since``)."""
+        self.flush()
         self.conn.execute("DELETE FROM write_outcomes WHERE committed_at < ?", [before])
 
     # -- change feed -----------------------------------------------------------------------
     def events_after(self, seq: int, limit: int) -> list[tuple[int, str, str]]:
+        """The feed's events after ``seq``: DuckDB's, then those of writes still only logged
+        (numbered on from the feed head each was logged at), so a reader of the feed never
+        waits for the write-behind."""
         rows = self.conn.execute(
             "SELECT seq, op, memory_id FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
             [seq, limit],
         ).fetchall()
-        return [(int(s), str(op), str(mid)) for s, op, mid in rows]
+        events = [(int(s), str(op), str(mid)) for s, op, mid in rows]
+        for record in self.pending:
+            if len(events) >= limit:
+                break
+            for position, (op, memory_id, _) in enumerate(record.events, record.head_seq + 1):
+                if position > seq and len(events) < limit:
+                    events.append((position, op, memory_id))
+        return events
 
     def prune_events(self, keep: int, head_seq: int) -> int:
         """Drop events older than the newest ``keep``; returns the first retained seq."""
+        self.flush()
         pruned_through = int(self.read_meta().get("pruned_through", "0") or 0)
         cutoff = head_seq - keep
         if cutoff <= pruned_through:
@@ -681,6 +772,7 @@ class GraphStore:
         self, vectors: Iterable[tuple[str, np.ndarray]], meta: dict[str, str]
     ) -> None:
         """Swap every key's vector (an embedding migration) in one transaction."""
+        self.flush()
         rows = [(key_id, vector_bytes(v)) for key_id, v in vectors]
         changes = Changes()
         changes.meta.update(meta)
@@ -695,8 +787,11 @@ class GraphStore:
         The copy gets its own epoch: restored in place of the live file, it is a different
         history, and change-feed subscribers must re-snapshot rather than trust their seq.
         ``conn`` may be a cursor of this database used from another thread (a background
-        backup); the copy reads one consistent snapshot while writes go on.
+        backup, which flushes the log before it starts); the copy reads one consistent
+        snapshot while writes go on.
         """
+        if conn is None:
+            self.flush()
         conn = conn or self.conn
         source = conn.execute("SELECT current_database()").fetchall()[0][0]
         alias = f"keymem_snapshot_{uuid.uuid4().hex[:8]}"
@@ -710,6 +805,7 @@ class GraphStore:
             conn.execute(f"DETACH {alias}")
 
     def checkpoint(self) -> None:
+        self.flush()
         self.conn.execute("CHECKPOINT")
 
     def wal_bytes(self) -> int:
@@ -720,13 +816,15 @@ class GraphStore:
             return 0
 
     def close(self) -> None:
-        """Checkpoint and close; closing twice is harmless."""
+        """Fold the log in, checkpoint and close; closing twice is harmless. What cannot be
+        folded in (a full disk) stays in the log for the next open."""
         if self.closed:
             return
         self.closed = True
         try:
             self.fold_link_weights(min_rows=1)
             self.checkpoint()
-        except duckdb.Error:
+        except (duckdb.Error, OSError):
             log.exception("checkpoint at close failed")
+        self.log.close()
         self.conn.close()

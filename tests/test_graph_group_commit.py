@@ -23,13 +23,13 @@ def test_concurrent_writes_commit_in_groups_and_errors_stay_per_request(
 ) -> None:
     graph = open_graph(tmp_path)
     commits: list[int] = []
-    original = graph.store.commit
+    original = graph.store.append
 
-    def counting_commit(changes: Any, head_seq: int) -> int:
+    def counting_append(changes: Any, head_seq: int) -> int:
         commits.append(len(changes.new_memories))
         return original(changes, head_seq)
 
-    monkeypatch.setattr(graph.store, "commit", counting_commit)
+    monkeypatch.setattr(graph.store, "append", counting_append)
     stack.add_worker(make_service(graph))
     clients = [stack.client(timeout_ms=20_000) for _ in range(WRITERS)]
     acked: list[list[str]] = [[] for _ in range(WRITERS)]

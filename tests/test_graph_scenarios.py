@@ -440,9 +440,13 @@ def test_weight_changes_survive_a_crash_before_they_are_folded(tmp_path: Path) -
     graph = open_graph(tmp_path)
     saved = graph.remember(remember_body("Frank runs the CI", ["Frank", "CI"]))["saved"]
     frank, ci = key_id_of(graph, "Frank"), key_id_of(graph, "CI")
+    graph.flush_due()  # each write reaches the file on its own (the worker's timer between)
     graph.read_memory({"memory_id": saved, "via_key_id": frank})
+    graph.flush_due()
     graph.read_memory({"memory_id": saved, "via_key_id": frank})
+    graph.flush_due()
     graph.dismiss({"memory_id": saved, "key_id": ci})
+    graph.flush_due()
     graph.store.conn.close()  # no fold, no checkpoint: what kill -9 leaves behind
     reopened = open_graph(tmp_path)
     try:

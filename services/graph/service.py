@@ -1,10 +1,12 @@
 """The graph service: sole owner of the DuckDB file and of the key/memory graph in memory.
 
 Reads are answered from memory. Each write mutates the in-memory graph, records what it
-touched, commits those rows and its feed events in one transaction, and only then replies
-(with ``seq``, the feed head, so the router can ask the lexicon to catch up to it). If the
-commit fails, the in-memory graph is rebuilt from the file, so memory never runs ahead of disk.
-It stays one worker (invariant 1: one writer).
+touched, appends those rows and its feed events to the graph's write-ahead log (one
+``fdatasync``: store/writelog.py), and only then replies (with ``seq``, the feed head, so the
+router can ask the lexicon to catch up to it); the logged writes reach DuckDB together, one
+transaction every ``WRITE_BEHIND_INTERVAL_S``. If the append fails, the in-memory graph is
+rebuilt from the file and the log, so memory never runs ahead of disk. It stays one worker
+(invariant 1: one writer).
 """
 
 from __future__ import annotations
@@ -127,6 +129,10 @@ READ_METHODS = (
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
+# Logged writes are folded into DuckDB this often, all in one transaction (its statements cost
+# the same for one write as for a hundred), and at once when the log holds this much.
+WRITE_BEHIND_INTERVAL_S = 0.2
+WRITE_BEHIND_MAX_BYTES = 4 * 1024 * 1024
 BLAS_THREADS = 1
 CHECKPOINT_CHECK_INTERVAL_S = 1.0
 KEY_ANN_CHECK_INTERVAL_S = 1.0  # a namespace grown past the threshold, a finished build
@@ -284,7 +290,7 @@ class GraphService:
         changes, state.changes = state.changes, Changes()
         if not changes.empty():
             try:
-                state.head_seq = self.store.commit(changes, state.head_seq)
+                state.head_seq = self.store.append(changes, state.head_seq)
             except Exception as exc:
                 log.exception("commit failed; reloading the graph from the file")
                 self.reload()
@@ -300,6 +306,8 @@ class GraphService:
             self.ledger.committed(changes)
             self.last_write = time.monotonic()
             self.dirty_since_checkpoint = True
+            if self.store.pending_bytes() >= WRITE_BEHIND_MAX_BYTES:
+                self.flush_due()
         journal_as = journal_as or method
         if journal_as is not None:
             journaling.record_results(self.journal, state, journal_as, results, replayed)
@@ -367,11 +375,24 @@ class GraphService:
             if swept["expired"]:
                 self.journal.record("sweep", expired=swept["expired"])
 
+    def flush_due(self) -> None:
+        """Fold the logged writes into DuckDB; on failure (a full disk) they stay logged, and
+        durable, for the next try."""
+        try:
+            self.store.flush()
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            log.warning("logged writes wait for disk space to reach the file: %s", exc)
+
     def checkpoint_due(self) -> None:
         """Checkpoint once idle after writes, or, busy or not, once replaying the write-ahead
         log would cost what the last checkpoint did (``wal_budget_bytes``)."""
         if any(job is not None and job.status == "running" for job in self.backups()):
             return  # a checkpoint would wait for (or fail beside) the backup's transaction
+        self.flush_due()
+        if self.store.pending:
+            return  # no room on the disk for the logged writes, nor for a checkpoint
         idle = time.monotonic() - self.last_write >= IDLE_CHECKPOINT_AFTER_S
         if (
             self.dirty_since_checkpoint and idle
@@ -793,6 +814,7 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
     for name in READ_METHODS:
         service.add(name, getattr(graph, name), idempotent=True)
     service.every(sweep_interval_s, graph.sweep)
+    service.every(WRITE_BEHIND_INTERVAL_S, graph.flush_due)
     service.every(CHECKPOINT_CHECK_INTERVAL_S, graph.checkpoint_due)
     service.every(KEY_ANN_CHECK_INTERVAL_S, graph.key_ann_tick)
     service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
