@@ -246,9 +246,13 @@ class GraphStore:
             self.conn.execute("SELECT coalesce(max(serial), 0) FROM link_weights").fetchall()[0][0]
         )
         # the graph's write-ahead log (store/writelog.py): written records not yet in DuckDB
-        self.log = WriteLog(log_path(path))
+        self.pending: list[Record] = []
         meta = self.read_meta()
-        self.pending: list[Record] = self.log.read(int(meta.get(APPLIED_META, "0") or 0))
+        if "epoch" not in meta:
+            self.set_meta({"epoch": uuid.uuid4().hex, "created_at": str(time.time())})
+            meta = self.read_meta()
+        self.log = WriteLog(log_path(path), meta["epoch"])
+        self.pending = self.log.read(int(meta.get(APPLIED_META, "0") or 0))
         if self.pending:
             try:
                 self.flush()
@@ -260,8 +264,6 @@ class GraphStore:
                     len(self.pending),
                     self.log.path,
                 )
-        if "epoch" not in meta:
-            self.set_meta({"epoch": uuid.uuid4().hex, "created_at": str(time.time())})
 
     # -- meta ------------------------------------------------------------------------------
     def read_meta(self) -> dict[str, str]:

@@ -7,14 +7,17 @@ while an append + ``fdatasync`` costs ~0.13 ms here. So the graph acknowledges a
 record is on disk, and ``GraphStore.flush`` folds every pending record into one DuckDB
 transaction: one statement per table for all of them.
 
-A record is ``[length u32][crc32 u32][payload]``; the payload pickles ``(lsn, head_seq,
-changes)``: the record's log sequence number, the change feed's head before it, and the rows
-the write changed (``store.changes.Changes``, copied at append time, so later writes in memory
-never leak into an earlier record). The log is written and read only by the process that holds
-the DuckDB file's lock, in the private home (0600), like the file itself. The lsn of the last
-record folded into DuckDB is stored in the file's meta by the same transaction, so a record
-folded just before a crash that kept the log is skipped at the next open, never applied twice.
+A record is ``[length u32][crc32 u32][payload]``; the payload pickles ``(epoch, lsn, head_seq,
+changes)``: the file's epoch, the record's log sequence number, the change feed's head before
+it, and the rows the write changed (``store.changes.Changes``, copied at append time, so later
+writes in memory never leak into an earlier record). The log is written and read only by the
+process that holds the DuckDB file's lock, in the private home (0600), like the file itself.
+The lsn of the last record folded into DuckDB is stored in the file's meta by the same
+transaction, so a record folded just before a crash that kept the log is skipped at the next
+open, never applied twice.
 A torn or damaged tail (an append that never returned, so was never acknowledged) is cut off.
+A log written for another file (a backup restored in place, a file deleted to start afresh:
+another epoch) is set aside, never applied.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import os
 import pickle
 import struct
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,18 +59,31 @@ class Record:
 
     def changes(self) -> Changes:
         """The rows as they were when the write was acknowledged (a fresh copy each call)."""
-        _, _, changes = pickle.loads(self.payload)
+        _, _, _, changes = pickle.loads(self.payload)
         assert isinstance(changes, Changes)
         return changes
 
 
 class WriteLog:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, epoch: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, LOG_FILE_MODE)
-        os.fchmod(self.fd, LOG_FILE_MODE)
+        self.epoch = epoch  # the DuckDB file's: records of another file's are not applied
+        self.fd = self._open()
         self.size = 0
         self.next_lsn = 1
+
+    def _open(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, LOG_FILE_MODE)
+        os.fchmod(fd, LOG_FILE_MODE)
+        return fd
+
+    def _set_aside(self) -> None:
+        """Keep another file's log under another name, and start an empty one."""
+        aside = self.path.with_name(f"{self.path.name}.other-{int(time.time())}")
+        log.warning("%s was written for another graph file; kept as %s", self.path, aside)
+        os.close(self.fd)
+        os.replace(self.path, aside)
+        self.fd = self._open()
 
     def read(self, applied_lsn: int) -> list[Record]:
         """The records after ``applied_lsn``, in order; a torn or damaged tail is cut off."""
@@ -78,7 +95,10 @@ class WriteLog:
             payload = data[offset + HEADER.size : offset + HEADER.size + length]
             if len(payload) < length or zlib.crc32(payload) != crc:
                 break
-            lsn, head_seq, changes = pickle.loads(payload)
+            epoch, lsn, head_seq, changes = pickle.loads(payload)
+            if epoch != self.epoch:
+                self._set_aside()
+                return []
             offset += HEADER.size + length
             last_lsn = max(last_lsn, lsn)
             if lsn > applied_lsn:
@@ -99,7 +119,9 @@ class WriteLog:
         """Write one record and wait for it to be on disk. On failure (a full disk) the log is
         cut back to where it was, and the error raised: the write was not saved."""
         lsn = self.next_lsn
-        payload = pickle.dumps((lsn, head_seq, changes), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(
+            (self.epoch, lsn, head_seq, changes), protocol=pickle.HIGHEST_PROTOCOL
+        )
         framed = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
         try:
             view = memoryview(framed)

@@ -151,3 +151,27 @@ def test_writes_folded_together_leave_the_file_as_memory_has_them(tmp_path: Path
         assert [v["id"] for v in before] == [first, again["saved"], corrected["new_id"]]
     finally:
         reopened.close()
+
+
+def test_a_log_left_by_another_file_is_set_aside_not_applied(tmp_path: Path) -> None:
+    """A graph file deleted to start afresh (or a backup copied in its place) while its log
+    still held writes: the new file's epoch differs, so the log is kept aside, not replayed."""
+    graph = open_graph(tmp_path)
+    graph.remember(remember_body("from the old file", ["old"]))
+    _kill(graph)
+    (tmp_path / GRAPH_FILE).unlink()
+    for stale in tmp_path.glob(f"{GRAPH_FILE}.wal"):
+        stale.unlink()
+    fresh = open_graph(tmp_path)
+    try:
+        assert fresh.counts({})["memories"] == 0
+        assert len(list(tmp_path.glob(f"{log_path(tmp_path / GRAPH_FILE).name}.other-*"))) == 1
+        saved = fresh.remember(remember_body("from the new file", ["new"]))["saved"]
+    finally:
+        fresh.close()
+    reopened = open_graph(tmp_path)
+    try:
+        assert reopened.get_memories({"ids": [saved]})["missing"] == []
+        assert reopened.counts({})["memories"] == 1
+    finally:
+        reopened.close()
