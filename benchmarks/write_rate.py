@@ -5,8 +5,9 @@
 
 For each ``SIZE=PATH`` (a graph file: ``benchmarks.scale_1m`` builds them under its
 ``--stores``; one that a `keymem up` has already re-embedded with the default embedder starts
-in seconds, not minutes) it starts the real deployment on a copy (`keymem up`), spawns
-`keymem mcp` over stdio with the SDK's client, and measures:
+in seconds, not minutes; a directory is a stopped keymem home, copied whole with its lexicon
+cache, so a 1M store needs no first index per run) it starts the real deployment on a copy
+(`keymem up`), spawns `keymem mcp` over stdio with the SDK's client, and measures:
 
 - ``remember`` from one sequential client (remembers/s, p50), 3-6 keys drawn Zipf-like from the
   store's vocabulary (``benchmarks.graph_bench.Synthetic``), so most keys already exist;
@@ -243,7 +244,10 @@ def measure(
 ) -> dict[str, Any]:
     with bench_home("km-wr-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
-        shutil.copy(store, graph_path(deployment.home))
+        if store.is_dir():  # a whole stopped home: its lexicon cache too, so no first index
+            shutil.copytree(store, deployment.home, dirs_exist_ok=True)
+        else:
+            shutil.copy(store, graph_path(deployment.home))
         started = time.perf_counter()
         deployment.keymem("up", "--timeout", UP_TIMEOUT_S)
         report: dict[str, Any] = {"memories": size, "up_s": round(time.perf_counter() - started, 1)}
@@ -342,7 +346,10 @@ def statements(size: int, store: Path, calls: int, batch: int) -> dict[str, Any]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--store", action="append", required=True, help="SIZE=PATH of a graph file, repeatable"
+        "--store",
+        action="append",
+        required=True,
+        help="SIZE=PATH of a graph file or a stopped home, repeatable",
     )
     parser.add_argument("--calls", type=int, default=100, help="sequential remembers")
     parser.add_argument("--batches", type=int, default=3)

@@ -497,7 +497,7 @@ class GraphService:
             self.state.changes.set_meta("fingerprint", claimed)
 
     def prepare_remember(self, raw: Any) -> Action:
-        body = body_of(raw)
+        body = self._with_held_vectors(body_of(raw))
         claimed = embedding.check_write_fingerprint(self.state, body)
         item = writes.parse_remember(body, self.state.dim)
         writes.check_related(self.state, item.related_to, item.namespace)
@@ -508,6 +508,25 @@ class GraphService:
             return writes.remember(self.state, item, thresholds, now)
 
         return action
+
+    def _with_held_vectors(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A remember sent without ``key_vectors`` is filed under the stored vectors of keys
+        this graph holds under exactly those texts (``held_vectors``), so the memory service
+        needs no lookup of its own first. When some key is not held, nothing is written: the
+        ``bad_request`` carries the lookup's answer (``unheld_keys``, ``held``, ``vectors``,
+        ``fingerprint``), for the caller to embed only the rest and send the write again."""
+        keys = body.get("keys")
+        if "key_vectors" in body or not isinstance(keys, list) or not keys:
+            return body  # with vectors, or malformed: parse_remember names the problem
+        if not all(isinstance(k, str) for k in keys):
+            return body
+        answer = embedding.held_vectors(self.state, body)
+        if not all(answer["held"]):
+            raise BadRequest(
+                "key_vectors are needed for keys this graph does not hold",
+                {"unheld_keys": True, **answer},
+            )
+        return {**body, "key_vectors": answer["vectors"]}
 
     def prepare_remember_batch(self, raw: Any) -> Action:
         body = body_of(raw)

@@ -96,7 +96,9 @@ class MemoryAPI:
             raise Unavailable("embedder workers disagree on their model; retry after a restart")
         return np.concatenate([o["vectors"] for o in outcomes]), fingerprints.pop()
 
-    def key_vectors(self, groups: list[tuple[Any, list[str]]]) -> tuple[list[Any], str | None]:
+    def key_vectors(
+        self, groups: list[tuple[Any, list[str]]], answered: Any = None
+    ) -> tuple[list[Any], str | None]:
         """One float32 matrix per ``(namespace, key texts)`` group, and the space it is in.
 
         A key the graph already holds under exactly this text keeps its stored vector
@@ -104,7 +106,9 @@ class MemoryAPI:
         known keys makes no model call however large the vocabulary. Vectors of two spaces
         are never mixed (nor rows of two widths stacked): when the embedder's fingerprint is
         not the store's, every key is embedded and the graph refuses the write by its space,
-        as it did before. A failed lookup just means every key is embedded.
+        as it did before. A failed lookup just means every key is embedded. ``answered``: the
+        graph's lookup for a single group's texts, already made (a remember it refused for
+        keys it does not hold).
         """
         import numpy as np
 
@@ -113,10 +117,13 @@ class MemoryAPI:
             if namespace is None or isinstance(namespace, str):
                 wanted.setdefault(namespace, []).extend(texts)
         lookups = [(ns, list(dict.fromkeys(texts))) for ns, texts in wanted.items()]
-        outcomes = self.client.call_many(
-            [("graph", "held_vectors", {"keys": t, "namespace": ns}) for ns, t in lookups],
-            timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
-        )
+        if answered is not None:
+            lookups, outcomes = [(ns, texts) for ns, texts in groups], [answered]
+        else:
+            outcomes = self.client.call_many(
+                [("graph", "held_vectors", {"keys": t, "namespace": ns}) for ns, t in lookups],
+                timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
+            )
         held: dict[tuple[str | None, str], Any] = {}
         fingerprint: str | None = None
         for (namespace, texts), outcome in zip(lookups, outcomes, strict=True):
@@ -147,7 +154,7 @@ class MemoryAPI:
         ]
         return matrices, fingerprint
 
-    def _with_vectors(self, item: Any, *, keys_required: bool) -> Any:
+    def _with_vectors(self, item: Any, *, keys_required: bool, answered: Any = None) -> Any:
         """``item`` with ``key_vectors`` (and the fingerprint of their space) for its keys.
 
         Keys that are not a list of strings are passed on untouched: the graph names the
@@ -158,20 +165,36 @@ class MemoryAPI:
         keys = item.get("keys")
         if keys is None and not keys_required:
             return item
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        usable = usable_keys(item)
+        if usable is None:
             return item
-        usable = [k for k in keys if k.strip()]
         if not usable:
             return {**item, "keys": usable}
-        (vectors,), fingerprint = self.key_vectors([(item.get("namespace"), usable)])
+        (vectors,), fingerprint = self.key_vectors([(item.get("namespace"), usable)], answered)
         return {**item, "keys": usable, "key_vectors": vectors, **fingerprinted(fingerprint)}
 
     # -- writes that need vectors ----------------------------------------------------------
     def remember(self, body: Any) -> Any:
         (body,) = self.autokeys.complete([body])
-        saved = self._write("remember", self._with_vectors(body, keys_required=True))
+        saved = self._remember(body)
         self.warmer.add([body.get("content")])
         return saved
+
+    def _remember(self, body: Any) -> Any:
+        """One graph round trip when the graph holds every key: the write goes without
+        vectors and the graph files it under the ones it stores. Otherwise it writes nothing
+        and answers which keys it holds, with their vectors: only the others are embedded,
+        and the write goes again with all of them."""
+        usable = usable_keys(body)
+        if not usable or "key_vectors" in body:
+            return self._write("remember", self._with_vectors(body, keys_required=True))
+        try:
+            return self._write("remember", {**body, "keys": usable})
+        except BadRequest as refused:
+            if not refused.detail.get("unheld_keys"):
+                raise
+            stamped = self._with_vectors(body, keys_required=True, answered=refused.detail)
+            return self._write("remember", stamped)
 
     def correct(self, body: Any) -> Any:
         stamped = self._with_vectors(body, keys_required=False)
@@ -233,6 +256,15 @@ class MemoryAPI:
 
         handler.__name__ = method
         return handler
+
+
+def usable_keys(item: Any) -> list[str] | None:
+    """An item's keys without the blank ones (the graph would drop them anyway); None when
+    the item or its keys are malformed, which the graph names."""
+    keys = item.get("keys") if isinstance(item, dict) else None
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return None
+    return [k for k in keys if k.strip()]
 
 
 def fingerprinted(fingerprint: str | None) -> dict[str, str]:

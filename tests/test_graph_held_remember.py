@@ -1,0 +1,35 @@
+"""A remember sent without vectors: the graph files it under the vectors of the keys it holds,
+so the memory service's write is one graph round trip (services/graph/service.py,
+``_with_held_vectors``); a key it does not hold refuses the write and says which it holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keymem.protocol.errors import BadRequest
+from tests.graph_helpers import key_id_of, open_graph
+from tests.vectors import remember_body
+
+
+def test_a_remember_under_held_keys_needs_no_vectors(tmp_path: Path) -> None:
+    graph = open_graph(tmp_path)
+    try:
+        graph.remember(remember_body("Ada wrote the first program", ["Ada", "program"]))
+        ada, program = key_id_of(graph, "Ada"), key_id_of(graph, "program")
+        saved = graph.remember({"content": "Ada annotated the engine", "keys": ["Ada", "program"]})
+        assert set(graph.state.mem_links[saved["saved"]]) == {ada, program}
+        assert len(graph.state.keys) == 2
+
+        before = sorted(graph.state.memories)
+        with pytest.raises(BadRequest, match="does not hold") as refused:
+            graph.remember({"content": "Ada and the engine", "keys": ["Ada", "engine", "ada"]})
+        detail = refused.value.detail
+        assert detail["unheld_keys"] and detail["held"] == [True, False, False]
+        assert np.allclose(detail["vectors"][0], graph.state.key_vector(graph.state.keys[ada]))
+        assert sorted(graph.state.memories) == before  # nothing written
+        assert graph.store.pending[-1].events[0][1] == saved["saved"]
+    finally:
+        graph.close()
