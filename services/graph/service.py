@@ -376,14 +376,15 @@ class GraphService:
                 self.journal.record("sweep", expired=swept["expired"])
 
     def flush_due(self) -> None:
-        """Fold the logged writes into DuckDB; on failure (a full disk) they stay logged, and
-        durable, for the next try."""
+        """Fold the logged writes into DuckDB. On failure they stay logged, acknowledged and
+        durable, for the next try: a write already answered must not be reported failed."""
         try:
             self.store.flush()
         except Exception as exc:
-            if not disk_full(exc):
-                raise
-            log.warning("logged writes wait for disk space to reach the file: %s", exc)
+            if disk_full(exc):
+                log.warning("logged writes wait for disk space to reach the file: %s", exc)
+            else:
+                log.exception("logged writes could not reach the file; they stay logged")
 
     def checkpoint_due(self) -> None:
         """Checkpoint once idle after writes, or, busy or not, once replaying the write-ahead
