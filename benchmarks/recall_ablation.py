@@ -114,6 +114,9 @@ VARIANTS: dict[str, Variant] = {
     "no_phrases": Variant(fusion=Fusion(phrases=False)),
     # the build before: relevance reads the memory's text only, not also its writer's keys
     "no_about": Variant(fusion=Fusion(about=False)),
+    # the build before: a memory about another person than the question names keeps its key
+    # and hop evidence
+    "no_subjects": Variant(fusion=Fusion(subjects=False)),
     "phrases_all_links": Variant(scoring=Scoring(phrase_links="all")),
     "auto_hops": Variant(scoring=Scoring(auto_hops=True)),
     "no_named_hops": Variant(scoring=Scoring(named_hops=False)),

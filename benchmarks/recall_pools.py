@@ -172,7 +172,8 @@ def refused(row: Mapping[str, Any], fusion: Fusion, pool: int) -> list[str]:
             # the reranker read the abouts only when the variant's fusion asks it to
             [c["about_relevance"] for c in candidates] if fusion.about else [],
         )
-    ranked = search_module.fuse_blend(candidates, relevance, fusion)
+    persons = search_module.named_persons(row["keys"])
+    ranked = search_module.fuse_blend(candidates, relevance, fusion, persons)
     if fusion.evidence and is_comparison(row["query"]["query"]):
         ranked = search_module.select_evidence(ranked, row["keys"], TOP_K)
     ranking: list[str] = []

@@ -227,3 +227,21 @@ def test_the_reranker_reads_each_about_in_the_same_calls_and_reports_the_text_sc
     (plain,) = Search(off, Fusion(about=False))._relevance("query", [pool], {})  # type: ignore[arg-type]
     assert off.passages == ["text one", "text two"] and plain is not None
     assert plain.best() == [0.3, 0.3]
+
+
+def test_a_memory_about_another_person_gets_no_key_or_hop_evidence() -> None:
+    # the question names Melanie; "theirs" is Caroline's memory reached through a key that
+    # names Melanie: its key path and hop say it shares the question's words, not that it
+    # answers about her. It keeps its BM25 and relevance; a memory naming nobody is unaffected.
+    theirs = {**candidate("theirs", key=1.0, bm25=1.0, hop_share=0.15), "subject": "caroline"}
+    hers = {**candidate("hers", key=0.2, bm25=1.0), "subject": "melanie"}
+    nobody = {**candidate("nobody", bm25=0.5), "subject": None}
+    pool = [theirs, hers, nobody]
+    persons = frozenset({"melanie"})
+    fused = {c["memory_id"]: c["score"] for c in fuse_blend(pool, None, Fusion(), persons)}
+    assert fused == {"hers": pytest.approx(1.2), "theirs": 1.0, "nobody": 0.0}
+    before = fuse_blend(pool, None, Fusion(subjects=False), persons)
+    assert order(before) == ["theirs", "hers", "nobody"]
+    # a question naming no one, or a memory about the named person, changes nothing
+    assert order(fuse_blend(pool, None, Fusion())) == order(before)
+    assert order(fuse_blend(pool, None, Fusion(), frozenset({"caroline"}))) == order(before)

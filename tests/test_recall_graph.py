@@ -89,3 +89,19 @@ def test_a_candidate_carries_its_writers_keys_not_its_auto_keys(graph: GraphServ
     links = graph.memory_keys({"memory_ids": [memory_id]})["memories"][memory_id]
     assert {k["concept"] for k in links if k["auto"]} >= {"Melanie", "camping"}
     assert linked[again]["about"] == "weekend"
+
+
+def test_a_memory_is_about_the_person_its_text_names_first(graph: GraphService) -> None:
+    # filed under both people, told from Caroline's side: Caroline's; a memory naming none of
+    # its people has no subject
+    both = "Caroline admires how Melanie paints with her kids."
+    calm = "The lake was calm at sunrise."
+    graph.remember(remember_body(both, ["Caroline", "Melanie", "painting"], key_types=NAME))
+    graph.remember(remember_body(calm, ["Melanie", "lake"], key_types=NAME))
+    body = {"vector": vector("Melanie paints"), "text": "Melanie paints", "hops": 0}
+    reply = graph.recall_candidates(body)
+    melanie = next(k["key_id"] for k in reply["keys"] if k["concept"] == "Melanie")
+    found = {c["content"]: c["subject"] for c in reply["candidates"]}
+    assert found[PAINTS] == found[CAMPING] == melanie
+    assert found[both] is not None and found[both] != melanie
+    assert found[calm] is None

@@ -31,6 +31,7 @@ themselves (the router reranks the pool and decides what to show), and each cand
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,6 +296,7 @@ def recall_candidates(
                 },
                 "matched_keys": via_keys.get(memory_id, []),
                 "about": agent_keys_text(state, memory_id),
+                "subject": subject_of(state, memory_id),
             }
         )
     anchor = {
@@ -321,6 +323,29 @@ def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
         if not link.auto and not link.learned
     ]
     return ABOUT_SEPARATOR.join(concepts) or None
+
+
+def subject_of(state: GraphState, memory_id: str) -> str | None:
+    """The person the memory is about: of the ``name`` keys its writer filed it under, the one
+    its text names first (None when it names none). "Caroline appreciates Melanie's love for
+    her family" is filed under both and is Caroline's; the router gives a memory about another
+    person than the question names no key or hop evidence (``Fusion.subjects``)."""
+    content = state.memories[memory_id].content
+    first: tuple[int, str] | None = None
+    for key_id, link in state.mem_links[memory_id].items():
+        key = state.keys.get(key_id)
+        if key is None or key.key_type != "name" or link.learned:
+            continue
+        for surface in key.surfaces():
+            found = _named(surface).search(content)
+            if found and (first is None or found.start() < first[0]):
+                first = (found.start(), key_id)
+    return None if first is None else first[1]
+
+
+def _named(surface: str) -> re.Pattern[str]:
+    """A name as a word of a text, in any case ("Jon" is not in "Jonathan")."""
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(surface)}(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 def _unlexical_members(

@@ -2,8 +2,9 @@
 
 Hybrid search (the engine behind inject and ``keymem eval``):
 
-1. analyse — in parallel, the embedder's query vector, the lexicon's BM25 top 50 and the
-   query's phrases (then embedded as keys, for matching the one-word auto-keys);
+1. analyse — the embedder's query vector, the lexicon's BM25 top 50 and the query's phrases
+   embedded as keys (for matching the one-word auto-keys), in two rounds of parallel calls
+   (``Search._analyse``);
 2. graph — key matching, key→memory links, RRF with the BM25 list, depth and freshness factors
    and hops, in one call over the graph's in-memory state (``recall_candidates``);
 3. rerank — the reranker scores the pool against the query; the final order blends every
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import KeymemError
+from keymem.protocol.errors import DeadlineExceeded, KeymemError
 from keymem.protocol.fields import (
     body_of,
     only_fields,
@@ -47,6 +48,7 @@ from keymem.protocol.limits import (
     RERANK_MAX_PASSAGES,
 )
 from keymem.protocol.worker import remaining_ms
+from keymem.services.graph.hybrid import NAMED_MATCHES
 from keymem.services.graph.matching import PHRASES_MAX
 from keymem.services.graph.text import normalize_namespace
 
@@ -120,6 +122,9 @@ class Fusion:
     * ``about`` — the reranker also reads what a memory's writer said it is about (its
       agent-written keys or title joined, the graph's ``about``), and a memory is as relevant
       as the better of its two readings (``Relevance.best``).
+    * ``subjects`` — a memory about another person than the question names (its ``subject``,
+      the person its text names first, is none of the question's literally named ``name``
+      keys) gets no key or hop evidence (``about_others``).
     * ``evidence`` — comparison questions put one candidate per named entity first.
     * ``phrases`` — the query's own phrases are extracted and embedded for key matching.
     * ``bm25_depth`` — how many BM25 hits the lexicon hands the graph.
@@ -132,6 +137,7 @@ class Fusion:
     link_weighted: bool = True
     hops_below_lender: bool = True
     about: bool = True
+    subjects: bool = True
     evidence: bool = True
     phrases: bool = True
     bm25_depth: int = BM25_DEPTH
@@ -240,7 +246,7 @@ class Search:
         for request, found, pool, relevance in zip(
             requests, outcomes, pools, relevances, strict=True
         ):
-            candidates = fuse_blend(pool, relevance, self.fusion)
+            candidates = fuse_blend(pool, relevance, self.fusion, named_persons(found["keys"]))
             if self.fusion.evidence and is_comparison(request.query):
                 candidates = select_evidence(candidates, found["keys"], request.top_k)
             memories = candidates[: request.top_k]
@@ -267,10 +273,15 @@ class Search:
         """The query vector, the BM25 hits per namespace and the vectors of the query's own
         phrases (``Fusion.phrases``); any may be missing.
 
-        Vector and BM25 are fetched in parallel with the lexicon's phrases of the query; the
-        phrases are embedded after (as keys: the embedder's cache serves repeated words).
+        Two rounds of parallel calls: the query's embedding with the lexicon's phrases of the
+        query, then BM25 with the phrases' embedding (as keys: the embedder's cache serves
+        repeated words). The lexicon serves one request at a time, so its two calls follow
+        each other whatever their order; with the phrases first, their embedding runs while
+        BM25 does, and BM25 (the long leg in a large store) ends the stage alone.
         """
         request = requests[0]
+        budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
+        started = time.perf_counter()
         searches: list[tuple[str, str, Any]] = []
         for each in requests:
             lexicon_body: dict[str, Any] = {
@@ -281,23 +292,44 @@ class Search:
             if each.min_seq is not None:
                 lexicon_body["min_seq"] = each.min_seq
             searches.append(("lexicon", "search", lexicon_body))
-        budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
-        calls: list[tuple[str, str, Any]] = [
-            ("embedder", "embed", {"texts": [request.query], "kind": "query"}),
-            *searches,
-        ]
+        embed = ("embedder", "embed", {"texts": [request.query], "kind": "query"})
+        first: list[tuple[str, str, Any]] = [embed]
         if self.fusion.phrases:
             phrase_body = {"text": request.query, "limit": PHRASES_MAX, "content_words": True}
-            calls.append(("lexicon", "extract_keys", phrase_body))
-        started = time.perf_counter()
-        outcomes = self.client.call_many(calls, timeout_ms=budget)
-        embedded, lexical = outcomes[0], outcomes[1 : 1 + len(requests)]
-        extracted = outcomes[1 + len(requests) :]
+            first.append(("lexicon", "extract_keys", phrase_body))
+        else:
+            first += searches
+        outcomes = self.client.call_many(first, timeout_ms=budget)
+        embedded = outcomes[0]
         vector = None
         if isinstance(embedded, KeymemError):
             degraded["embedder"] = str(embedded)
         else:
             vector = embedded["vectors"][0]
+        phrases = None
+        if self.fusion.phrases:
+            extracted = outcomes[1]
+            texts = []
+            if vector is not None and not isinstance(extracted, KeymemError):
+                texts = [c["key"] for c in extracted["keys"]]
+            second = list(searches)
+            if texts:
+                second.append(("embedder", "embed", {"texts": texts, "kind": "key"}))
+            left = budget - int((time.perf_counter() - started) * 1000)
+            if left > 0:
+                outcomes = self.client.call_many(second, timeout_ms=left)
+            else:
+                late = DeadlineExceeded(f"the analysis took its {budget} ms before BM25")
+                outcomes = [late] * len(second)
+            if texts:
+                found = outcomes[-1]
+                if isinstance(found, KeymemError):  # the whole query's vector still matches
+                    degraded["phrases"] = str(found)
+                else:
+                    phrases = found["vectors"]
+            lexical = outcomes[: len(requests)]
+        else:
+            lexical = outcomes[1:]
         bm25: dict[str, list[dict[str, Any]]] = {}
         for each, hits in zip(requests, lexical, strict=True):
             if isinstance(hits, KeymemError):
@@ -305,18 +337,6 @@ class Search:
                 bm25[each.namespace] = []
             else:
                 bm25[each.namespace] = hits["hits"]
-        phrases = None
-        if vector is not None and extracted and not isinstance(extracted[0], KeymemError):
-            texts = [c["key"] for c in extracted[0]["keys"]]
-            left = budget - int((time.perf_counter() - started) * 1000)
-            if texts and left > 0:
-                try:
-                    found = self.client.call(
-                        "embedder", "embed", {"texts": texts, "kind": "key"}, timeout_ms=left
-                    )
-                    phrases = found["vectors"]
-                except KeymemError as exc:  # the whole query's vector still matches keys
-                    degraded["phrases"] = str(exc)
         return vector, bm25, phrases
 
     def _relevance(
@@ -439,7 +459,10 @@ BLEND_KIND = "blended_evidence"  # key path + BM25 + relevance + hops, each on a
 
 
 def fuse_blend(
-    candidates: list[dict[str, Any]], relevance: Relevance | None, fusion: Fusion
+    candidates: list[dict[str, Any]],
+    relevance: Relevance | None,
+    fusion: Fusion,
+    persons: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Score blending: each evidence on a scale of about one, weighted and summed.
 
@@ -455,17 +478,20 @@ def fuse_blend(
     evidence is specificity-weighted already (IDF 1/n per key), so the pool's best counts a
     whole unit only when it is at least one specific key's (or one pair step's) worth — a
     memory reached only through a hub counts next to nothing instead of a whole unit. Depth
-    and freshness scale the sum as they scale the graph's own fusion.
+    and freshness scale the sum as they scale the graph's own fusion. A memory about another
+    person than the question's ``persons`` has neither (``Fusion.subjects``, ``about_others``).
     """
     parts = [c["components"] for c in candidates]
     bm25 = min_max([p.get("bm25_score", 0.0) for p in parts])
     dense = min_max(relevance.best()) if relevance is not None else [0.0] * len(candidates)
+    others = about_others(candidates, persons) if fusion.subjects else set()
+    associated = [{} if i in others else p for i, p in enumerate(parts)]
     if fusion.scale == "pool":
-        key = min_max([p["key_path"] for p in parts])
-        hop = min_max([p["hop_score"] for p in parts])
+        key = min_max([p.get("key_path", 0.0) for p in associated])
+        hop = min_max([p.get("hop_score", 0.0) for p in associated])
     else:
-        key = floored([p["key_path"] for p in parts], KEY_UNIT)
-        hop = floored([p.get("hop_share", 0.0) for p in parts], HOP_UNIT)
+        key = floored([p.get("key_path", 0.0) for p in associated], KEY_UNIT)
+        hop = floored([p.get("hop_share", 0.0) for p in associated], HOP_UNIT)
     key_links = [_link_share(p, "key_link", fusion) for p in parts]
     hop_links = [_link_share(p, "hop_link", fusion) for p in parts]
     direct, lent = [], []
@@ -479,6 +505,35 @@ def fuse_blend(
     else:
         totals = [d + h for d, h in zip(direct, lent, strict=True)]
     return _ordered(candidates, relevance, [(t, i) for i, t in enumerate(totals)])
+
+
+def named_persons(keys: list[dict[str, Any]]) -> frozenset[str]:
+    """The people a question names: its matched ``name`` keys whose concept or alias it
+    spells out."""
+    return frozenset(
+        str(k["key_id"])
+        for k in keys
+        if k.get("key_type") == "name" and k.get("match_type") in NAMED_MATCHES
+    )
+
+
+def about_others(candidates: list[dict[str, Any]], persons: frozenset[str]) -> set[int]:
+    """The candidates about another person than the question names: their ``subject`` (the
+    person their text names first, from the graph) is none of ``persons``.
+
+    Key path and hops say a memory is associated with the question's words ("Melanie's
+    family" → "Caroline appreciates seeing Melanie's love for her family"); about another
+    person, that association does not answer a question about this one, and on an
+    agent-keyed store those memories took places in the top from the named person's own.
+    Their BM25 and relevance still count: LoCoMo files a few answers under the other speaker
+    (16 of the 784 gold memories in its pools)."""
+    if not persons:
+        return set()
+    return {
+        i
+        for i, c in enumerate(candidates)
+        if c.get("subject") is not None and c["subject"] not in persons
+    }
 
 
 def below_lenders(
