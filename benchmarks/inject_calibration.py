@@ -44,7 +44,7 @@ from keymem.services.evaluation.loader import LoadedStore, default_key_mode, loa
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.runner import InjectResult
 from keymem.services.memory.inject import TOP_K_DEFAULT, Gate, Inject, Observation, judge
-from keymem.services.memory.search import Search
+from keymem.services.memory.search import GATED_FUSION, Search
 
 CLIENT_TIMEOUT_MS = 60_000
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "km-inject-observations"
@@ -136,7 +136,7 @@ def observe_file(
         store = load(client, benchmark, mode, progress)
         if running is not None:  # a cold pool would cost the first queries their reranker
             running.warm([m.content for m in benchmark.memories], progress, placement.e5_saved)
-        inject = Inject(Search(client))
+        inject = Inject(Search(client, GATED_FUSION))  # the memory service's inject search
         inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
         observed = []
         for position, query in progress.over(list(enumerate(benchmark.queries)), "observe"):

@@ -9,6 +9,7 @@ import pytest
 from keymem.protocol.errors import BadRequest
 from keymem.protocol.limits import RERANK_MAX_PASSAGES
 from keymem.services.memory.search import (
+    GATED_FUSION,
     Fusion,
     Relevance,
     Search,
@@ -245,3 +246,6 @@ def test_a_memory_about_another_person_gets_no_key_or_hop_evidence() -> None:
     # a question naming no one, or a memory about the named person, changes nothing
     assert order(fuse_blend(pool, None, Fusion())) == order(before)
     assert order(fuse_blend(pool, None, Fusion(), frozenset({"caroline"}))) == order(before)
+    # inject's search keeps it: the gate judges whom a memory is about itself, and its premise
+    # check needs to see another person's memory of the asked fact
+    assert order(fuse_blend(pool, None, GATED_FUSION, persons)) == order(before)

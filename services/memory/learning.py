@@ -41,7 +41,7 @@ from keymem.protocol.errors import BadRequest, KeymemError
 from keymem.protocol.limits import DEFAULT_BUDGET_MS
 from keymem.protocol.worker import remaining_ms
 from keymem.services import config as cfg
-from keymem.services.memory.search import Search, SearchRequest
+from keymem.services.memory.search import Fusion, Search, SearchRequest
 
 log = logging.getLogger("keymem.router.learning")
 
@@ -135,8 +135,8 @@ class TappedSearch(Search):
     the search replies it ran, so the learner watches those while inject runs.
     """
 
-    def __init__(self, client: Client) -> None:
-        super().__init__(client)
+    def __init__(self, client: Client, fusion: Fusion | None = None) -> None:
+        super().__init__(client, fusion)
         self._local = threading.local()
 
     def search_all(self, requests: list[SearchRequest]) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from keymem.services.memory.learning import (
     TappedSearch,
 )
 from keymem.services.memory.navigation import Navigation
-from keymem.services.memory.search import Search
+from keymem.services.memory.search import GATED_FUSION, Search
 from keymem.services.memory.warmup import Warmer
 
 # The embedder's per-request limit on texts; larger batches are split and sent in parallel.
@@ -312,7 +312,7 @@ def make_service(
     service.add("read_key", navigation.read_key, idempotent=True)
     service.add("search", journaled(journal, "search", recall.search), idempotent=True)
     # Inject gets its own watched Search: the learner reads the paths off its searches.
-    tapped = TappedSearch(api.client)
+    tapped = TappedSearch(api.client, GATED_FUSION)
     learner = Learner(
         api.client,
         tapped,
