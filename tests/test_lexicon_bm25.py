@@ -509,3 +509,38 @@ def test_ties_break_by_id_among_loaded_and_added_documents() -> None:
         expected = ["d00000", "d00001", "d00002", "d00004", "d00006", "d00007", "d00008"]
         expected += [f"d{i:05d}" for i in range(10, 20, 2)]
         assert got == expected[:top_n]
+
+
+def test_a_save_after_writes_keeps_each_document_in_its_namespace(tmp_path: Path) -> None:
+    """The document table a save writes after writes to a loaded cache: a namespace the
+    writes emptied is gone, new ones are numbered in name order with the loaded ones, and
+    every document keeps its namespace and digest (the table is renumbered through the few
+    names, not a sort of one name per document)."""
+    lexicon = LexiconIndex()
+    for i in range(30):
+        lexicon.upsert(f"m{i:02d}", f"ns{i % 3}", text_digest(str(i)), Counter([f"w{i % 7}"]))
+    first = tmp_path / "first.cache"
+    cache.save(first, lexicon, tokenizer="t1", epoch="e1", seq=1)
+    restored = LexiconIndex()
+    cache.load(first, restored, tokenizer="t1")
+    for i in range(1, 30, 3):  # ns1 emptied: half its documents removed, half moved to "a"
+        if i % 2:
+            restored.remove(f"m{i:02d}")
+        else:
+            restored.upsert(f"m{i:02d}", "a", text_digest("moved"), Counter(["w1"]))
+    restored.upsert("n0", "zz", text_digest("n0"), Counter(["w2"]))
+    restored.upsert("m00", "ns2", text_digest("m00 moved"), Counter(["w3"]))
+    second = tmp_path / "second.cache"
+    cache.save(second, restored, tokenizer="t1", epoch="e1", seq=2)
+    again = LexiconIndex()
+    cache.load(second, again, tokenizer="t1")
+    table = cache.snapshot(again, tokenizer="t1", epoch="e1", seq=3).table.to_table()
+    assert table.names == ["a", "ns0", "ns2", "zz"]
+    placed = {
+        doc_id.decode(): (table.names[space], bytes(digest))
+        for doc_id, space, digest in zip(
+            table.ids.tolist(), table.spaces.tolist(), table.digests.tolist(), strict=True
+        )
+    }
+    assert placed == {doc_id: restored.entry(doc_id) for doc_id in restored.ids()}
+    assert {doc_id: again.entry(doc_id) for doc_id in again.ids()} == placed

@@ -24,6 +24,7 @@ renumbered from its live documents in one vectorised pass.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -324,11 +325,16 @@ class FrozenNamespace:
             ids = ids[order]
             ptr, tids, tfs = _gather_rows(ptr, tids, tfs, order)
         used = np.bincount(tids, minlength=len(self.terms)) > 0
-        if not used.all():  # else the term ids are dense already: no copy of them
+        # the vocabulary is picked in C: a save runs beside the serving thread, and a Python
+        # loop over a namespace's terms held the GIL for as long as it ran
+        if used.all():  # the term ids are dense already: no copy of them
+            vocab = list(self.terms)
+        else:
             tids = (np.cumsum(used) - 1).astype(np.int32)[tids]
+            vocab = list(itertools.compress(self.terms, used.tolist()))
         return NamespaceCsr(
             ids=ids,
-            vocab=[self.terms[tid] for tid in np.flatnonzero(used).tolist()],
+            vocab=vocab,
             ptr=ptr,
             tids=tids,
             tfs=tfs,
@@ -932,22 +938,32 @@ class FrozenTable:
         if unchanged and np.bincount(base.spaces, minlength=len(base.names)).all():
             return base
         keep = np.flatnonzero(self.base_alive)
-        named = [
-            np.asarray(self.base.names, dtype=object)[self.base.spaces[keep]],
-            np.asarray([space for space, _ in self.added.values()], dtype=object),
-        ]
-        ids = np.concatenate((self.base.ids[keep], encode_ids(list(self.added))))
+        # Namespaces are renumbered through their few names, never one Python object per
+        # document: sorting a million names as objects holds the GIL for ~0.4 s, which the
+        # serving thread's queries waited out (docs/history/hook-and-up-2026-12-02c.md).
+        base_spaces = base.spaces[keep]
+        live = np.flatnonzero(np.bincount(base_spaces, minlength=len(base.names)))
+        added_names = [space for space, _ in self.added.values()]
+        names = sorted({base.names[code] for code in live.tolist()}.union(added_names))
+        number = {name: i for i, name in enumerate(names)}
+        renumbered = np.array([number.get(name, 0) for name in base.names], dtype=np.int64)
+        spaces = np.concatenate(
+            (
+                renumbered[base_spaces],
+                np.array([number[name] for name in added_names], dtype=np.int64),
+            )
+        )
+        ids = np.concatenate((base.ids[keep], encode_ids(list(self.added))))
         digests = np.concatenate(
             (
-                self.base.digests[keep],
+                base.digests[keep],
                 np.frombuffer(b"".join(d for _, d in self.added.values()), DIGEST_DTYPE),
             )
         )
-        names, spaces = np.unique(np.concatenate(named), return_inverse=True)
         order = np.argsort(ids, kind="stable")
         return DocTable(
             ids=ids[order],
             spaces=spaces.astype(np.min_scalar_type(max(len(names) - 1, 0)))[order],
             digests=digests[order],
-            names=[str(name) for name in names.tolist()],
+            names=names,
         )
