@@ -17,6 +17,11 @@ in-process: the wire carries no gate) costs no service call. The file's queries 
 with the eval's own tally (``services.evaluation.runner.InjectResult``), so "shipped" matches
 ``keymem eval``.
 
+A variant ``NAME@K`` shows K memories instead of the hook's default. Under the table, the first
+variant's gold is traced per question type: shown, admitted but below the K shown, the whole
+prompt silenced by the premise check, rejected by a gate (the first gold candidate's own
+verdict) or not among search's candidates; and the share of shown memories that are gold.
+
 To show over-fitting before a held-out run does, every table has three column groups: all
 queries, half A and half B (a query's half is fixed by a hash of its id). Fit a setting on one
 family's half A; keep it only if it holds on half B and on the other families.
@@ -31,6 +36,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +49,7 @@ from keymem.services.evaluation.deployment import temporary_deployment
 from keymem.services.evaluation.loader import LoadedStore, default_key_mode, load
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.runner import InjectResult
-from keymem.services.memory.inject import TOP_K_DEFAULT, Gate, Inject, Observation, judge
+from keymem.services.memory.inject import TOP_K_DEFAULT, Gate, Inject, Observation, admit, judge
 from keymem.services.memory.search import GATED_FUSION, Search
 
 CLIENT_TIMEOUT_MS = 60_000
@@ -64,6 +70,7 @@ VARIANTS: dict[str, Gate] = {
     "no_persons_first": Gate(persons=False),
     "no_subjects": Gate(subjects=False),
     "no_premise": Gate(premise=False),
+    "no_premise_things": Gate(premise_things=False),
     "no_cross_script": Gate(cross_script=False),
     "cross_0.2": Gate(cross_relevance=0.2),
     "cross_0.25": Gate(cross_relevance=0.25),
@@ -170,8 +177,17 @@ def observations(
     return recorded
 
 
-def score(benchmark: Benchmark, recorded: Mapping[str, Any], gate: Gate) -> dict[str, InjectResult]:
-    """The eval's inject tally under ``gate``, for all queries and for each half."""
+def variant(spec: str) -> tuple[Gate, int]:
+    """A variant's gate and how many memories it shows: ``NAME`` or ``NAME@K``."""
+    name, _, k = spec.partition("@")
+    return VARIANTS[name], int(k) if k else TOP_K_DEFAULT
+
+
+def score(
+    benchmark: Benchmark, recorded: Mapping[str, Any], gate: Gate, top_k: int
+) -> dict[str, InjectResult]:
+    """The eval's inject tally under ``gate`` showing ``top_k``, for all queries and for each
+    half."""
     store = LoadedStore([], benchmark_ids=recorded["benchmark_ids"])
     results: dict[str, InjectResult] = {}
     for group in ("all", *HALVES):
@@ -179,11 +195,55 @@ def score(benchmark: Benchmark, recorded: Mapping[str, Any], gate: Gate) -> dict
         results[group] = InjectResult(sum(1 for q in members if not q.answerable))
     for query, raw in zip(benchmark.queries, recorded["observations"], strict=True):
         seen = Observation(**raw)
-        chosen, _ = judge(query.query, [seen], gate, TOP_K_DEFAULT)
+        chosen, _ = judge(query.query, [seen], gate, top_k)
         shown = store.to_benchmark([c["memory_id"] for c in chosen])
         results["all"].record(query, shown)
         results[half_of(query)].record(query, shown)
     return results
+
+
+def fate(query: Query, seen: Observation, store: LoadedStore, gate: Gate, top_k: int) -> str:
+    """Where an answerable query's gold went: shown, admitted below the shown, the whole prompt
+    silenced by the premise check, rejected by a gate (the first gold candidate's own verdict),
+    or not among search's candidates."""
+    gold = set(query.gold)
+    golden = [c for c in seen.candidates if gold & set(store.benchmark_ids.get(c["memory_id"], ()))]
+    if not golden:
+        return "not a candidate"
+    admitted, rejected = judge(query.query, [seen], gate, len(seen.candidates))
+    ranks = [i for i, c in enumerate(admitted) if c in golden]
+    if ranks:
+        return "shown" if ranks[0] < top_k else "admitted, not shown"
+    if not admitted and rejected["premise_elsewhere"]:
+        return "prompt silenced: premise"
+    _, own = admit(query.query, golden[:1], seen.keys, seen.coverage, gate, seen.subjects)
+    return "rejected: " + next((reason for reason, n in own.items() if n), "?")
+
+
+def fates(benchmark: Benchmark, recorded: Mapping[str, Any], gate: Gate, top_k: int) -> str:
+    """Per question type, the share of answerable queries by where their gold went, and the
+    share of shown memories that are gold (``precision``)."""
+    store = LoadedStore([], benchmark_ids=recorded["benchmark_ids"])
+    counts: dict[str, Counter[str]] = {}
+    shown = hits = 0
+    for query, raw in zip(benchmark.queries, recorded["observations"], strict=True):
+        if not query.answerable:
+            continue
+        seen = Observation(**raw)
+        counts.setdefault(query.type, Counter())[fate(query, seen, store, gate, top_k)] += 1
+        for chosen in judge(query.query, [seen], gate, top_k)[0]:
+            shown += 1
+            hits += bool(set(query.gold) & set(store.benchmark_ids.get(chosen["memory_id"], ())))
+    labels = sorted({label for c in counts.values() for label in c})
+    lines = [
+        "| type | " + " | ".join(labels) + " |",
+        "|---|" + "---:|" * len(labels),
+        *(
+            f"| {t} | " + " | ".join(_share(c[label], c.total()) for label in labels) + " |"
+            for t, c in sorted(counts.items())
+        ),
+    ]
+    return "\n".join(lines) + f"\n\nprecision (gold among shown memories): {_share(hits, shown)}"
 
 
 def _share(hits: int, asked: int) -> str:
@@ -215,19 +275,28 @@ def calibrate(
 ) -> str:
     benchmark = _benchmark(path, limit)
     recorded = observations(path, cache, limit, Progress(sys.stderr), placement)
-    per_variant = {name: score(benchmark, recorded, VARIANTS[name]) for name in names}
+    per_variant = {name: score(benchmark, recorded, *variant(name)) for name in names}
     answerable = sum(1 for q in benchmark.queries if q.answerable)
-    return (
+    report = (
         f"## {path.name} (--keys {recorded['keys']}; {answerable} answerable, "
         f"{len(benchmark.queries) - answerable} with gold: []; observed in "
         f"{recorded['seconds']:.0f} s)\n" + table(per_variant)
     )
+    if answerable:
+        report += f"\n\nWhere the gold goes ({names[0]}):\n" + fates(
+            benchmark, recorded, *variant(names[0])
+        )
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", type=Path, nargs="+")
-    parser.add_argument("--variants", help=f"comma list of {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--variants",
+        help=f"comma list of {', '.join(VARIANTS)}; NAME@K shows K memories (default "
+        f"{TOP_K_DEFAULT}); the first variant's gold is traced (where it goes)",
+    )
     parser.add_argument("--limit", type=int)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--in-process", action="store_true", help="services as threads")
@@ -240,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--e5-saved", type=Path, help="a directory keeping e5's passage heads")
     args = parser.parse_args(argv)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
-    unknown = [n for n in names if n not in VARIANTS]
+    unknown = [n for n in names if n.partition("@")[0] not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     if args.relevance != "configured" and not args.in_process:

@@ -164,6 +164,28 @@ def test_a_place_the_prompt_names_does_not_stand_in_for_the_person_it_asks_about
     assert ids(kept) == ["nate"]
 
 
+def test_a_thing_only_another_persons_memory_holds_leaves_the_premise_unsupported() -> None:
+    keys = [
+        {"key_id": "k-tim", "concept": "Tim", "aliases": [], "key_type": "name"},
+        {"key_id": "k-john", "concept": "John", "aliases": [], "key_type": "name"},
+        {"key_id": "k-aragorn", "concept": "Aragorn", "aliases": [], "key_type": "proper_noun"},
+    ]
+    prompt = "Why does Tim like Aragorn?"
+    tim = candidate("tim", content="Tim likes fantasy books", keys=("k-tim",))
+    john = candidate("john", content="John likes Aragorn for his growth", keys=("k-aragorn",))
+    pool, coverage = [tim, john], {"tim": 1.0, "john": 1.0}
+    subjects: dict[str, str | None] = {"john": "k-john"}
+    # Tim's memory holds every asked word, but only John's holds Aragorn: it is John's fact
+    kept, rejected = admit(prompt, pool, keys, coverage, Gate(), subjects)
+    assert kept == [] and rejected["premise_elsewhere"] == 1
+    kept, _ = admit(prompt, pool, keys, coverage, Gate(premise_things=False), subjects)
+    assert ids(kept) == ["tim"]
+    # a memory of Tim's that holds Aragorn answers it
+    tim["content"] = "Tim likes Aragorn from the books"
+    kept, _ = admit(prompt, pool, keys, coverage, Gate(), subjects)
+    assert ids(kept) == ["tim"]
+
+
 def test_what_a_prompt_asks_leaves_the_entities_it_names_out() -> None:
     donggyun = Entity("k-d", ("Donggyun", "동균"), person=True)
     assert without_entities("what does Donggyun drink at night?", [donggyun]).split() == [

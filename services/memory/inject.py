@@ -37,7 +37,9 @@ tie (it favours the memory naming the prompt's person, whether or not it holds t
 — so "What is Jon's favorite style of painting?" is not answered by "Jon's favorite dance style
 is contemporary" when "Gina's favorite dance style is contemporary" is stored too. A memory
 holding every asked word answers the question as asked ("What is Gina's favorite style of
-dance?"), whoever else's does too.
+dance?"), whoever else's does too. It is silent too when the prompt names beside a person a
+thing (a place, a title) that only another person's memory holds: "Why does Tim like Aragorn?"
+is not answered by Tim's fantasy books when only John's memories hold Aragorn.
 
 Then it takes the top few and cuts each preview and the whole block to a size budget. The
 thresholds (``Gate``) were calibrated with ``benchmarks/inject_calibration.py``, which swaps the
@@ -202,8 +204,30 @@ def about_entities(
         entities = [e for e in entities if e.person]
         if subject is not None and all(e.key_id != subject for e in entities):
             return False
-    filed = set(candidate.get("matched_keys") or [])
-    return any(e.key_id in filed or e.named_in(candidate["content"]) for e in entities)
+    return any(held(candidate, e) for e in entities)
+
+
+def held(candidate: dict[str, Any], entity: Entity) -> bool:
+    """The memory is filed under the entity or its text names it."""
+    return entity.key_id in (candidate.get("matched_keys") or []) or entity.named_in(
+        candidate["content"]
+    )
+
+
+def _thing_elsewhere(
+    entities: list[Entity], plausible: list[dict[str, Any]], elsewhere: list[dict[str, Any]]
+) -> bool:
+    """A thing the prompt names beside a person (a place, a title: a named entity that is no
+    person) that none of the named person's memories holds and another person's does: the
+    prompt pins that one's fact on the person it names. Coverage cannot see it: what is asked
+    leaves the named entities' words out."""
+    if not any(e.person for e in entities):
+        return False
+    return any(
+        not any(held(c, e) for c in plausible) and any(held(c, e) for c in elsewhere)
+        for e in entities
+        if not e.person
+    )
 
 
 def subject_of(content: str, keys: list[dict[str, Any]]) -> str | None:
@@ -250,6 +274,7 @@ class Gate:
     cross_relevance: float | None = None  # None: the level for the score kind
     persons: bool = True
     subjects: bool = True
+    premise_things: bool = True  # a named thing only another person's memory holds counts too
 
     def cross_floor(self, kind: str) -> float | None:
         if self.cross_relevance is not None:
@@ -341,7 +366,10 @@ def admit(
         tie = gate.premise_ties and partial and isclose(share, best_here)
         return share > best_here or tie
 
-    if gate.premise and any(outcovers(covered(c) or 0.0) for c in elsewhere):
+    if gate.premise and (
+        any(outcovers(covered(c) or 0.0) for c in elsewhere)
+        or (gate.premise_things and _thing_elsewhere(entities, plausible, elsewhere))
+    ):
         rejected["premise_elsewhere"] += len(plausible)
         return [], rejected
     kept = []
