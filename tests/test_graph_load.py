@@ -8,6 +8,7 @@ every change of its namespace's matrix (the records read their vectors from it).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,13 +18,16 @@ import duckdb
 import numpy as np
 import pytest
 
-from keymem.services.graph import GraphService
+from keymem.services.graph import GraphService, dedup
+from keymem.services.graph import state as state_module
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import normalize_content
 from keymem.store.database import EFFECTIVE_LINKS, GraphStore
 from keymem.store.records import KeyAlias, KeyRecord, LinkRecord
 from tests.graph_helpers import GRAPH_FILE, damage_file, key_id_of, open_graph
 from tests.vectors import remember_body
+
+GATE_S = 10.0  # how long a held normalisation waits before giving up (the test then fails)
 
 
 def reads(graph: GraphService) -> dict[str, Any]:
@@ -348,4 +352,35 @@ def test_dedup_finds_a_text_by_its_hash_and_never_merges_another(tmp_path: Path)
         saved = graph.remember(remember_body("Sam prefers tabs", ["Sam"]))
         assert "superseded" not in saved and state.memories[other].active(time.time())
     finally:
+        graph.close()
+
+
+def test_reads_are_answered_while_the_dedup_table_builds_and_a_write_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table of every loaded memory's text is built on a thread (8.7 s of CPU at 1M kept
+    `keymem up` waiting): the graph opens and reads while the build is held, and a duplicate
+    written meanwhile waits for the table and is deduplicated against the loaded memory."""
+    graph = open_graph(tmp_path)
+    saved = graph.remember(remember_body("Dana prefers tabs", ["Dana"]))["saved"]
+    graph.close()
+    release, held_past_gate = threading.Event(), threading.Event()
+
+    def gated(content: str) -> str:
+        if not release.wait(timeout=GATE_S):
+            held_past_gate.set()  # the opening thread itself waited here: the old load
+        return normalize_content(content)
+
+    monkeypatch.setattr(dedup, "normalize_content", gated)
+    monkeypatch.setattr(state_module, "normalize_content", gated)
+    graph = open_graph(tmp_path)
+    try:
+        read = graph.get_memories({"ids": [saved], "namespace": "default"})["memories"]
+        assert [m["id"] for m in read] == [saved] and not release.is_set()
+        threading.Timer(0.1, release.set).start()
+        again = graph.remember(remember_body("dana  prefers TABS", ["Dana"]))
+        assert again["superseded"] == saved and again["deduplicated"]
+        assert not held_past_gate.is_set()
+    finally:
+        release.set()
         graph.close()

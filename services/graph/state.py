@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from keymem.services.graph.dedup import DedupBuild, DedupTable, index_text
 from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
 from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable
 from keymem.services.graph.text import normalize_content
@@ -109,13 +110,8 @@ class GraphState:
         heapq.heapify(self.ttl_heap)
         # namespace -> hash of the normalised content -> the active memory holding that text
         # (``duplicate_of`` compares the texts: a hash is 32 bytes where the normalised copy of
-        # a text took ~150). Built at load: it costs a Unicode normalisation per memory (8.7 s
-        # of CPU at 1M), which built on the first write held the graph's loop past that
-        # write's deadline and every request queued behind it.
-        self.dedup: dict[str, dict[int, str]] = defaultdict(dict)
-        for memory in self.memories.values():
-            if memory.superseded_by is None:
-                self.index_content(memory)
+        # a text took ~150), built on a thread while the graph serves (services/graph/dedup.py)
+        self._dedup = DedupBuild([m for m in self.memories.values() if m.superseded_by is None])
 
     def _count_active(self, loaded: LoadedGraph) -> None:
         """``active_count`` from the loaded links: per key, those not learned whose memory is
@@ -217,9 +213,14 @@ class GraphState:
         self.changes.add_memory(memory)
         self.changes.upsert_event(memory)
 
+    @property
+    def dedup(self) -> DedupTable:
+        """The dedup table; the first write after start waits here for its build."""
+        return self._dedup.table()
+
     def index_content(self, memory: MemoryRecord) -> None:
         """Make ``memory`` the dedup target for its text (unless another active one is)."""
-        self.dedup[memory.namespace].setdefault(hash(normalize_content(memory.content)), memory.id)
+        index_text(self.dedup, memory)
 
     def duplicate_of(self, namespace: str, content: str) -> MemoryRecord | None:
         """The memory that holds ``content``'s text in ``namespace`` as the dedup target (two
