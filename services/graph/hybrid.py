@@ -25,7 +25,10 @@ themselves (the router reranks the pool and decides what to show), and each cand
    with no evidence but the reranker's (``_unlexical_members``, ``WIDEN_MAX_MEMORIES``);
    otherwise, when nothing matched at all, the members of the nearest keys below the
    threshold, for the reranker to judge (``_nearest_key_members``);
-5. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
+5. dense leg (an experiment, off: ``Scoring.dense_leg``) — the memories nearest the query by
+   their own text vectors (``memory_vectors``), proposed whatever words or keys they share
+   (``_dense_members``; docs/history/recall-dense-leg-2026-12-02c.md);
+6. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
    the recall threshold, or BM25 evidence), so an unrelated query can abstain.
 """
 
@@ -107,6 +110,10 @@ class Scoring:
     * ``fallback`` — when nothing matched, the members of the nearest keys below the threshold.
     * ``widen_max`` — a namespace of at most this many memories is handed whole to the
       reranker when the query's lexical legs found nothing (0: never).
+    * ``dense_leg`` — how many memories nearest the query's vector by their own text vectors
+      (``memory_vectors``) join the fusion as one more ranked list (0: none);
+      ``dense_pooled`` — those the fused pool left out are handed to the reranker too;
+      ``dense_fused`` — the leg's list counts in the fusion (the pool's cut, the hop's seed).
     """
 
     seeds: int = SEEDS_DEFAULT
@@ -117,6 +124,9 @@ class Scoring:
     named_hops: bool = True
     fallback: bool = True
     widen_max: int = WIDEN_MAX_MEMORIES
+    dense_leg: int = 0
+    dense_pooled: bool = False
+    dense_fused: bool = True
 
 
 def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:
@@ -206,14 +216,13 @@ def recall_candidates(
     key_rank = {m: r for r, m in enumerate(sorted(key_path, key=lambda m: -key_path[m]), 1)}
     bm25_rank = {memory_id: rank for rank, (memory_id, _) in enumerate(active_bm25, 1)}
     bm25_score = dict(active_bm25)
+    dense = _dense_members(state, namespace, body, scoring.dense_leg, now)
+    dense_rank = {memory_id: rank for rank, memory_id in enumerate(dense, 1)}
+    lists = (key_rank, bm25_rank, dense_rank) if scoring.dense_fused else (key_rank, bm25_rank)
     fused: dict[str, float] = {}
     factors: dict[str, float] = {}
-    for memory_id in key_rank.keys() | bm25_rank.keys():
-        score = sum(
-            1.0 / (RRF_K + ranks[memory_id])
-            for ranks in (key_rank, bm25_rank)
-            if memory_id in ranks
-        )
+    for memory_id in set().union(*lists):
+        score = sum(1.0 / (RRF_K + ranks[memory_id]) for ranks in lists if memory_id in ranks)
         if memory_id in literal:
             score += LITERAL_BONUS
         memory = state.memories[memory_id]
@@ -252,6 +261,9 @@ def recall_candidates(
         total[memory_id] = total.get(memory_id, 0.0) + row["score"]
     # RRF ties whenever two lists swap ranks; the graph's own evidence breaks them.
     ranked = sorted(total, key=lambda m: (-total[m], -key_path.get(m, 0.0), m))[:pool]
+    if scoring.dense_pooled:
+        pooled = set(ranked)
+        ranked += [memory_id for memory_id in dense_rank if memory_id not in pooled]
     near: dict[str, float] = {}
     widened: list[str] = []
     if not active_bm25 and not any(k["match_type"] in NAMED_MATCHES for k in keys):
@@ -282,6 +294,7 @@ def recall_candidates(
                     "key_rank": key_rank.get(memory_id),
                     "bm25_rank": bm25_rank.get(memory_id),
                     "bm25_score": round(bm25_score.get(memory_id, 0.0), SCORE_DIGITS),
+                    "dense_rank": dense_rank.get(memory_id),
                     "literal": memory_id in literal,
                     "hop": hop["hop"] if hop else 0,
                     "hop_score": round(hop["score"], SCORE_DIGITS) if hop else 0.0,
@@ -323,6 +336,25 @@ def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
         if not link.auto and not link.learned
     ]
     return ABOUT_SEPARATOR.join(concepts) or None
+
+
+def _dense_members(
+    state: GraphState, namespace: str, body: dict[str, Any], most: int, now: float
+) -> list[str]:
+    """The ``most`` active memories of ``namespace`` whose text vectors lie nearest the
+    query's, best first: the candidates no key and no shared word reach
+    (a question in another script, a paraphrase, the items of a list a question asks for)."""
+    if not most:
+        return []
+    query = matching.query_vector(state, body)
+    if query is None:
+        return []
+
+    def active(memory_id: str) -> bool:
+        memory = state.memories.get(memory_id)
+        return memory is not None and memory.active(now)
+
+    return state.memory_vectors.nearest(namespace, query, most, active)
 
 
 def subject_of(state: GraphState, memory_id: str) -> str | None:

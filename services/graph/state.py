@@ -18,6 +18,7 @@ import numpy as np
 from keymem.services.graph.dedup import DedupBuild, DedupTable, index_text
 from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
 from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable
+from keymem.services.graph.memory_vectors import MemoryVectors
 from keymem.services.graph.text import normalize_content
 from keymem.store.changes import Changes
 from keymem.store.database import LoadedGraph
@@ -77,6 +78,8 @@ class GraphState:
         self.head_seq = loaded.head_seq
         self.first_seq = loaded.first_seq
         self.indexes: dict[str, KeyIndex] = {}
+        # memory id -> its text vector, per namespace (the dense candidate leg)
+        self.memory_vectors = MemoryVectors()
         # key id -> active memories written with it (learned links left out: an association
         # hook learning made must not dilute the key's IDF for the memories it names)
         self.active_count: dict[str, int] = defaultdict(int)

@@ -1,0 +1,170 @@
+"""Memories' text vectors, per namespace, for the dense candidate leg of hybrid recall.
+
+The key path reaches a memory only through a key the query matches and BM25 only through a
+word it shares; a question in another script, or one that paraphrases its answer, reaches
+neither. The dense leg asks which memories' own text vectors lie nearest the query's
+(``nearest``), whatever words they share. It only proposes candidates: the reranker scores
+every one of them again from its own vectors, so the leg's vectors may be coarse.
+
+Two codes (``CODES``):
+
+* ``i8`` — 8 bits per dimension with one float32 scale per row (the row's largest magnitude
+  over 127): 516 bytes a 512-d memory; the cosine it gives is within a percent of float32's.
+* ``bits`` — the sign of each dimension, packed: 64 bytes a 512-d memory; similarity is the
+  number of agreeing signs (the Hamming distance's complement), an order-preserving estimate
+  of the angle good enough to propose candidates. Rows are kept word-major, so a scan is eight
+  contiguous XOR + popcount passes over 64-bit words.
+
+Rows are appended into spare capacity and removed by swapping the last row in (as the keys'
+``KeyIndex``), so writes cost O(dim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+INITIAL_CAPACITY = 64
+I8_MAX = 127
+SCAN_CHUNK_ROWS = 16_384  # i8 rows widened to float32 at a time (32 MB at 512-d)
+CODES = ("i8", "bits")
+WORD_BITS = 64
+
+
+def quantise(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unit float32 rows as int8 rows and their float32 scales (row ≈ int8 × scale)."""
+    peak = np.abs(vectors).max(axis=1)
+    scales = np.where(peak > 0, peak / I8_MAX, 1.0).astype(np.float32)
+    rows = np.rint(vectors / scales[:, None]).astype(np.int8)
+    return rows, scales
+
+
+def sign_words(vector: np.ndarray) -> np.ndarray:
+    """A vector's signs packed into 64-bit words (the dimension padded to a multiple of 64)."""
+    words = -(-vector.shape[0] // WORD_BITS)
+    bits = np.zeros(words * WORD_BITS, dtype=bool)
+    bits[: vector.shape[0]] = vector > 0
+    return np.packbits(bits).view(np.uint64)
+
+
+class NamespaceVectors:
+    """One namespace's memory vectors in one code, with spare rows."""
+
+    def __init__(self, dim: int, code: str) -> None:
+        self.dim = dim
+        self.code = code
+        self.ids: list[str] = []
+        self.pos: dict[str, int] = {}
+        if code == "i8":
+            self.rows = np.zeros((INITIAL_CAPACITY, dim), dtype=np.int8)
+        else:  # word-major: one contiguous array of every row's w-th word
+            self.rows = np.zeros((-(-dim // WORD_BITS), INITIAL_CAPACITY), dtype=np.uint64)
+        self.scales = np.zeros(INITIAL_CAPACITY, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _set(self, at: int, vector: np.ndarray) -> None:
+        if self.code == "i8":
+            rows, scales = quantise(vector.reshape(1, -1).astype(np.float32))
+            self.rows[at] = rows[0]
+            self.scales[at] = scales[0]
+        else:
+            self.rows[:, at] = sign_words(vector)
+
+    def _grow(self) -> None:
+        axis = 0 if self.code == "i8" else 1
+        self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)], axis=axis)
+        self.scales = np.concatenate([self.scales, np.zeros_like(self.scales)])
+
+    def put(self, memory_id: str, vector: np.ndarray) -> None:
+        at = self.pos.get(memory_id)
+        if at is None:
+            at = len(self.ids)
+            if at == self.scales.shape[0]:
+                self._grow()
+            self.ids.append(memory_id)
+            self.pos[memory_id] = at
+        self._set(at, vector)
+
+    def remove(self, memory_id: str) -> None:
+        at = self.pos.pop(memory_id, None)
+        if at is None:
+            return
+        last = len(self.ids) - 1
+        if at != last:
+            moved = self.ids[last]
+            self.ids[at] = moved
+            self.pos[moved] = at
+            if self.code == "i8":
+                self.rows[at] = self.rows[last]
+            else:
+                self.rows[:, at] = self.rows[:, last]
+            self.scales[at] = self.scales[last]
+        self.ids.pop()
+
+    def similarities(self, query: np.ndarray) -> np.ndarray:
+        """Every row's similarity to the unit ``query``, higher nearer: the cosine (``i8``)
+        or the count of agreeing signs (``bits``)."""
+        count = len(self.ids)
+        if self.code == "bits":
+            words = sign_words(query)
+            differ = np.zeros(count, dtype=np.uint16)
+            for w, word in enumerate(words):
+                differ += np.bitwise_count(self.rows[w, :count] ^ word)
+            return (self.dim - differ).astype(np.float32)
+        out = np.empty(count, dtype=np.float32)
+        for at in range(0, count, SCAN_CHUNK_ROWS):
+            end = min(at + SCAN_CHUNK_ROWS, count)
+            out[at:end] = (self.rows[at:end].astype(np.float32) @ query) * self.scales[at:end]
+        return out
+
+
+class MemoryVectors:
+    """Every namespace's memory vectors; the graph keeps one (``GraphState.memory_vectors``)."""
+
+    def __init__(self, code: str = "i8") -> None:
+        if code not in CODES:
+            raise ValueError(f"code must be one of {CODES}")
+        self.code = code
+        self.namespaces: dict[str, NamespaceVectors] = {}
+        self.namespace_of: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.namespace_of)
+
+    def put(self, namespace: str, memory_id: str, vector: np.ndarray) -> None:
+        """``memory_id``'s unit vector (replacing the one it had)."""
+        self.remove(memory_id)
+        space = self.namespaces.get(namespace)
+        if space is None:
+            space = self.namespaces[namespace] = NamespaceVectors(vector.shape[0], self.code)
+        space.put(memory_id, vector)
+        self.namespace_of[memory_id] = namespace
+
+    def remove(self, memory_id: str) -> None:
+        namespace = self.namespace_of.pop(memory_id, None)
+        if namespace is not None:
+            self.namespaces[namespace].remove(memory_id)
+
+    def nearest(
+        self, namespace: str, query: np.ndarray, count: int, keep: Callable[[str], bool]
+    ) -> list[str]:
+        """The ``count`` memories of ``namespace`` nearest the unit ``query`` that ``keep``
+        admits, best first."""
+        space = self.namespaces.get(namespace)
+        if space is None or not len(space) or count <= 0 or query.shape[0] != space.dim:
+            return []
+        similarity = space.similarities(query)
+        found: list[str] = []
+        # the best few first; the rest only when ``keep`` refused too many of them
+        ask = min(len(space), 2 * count)
+        while True:
+            top = np.argpartition(-similarity, ask - 1)[:ask] if ask < len(space) else None
+            order = np.arange(len(space)) if top is None else top
+            order = order[np.lexsort((order, -similarity[order]))]  # ties: the older row
+            found = [space.ids[at] for at in order.tolist() if keep(space.ids[at])][:count]
+            if len(found) == count or ask == len(space):
+                return found
+            ask = min(len(space), 4 * ask)

@@ -1,0 +1,111 @@
+"""The dense candidate leg (services/graph/memory_vectors.py, hybrid's ``_dense_members``):
+memories proposed by their own text vectors, whatever words or keys they share with the query.
+Real vectors (the shipped multilingual model, tests/vectors.py), a real graph file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from keymem.services.graph import GraphService
+from keymem.services.graph.hybrid import Scoring
+from keymem.services.graph.memory_vectors import CODES, MemoryVectors
+from tests.graph_helpers import open_graph
+from tests.vectors import remember_body, vector, vectors
+
+PAINTS = "Melanie paints lake sunrises on weekends."
+CAMPING = "Melanie took her kids camping in the mountains."
+ADOPTION = "Caroline is researching adoption agencies."
+POTTERY = "Caroline signed up for a pottery class downtown."
+TEXTS = [PAINTS, CAMPING, ADOPTION, POTTERY]
+# Korean, sharing no word and no script with the store: "going camping with the children"
+CAMPING_KO = "아이들과 함께 산으로 캠핑을 갔다"
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_each_code_ranks_real_sentences_as_float32_does(code: str) -> None:
+    store = MemoryVectors(code)
+    for text, row in zip(TEXTS, vectors(TEXTS), strict=True):
+        store.put("default", text, row)
+    for query, expected in [
+        ("a family trip to the mountains", CAMPING),
+        (CAMPING_KO, CAMPING),
+        ("ceramics lessons", POTTERY),
+    ]:
+        exact = sorted(TEXTS, key=lambda t: -float(vector(t) @ vector(query)))
+        assert exact[0] == expected
+        assert store.nearest("default", vector(query), 1, lambda _: True) == [expected]
+
+
+def test_removed_replaced_and_refused_memories_are_not_proposed() -> None:
+    store = MemoryVectors("i8")
+    for text, row in zip(TEXTS, vectors(TEXTS), strict=True):
+        store.put("default", text, row)
+    query = vector("a family trip to the mountains")
+    store.remove(CAMPING)
+    assert CAMPING not in store.nearest("default", query, 4, lambda _: True)
+    # a memory's vector replaced by another text's: it is found where its new text is
+    store.put("default", ADOPTION, vector(CAMPING))
+    assert store.nearest("default", query, 1, lambda _: True) == [ADOPTION]
+    # what the caller refuses (an inactive memory) is skipped, the next ones fill its place
+    assert store.nearest("default", query, 2, lambda m: m != ADOPTION)[0] != ADOPTION
+    assert len(store.nearest("default", query, 9, lambda _: True)) == 3
+    assert store.nearest("other", query, 3, lambda _: True) == []
+    assert len(store) == 3
+
+
+@pytest.fixture
+def graph(tmp_path: Path) -> Iterator[GraphService]:
+    service = open_graph(tmp_path)
+    for content, keys in [
+        (PAINTS, ["Melanie", "lake sunrise painting"]),
+        (CAMPING, ["Melanie", "camping"]),
+        (ADOPTION, ["Caroline", "adoption"]),
+        (POTTERY, ["Caroline", "pottery"]),
+    ]:
+        service.remember(remember_body(content, keys))
+    for memory in service.state.memories.values():
+        service.state.memory_vectors.put(memory.namespace, memory.id, vector(memory.content))
+    yield service
+    service.close()
+
+
+def pooled(graph: GraphService, question: str) -> dict[str, dict[str, Any]]:
+    body = {"vector": vector(question), "text": question, "hops": 0}
+    return {c["content"]: c["components"] for c in graph.recall_candidates(body)["candidates"]}
+
+
+def test_the_leg_proposes_what_no_key_and_no_word_reaches(graph: GraphService) -> None:
+    # a namespace too large to be handed to the reranker whole (widen_max 0), no fallback:
+    # the Korean question reaches no key and no word of the English store
+    graph.scoring = Scoring(widen_max=0, fallback=False)
+    assert CAMPING not in pooled(graph, CAMPING_KO)
+    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=2)
+    found = pooled(graph, CAMPING_KO)
+    assert found[CAMPING]["dense_rank"] == 1
+    assert len(found) == 2  # as deep as the leg was asked to reach
+
+
+def test_the_leg_proposes_no_forgotten_memory(graph: GraphService) -> None:
+    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=4)
+    camping = next(m.id for m in graph.state.memories.values() if m.content == CAMPING)
+    graph.forget({"memory_id": camping})
+    assert CAMPING not in pooled(graph, CAMPING_KO)
+
+
+def test_without_a_query_vector_the_leg_stands_aside(graph: GraphService) -> None:
+    # the embedder down: recall runs on literal keys and BM25, the leg proposes nothing
+    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=4)
+    found = graph.recall_candidates({"text": "camping", "hops": 0})["candidates"]
+    assert {c["content"] for c in found} == {CAMPING}
+    assert all(c["components"]["dense_rank"] is None for c in found)
+
+
+def test_a_vector_of_another_width_proposes_nothing() -> None:
+    store = MemoryVectors("bits")
+    store.put("default", "m", vector(PAINTS))
+    assert store.nearest("default", np.ones(8, dtype=np.float32), 1, lambda _: True) == []
