@@ -37,7 +37,7 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     horizon = WriteHorizon()  # one for all workers: horizon.py
     journal = Journal(settings.home, "memory")  # one for all workers: services/journal.py
     local = inproc_endpoints("router")
-    warmer = Warmer(local.frontend)  # one for all workers: memory/warmup.py
+    warmer = Warmer(local.frontend)  # one for all workers, idle between their requests: warmup.py
     broker = Broker(
         settings.endpoints.frontend,
         settings.endpoints.backend,
@@ -50,8 +50,10 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     threads = [
         threading.Thread(
             target=Worker(
-                memory.make_service(
-                    local.frontend, surfaced, horizon, settings.config, journal, warmer
+                warmer.yield_to(  # warm only while no request is in flight
+                    memory.make_service(
+                        local.frontend, surfaced, horizon, settings.config, journal, warmer
+                    )
                 ),
                 local.backend,
                 heartbeat=orchestration_heartbeat(settings),
