@@ -2,8 +2,9 @@
 
 Hybrid search (the engine behind inject and ``keymem eval``):
 
-1. analyse — in parallel, the embedder's query vector, the lexicon's BM25 top 50 and the
-   query's phrases (then embedded as keys, for matching the one-word auto-keys);
+1. analyse — the embedder's query vector, the lexicon's BM25 top 50 and the query's phrases
+   embedded as keys (for matching the one-word auto-keys), in two rounds of parallel calls
+   (``Search._analyse``);
 2. graph — key matching, key→memory links, RRF with the BM25 list, depth and freshness factors
    and hops, in one call over the graph's in-memory state (``recall_candidates``);
 3. rerank — the reranker scores the pool against the query; the final order blends every
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import KeymemError
+from keymem.protocol.errors import DeadlineExceeded, KeymemError
 from keymem.protocol.fields import (
     body_of,
     only_fields,
@@ -278,10 +279,15 @@ class Search:
         """The query vector, the BM25 hits per namespace and the vectors of the query's own
         phrases (``Fusion.phrases``); any may be missing.
 
-        Vector and BM25 are fetched in parallel with the lexicon's phrases of the query; the
-        phrases are embedded after (as keys: the embedder's cache serves repeated words).
+        Two rounds of parallel calls: the query's embedding with the lexicon's phrases of the
+        query, then BM25 with the phrases' embedding (as keys: the embedder's cache serves
+        repeated words). The lexicon serves one request at a time, so its two calls follow
+        each other whatever their order; with the phrases first, their embedding runs while
+        BM25 does, and BM25 (the long leg in a large store) ends the stage alone.
         """
         request = requests[0]
+        budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
+        started = time.perf_counter()
         searches: list[tuple[str, str, Any]] = []
         for each in requests:
             lexicon_body: dict[str, Any] = {
@@ -292,23 +298,44 @@ class Search:
             if each.min_seq is not None:
                 lexicon_body["min_seq"] = each.min_seq
             searches.append(("lexicon", "search", lexicon_body))
-        budget = int(remaining_ms(DEFAULT_BUDGET_MS) * ANALYSE_SHARE)
-        calls: list[tuple[str, str, Any]] = [
-            ("embedder", "embed", {"texts": [request.query], "kind": "query"}),
-            *searches,
-        ]
+        embed = ("embedder", "embed", {"texts": [request.query], "kind": "query"})
+        first: list[tuple[str, str, Any]] = [embed]
         if self.fusion.phrases:
             phrase_body = {"text": request.query, "limit": PHRASES_MAX, "content_words": True}
-            calls.append(("lexicon", "extract_keys", phrase_body))
-        started = time.perf_counter()
-        outcomes = self.client.call_many(calls, timeout_ms=budget)
-        embedded, lexical = outcomes[0], outcomes[1 : 1 + len(requests)]
-        extracted = outcomes[1 + len(requests) :]
+            first.append(("lexicon", "extract_keys", phrase_body))
+        else:
+            first += searches
+        outcomes = self.client.call_many(first, timeout_ms=budget)
+        embedded = outcomes[0]
         vector = None
         if isinstance(embedded, KeymemError):
             degraded["embedder"] = str(embedded)
         else:
             vector = embedded["vectors"][0]
+        phrases = None
+        if self.fusion.phrases:
+            extracted = outcomes[1]
+            texts = []
+            if vector is not None and not isinstance(extracted, KeymemError):
+                texts = [c["key"] for c in extracted["keys"]]
+            second = list(searches)
+            if texts:
+                second.append(("embedder", "embed", {"texts": texts, "kind": "key"}))
+            left = budget - int((time.perf_counter() - started) * 1000)
+            if left > 0:
+                outcomes = self.client.call_many(second, timeout_ms=left)
+            else:
+                late = DeadlineExceeded(f"the analysis took its {budget} ms before BM25")
+                outcomes = [late] * len(second)
+            if texts:
+                found = outcomes[-1]
+                if isinstance(found, KeymemError):  # the whole query's vector still matches
+                    degraded["phrases"] = str(found)
+                else:
+                    phrases = found["vectors"]
+            lexical = outcomes[: len(requests)]
+        else:
+            lexical = outcomes[1:]
         bm25: dict[str, list[dict[str, Any]]] = {}
         for each, hits in zip(requests, lexical, strict=True):
             if isinstance(hits, KeymemError):
@@ -316,18 +343,6 @@ class Search:
                 bm25[each.namespace] = []
             else:
                 bm25[each.namespace] = hits["hits"]
-        phrases = None
-        if vector is not None and extracted and not isinstance(extracted[0], KeymemError):
-            texts = [c["key"] for c in extracted[0]["keys"]]
-            left = budget - int((time.perf_counter() - started) * 1000)
-            if texts and left > 0:
-                try:
-                    found = self.client.call(
-                        "embedder", "embed", {"texts": texts, "kind": "key"}, timeout_ms=left
-                    )
-                    phrases = found["vectors"]
-                except KeymemError as exc:  # the whole query's vector still matches keys
-                    degraded["phrases"] = str(exc)
         return vector, bm25, phrases
 
     def _relevance(
