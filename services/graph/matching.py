@@ -325,11 +325,13 @@ def _best_reached(
     looked up) in the order of its best bound, and the pricing stops once no bound left can
     reach the ``count``-th score, since no freshness factor exceeds 1.
     """
-    order = {other: at for at, other in enumerate(paths)}
-    bounds = sorted(((max(p[0] for p in ps), other) for other, ps in paths.items()), reverse=True)
+    # each memory's best bound (its paths' largest first item) and its place in walk order
+    bounds = sorted(
+        ((max(ps)[0], other, at) for at, (other, ps) in enumerate(paths.items())), reverse=True
+    )
     scored: list[tuple[float, int, str, str, str]] = []
     top: list[float] = []  # a min-heap of the best ``count`` scores so far
-    for bound, other in bounds:
+    for bound, other, at in bounds:
         if len(top) == count and bound < top[0]:
             break
         fresh = fresh_factor(other)
@@ -341,7 +343,7 @@ def _best_reached(
                 score, via, origin = path_score, path_via, path_origin
         if score <= 0.0:
             continue
-        scored.append((score, order[other], other, via, origin))
+        scored.append((score, at, other, via, origin))
         if len(top) < count:
             heapq.heappush(top, score)
         elif score > top[0]:
