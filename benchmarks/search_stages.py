@@ -16,7 +16,8 @@ measures through the router, one closed-loop client:
   worker and of the router's own `memory` service (what any call costs before its handler
   runs), and the search's fan-outs as it sends them (``stage_calls``);
 - ``search_again``: the first loop again; ``search_fresh``: the same with a word of its own in
-  each query (``fresh``), so nothing of it is cached, as for a new prompt;
+  each query (``fresh``), so nothing of it is cached, as for a new prompt; each search loop
+  with the CPU ms per search of every deployed process (``cpu_ms_per_search``);
 - the load average before and after.
 
 Run it nice'd, one 1M deployment at a time (``flock /tmp/km1m.lock``): the box is shared.
@@ -59,6 +60,7 @@ import psutil
 from threadpoolctl import threadpool_limits
 
 from benchmarks.deployment import bench_home
+from benchmarks.footprint import deployment_processes
 from benchmarks.graph_bench import Synthetic
 from benchmarks.recall_bench import LIVENESS, _queries, _search_loop
 from benchmarks.scale_1m import UP_TIMEOUT_S, WARM_TIMEOUT_MS, lexicon_serving
@@ -182,6 +184,28 @@ def _score_calls(query: str, passages: list[str]) -> list[tuple[str, str, Any]]:
     ]
 
 
+def _with_cpu(
+    processes: list[psutil.Process],
+    loop: Callable[..., dict[str, Any]],
+    client: Client,
+    queries: list[dict[str, Any]],
+    seconds: float,
+) -> dict[str, Any]:
+    """A search loop's figures and the CPU ms per search of each deployed process (user +
+    system): what a loaded box does not inflate the way it inflates the wall times."""
+    before = [sum(p.cpu_times()[:2]) for p in processes]
+    report = loop(client, queries, seconds, rerank=True)
+    used = [sum(p.cpu_times()[:2]) - b for p, b in zip(processes, before, strict=True)]
+    per_program: dict[str, float] = {}
+    for process, seconds_used in zip(processes, used, strict=True):
+        program = process.cmdline()[-1]  # the lexicon's forked worker adds to its program
+        per_program[program] = per_program.get(program, 0.0) + seconds_used
+    report["cpu_ms_per_search"] = {
+        program: round(total * 1000 / report["n"], 2) for program, total in per_program.items()
+    }
+    return report
+
+
 def measure(
     home_template: Path | None, store: Path | None, memories: int, seconds: float
 ) -> dict[str, Any]:
@@ -201,10 +225,13 @@ def measure(
             queries = _queries(Synthetic(memories, seed=memories))
             for query in queries:  # each query's pool once, as scale_1m does
                 client.call("memory", "search", query, timeout_ms=WARM_TIMEOUT_MS)
-            report["search"] = _search_loop(client, queries, seconds, rerank=True)
+            processes = deployment_processes(deployment)
+            report["search"] = _with_cpu(processes, _search_loop, client, queries, seconds)
             report["stages"] = stage_calls(client, queries, seconds)
-            report["search_again"] = _search_loop(client, queries, seconds, rerank=True)
-            report["search_fresh"] = _search_loop(client, fresh(queries), seconds, rerank=True)
+            report["search_again"] = _with_cpu(processes, _search_loop, client, queries, seconds)
+            report["search_fresh"] = _with_cpu(
+                processes, _search_loop, client, fresh(queries), seconds
+            )
         report["load_average"] = [round(x, 1) for x in os.getloadavg()]
         return report
 
