@@ -22,21 +22,16 @@ HELD_METHODS = ("write", "read")
 class RecordingReranker:
     """A ``reranker`` worker that records each ``warm`` call's passages (and can be held)."""
 
-    def __init__(self, busy_s: float = 0.0) -> None:
-        self.busy_s = busy_s  # model time each call takes
+    def __init__(self) -> None:
         self.calls: list[list[str]] = []
-        self.spans: list[tuple[float, float]] = []  # each call's (start, end), monotonic
         self.release = threading.Event()
         self.release.set()
         self.entered = threading.Event()
 
     def warm(self, body: Any) -> dict[str, Any]:
-        started = time.monotonic()
         self.entered.set()
         self.release.wait(WAIT_S)
-        time.sleep(self.busy_s)
         self.calls.append(list(body["passages"]))
-        self.spans.append((started, time.monotonic()))
         return {"cached": len(body["passages"]), "score_kind": "recorded"}
 
     def service(self) -> Service:
