@@ -253,17 +253,23 @@ class GraphStore:
             meta = self.read_meta()
         self.log = WriteLog(log_path(path), meta["epoch"])
         self.pending = self.log.read(int(meta.get(APPLIED_META, "0") or 0))
-        if self.pending:
-            try:
-                self.flush()
-            except (duckdb.Error, OSError) as exc:
-                if not disk_full(exc):
-                    raise
-                log.warning(
-                    "%d logged writes stay in %s until the disk has room for them",
-                    len(self.pending),
-                    self.log.path,
-                )
+        self._fold_logged()
+
+    def _fold_logged(self) -> bool:
+        """Fold the logged writes into DuckDB; False when the disk has no room for them (they
+        stay logged, durable, for a later fold)."""
+        try:
+            self.flush()
+        except (duckdb.Error, OSError) as exc:
+            if not disk_full(exc):
+                raise
+            log.warning(
+                "%d logged writes stay in %s until the disk has room for them",
+                len(self.pending),
+                self.log.path,
+            )
+            return False
+        return True
 
     # -- meta ------------------------------------------------------------------------------
     def read_meta(self) -> dict[str, str]:
@@ -285,20 +291,15 @@ class GraphStore:
         are handed back at the end: the load reads the whole file once, then the graph serves
         from its own copy.
         """
-        if self.pending:
+        if not self._fold_logged():
+            # No room to fold the logged writes in: read the file as they would leave it,
+            # inside a transaction that is then rolled back; they stay logged.
+            self.conn.execute("BEGIN TRANSACTION")
             try:
-                self.flush()
-            except (duckdb.Error, OSError) as exc:
-                if not disk_full(exc):
-                    raise
-                # No room to fold the logged writes in: read the file as they would leave it,
-                # inside a transaction that is then rolled back; they stay logged.
-                self.conn.execute("BEGIN TRANSACTION")
-                try:
-                    self._fold(self.pending)
-                    return self._read_all()
-                finally:
-                    self.conn.execute("ROLLBACK")
+                self._fold(self.pending)
+                return self._read_all()
+            finally:
+                self.conn.execute("ROLLBACK")
         return self._read_all()
 
     def _read_all(self) -> LoadedGraph:
