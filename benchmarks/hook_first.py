@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,7 +49,7 @@ from typing import Any
 from benchmarks.deployment import BenchHome, bench_home
 from benchmarks.footprint import memory_mb
 from benchmarks.graph_bench import Synthetic
-from benchmarks.hook_overhead import PROBE
+from benchmarks.hook_overhead import probe_run
 from benchmarks.recall_bench import LIVENESS, PROJECT_DIR, _queries, _search_loop
 from benchmarks.scale_1m import _first_remember, _lexicon_queries, lexicon_serving
 from benchmarks.scale_store import BUILD_REPORT
@@ -144,12 +143,7 @@ def hook_runs(env: dict[str, str], prompt: str, runs: int) -> list[dict[str, Any
     ).encode()
     out = []
     for _ in range(runs):
-        started = time.time()
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE], input=payload, capture_output=True, env=env, timeout=60
-        )
-        ended = time.time()
-        marks = json.loads(done.stderr.decode().strip().splitlines()[-1])
+        started, ended, marks, printed = probe_run(env, payload)
         p0 = marks["p0"]
         out.append(
             {
@@ -157,7 +151,7 @@ def hook_runs(env: dict[str, str], prompt: str, runs: int) -> list[dict[str, Any
                 "interpreter_ms": round((marks["started_at"] - started) * 1000, 1),
                 "imports_ms": round((marks["imports"] - p0) * 1000, 1),
                 "inject_ms": round((marks["inject_end"] - marks["inject_start"]) * 1000, 1),
-                "answered": bool(done.stdout),
+                "answered": bool(printed),
                 "start": started,
                 "end": ended,
             }

@@ -128,14 +128,21 @@ def spawn(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, fl
     return wall_ms, cpu_ms, done.stdout
 
 
-def probe_phases(env: dict[str, str], stdin: bytes) -> dict[str, float]:
-    """One probe run split into PHASES (ms)."""
+def probe_run(env: dict[str, str], stdin: bytes) -> tuple[float, float, dict[str, float], bytes]:
+    """One probe run of the hook: when it was spawned and when it exited, the marks the probe
+    took, and what it printed."""
     spawned_at = time.time()
     done = subprocess.run(
         [sys.executable, "-c", PROBE], input=stdin, capture_output=True, env=env, timeout=60
     )
     exited_at = time.time()
     marks = json.loads(done.stderr.decode().strip().splitlines()[-1])
+    return spawned_at, exited_at, marks, done.stdout
+
+
+def probe_phases(env: dict[str, str], stdin: bytes) -> dict[str, float]:
+    """One probe run split into PHASES (ms)."""
+    spawned_at, exited_at, marks, _ = probe_run(env, stdin)
     p0 = marks["p0"]
 
     def span(start: float, end: float) -> float:
