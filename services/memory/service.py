@@ -298,7 +298,8 @@ def make_service(
     write could miss it. ``config``: the process's settings (read now if not given);
     ``journal``: where recall, search and inject are recorded (one per process); ``warmer``:
     the reranker warm-up of written text, shared so that it groups every thread's writes
-    (without one, this service has its own and closes it when it stops)."""
+    and waits while any thread's request runs (without one, this service has its own and
+    closes it when it stops)."""
     config = config or load()
     journal = journal or Journal(config[cfg.HOME], "memory")
     own_warmer = warmer is None
@@ -334,4 +335,4 @@ def make_service(
     service.on_stop.append(journal.flush)
     if own_warmer:
         service.on_stop.append(warmer.close)
-    return service
+    return warmer.yield_to(service)  # warm only while none of its requests is in flight

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from typing import Protocol
 
 from keymem.services.embedder.backends import EmbeddingBackend, Encoded, Kind, fingerprint
@@ -91,23 +90,22 @@ class RecentQueries:
         self.backend = backend
         self.name, self.model, self.variant = backend.name, backend.model, backend.variant
         self.dim, self.max_chars = backend.dim, backend.max_chars
-        self._recent: OrderedDict[str, Encoded] = OrderedDict()
+        self._recent = VectorCache(RECENT_QUERIES)  # the embedder's LRU, here under a lock
         self._lock = threading.Lock()
 
     def encode(self, texts: list[str], kind: Kind) -> Encoded:
         if kind != "query" or len(texts) != 1:
             return self.backend.encode(texts, kind)
         with self._lock:
-            found = self._recent.get(texts[0])
-            if found is not None:
-                self._recent.move_to_end(texts[0])
-                return found
+            found = self._recent.get(kind, texts[0])
+        if found is not None:
+            return Encoded(
+                found.vector[None, :], frozenset({0}) if found.truncated else frozenset()
+            )
         encoded = self.backend.encode(texts, kind)
         encoded.vectors.setflags(write=False)  # handed to every caller of this query
         with self._lock:
-            self._recent[texts[0]] = encoded
-            while len(self._recent) > RECENT_QUERIES:
-                self._recent.popitem(last=False)
+            self._recent.put(kind, texts[0], Cached(encoded.vectors[0], 0 in encoded.truncated))
         return encoded
 
 

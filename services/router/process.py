@@ -50,10 +50,8 @@ def run_router(settings: Settings, stop: threading.Event) -> None:
     threads = [
         threading.Thread(
             target=Worker(
-                warmer.yield_to(  # warm only while no request is in flight
-                    memory.make_service(
-                        local.frontend, surfaced, horizon, settings.config, journal, warmer
-                    )
+                memory.make_service(
+                    local.frontend, surfaced, horizon, settings.config, journal, warmer
                 ),
                 local.backend,
                 heartbeat=orchestration_heartbeat(settings),
