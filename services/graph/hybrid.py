@@ -34,7 +34,6 @@ themselves (the router reranks the pool and decides what to show), and each cand
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +47,7 @@ from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import namespace_of
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
-from keymem.services.graph.text import query_phrases
+from keymem.services.graph.text import first_named, query_phrases
 from keymem.services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
 from keymem.services.graph.views import key_idf
 from keymem.services.graph.writes import AUTO_LINK_WEIGHT
@@ -362,22 +361,14 @@ def subject_of(state: GraphState, memory_id: str) -> str | None:
     its text names first (None when it names none). "Caroline appreciates Melanie's love for
     her family" is filed under both and is Caroline's; the router gives a memory about another
     person than the question names no key or hop evidence (``Fusion.subjects``)."""
-    content = state.memories[memory_id].content
-    first: tuple[int, str] | None = None
-    for key_id, link in state.mem_links[memory_id].items():
-        key = state.keys.get(key_id)
-        if key is None or key.key_type != "name" or link.learned:
-            continue
-        for surface in key.surfaces():
-            found = _named(surface).search(content)
-            if found and (first is None or found.start() < first[0]):
-                first = (found.start(), key_id)
-    return None if first is None else first[1]
-
-
-def _named(surface: str) -> re.Pattern[str]:
-    """A name as a word of a text, in any case ("Jon" is not in "Jonathan")."""
-    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(surface)}(?![A-Za-z0-9])", re.IGNORECASE)
+    people = (
+        (key_id, key.surfaces())
+        for key_id, link in state.mem_links[memory_id].items()
+        if (key := state.keys.get(key_id)) is not None
+        and key.key_type == "name"
+        and not link.learned
+    )
+    return first_named(state.memories[memory_id].content, people)
 
 
 def _unlexical_members(

@@ -8,9 +8,10 @@ so its cost depends on the query's length, not on the number of keys.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from keymem.services.scope import DEFAULT_NAMESPACE
 
@@ -208,3 +209,22 @@ def script_of(text: str) -> str | None:
 def key_words(text: str) -> list[str]:
     """A key's words, as literal matching splits them."""
     return _TOKEN.findall(unicodedata.normalize("NFKC", text))
+
+
+@functools.lru_cache(maxsize=4096)
+def name_pattern(surface: str) -> re.Pattern[str]:
+    """A name as a word of a text, in any case, where it is Latin ("Jon" is not in "Jonathan",
+    "Tim" not in "time"); elsewhere as a substring (a Korean name takes its particle: "갑은")."""
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(surface)}(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def first_named(content: str, people: Iterable[tuple[str, Iterable[str | None]]]) -> str | None:
+    """Of ``people`` (a key id and the surfaces that name it), the one ``content`` names first:
+    whom a memory is about. None when it names none of them."""
+    first: tuple[int, str] | None = None
+    for key_id, surfaces in people:
+        for surface in surfaces:
+            found = name_pattern(surface).search(content) if surface else None
+            if found and (first is None or found.start() < first[0]):
+                first = (found.start(), key_id)
+    return None if first is None else first[1]

@@ -59,6 +59,7 @@ from keymem.protocol.errors import BadRequest, KeymemError
 from keymem.protocol.fields import only_fields, opt_int
 from keymem.protocol.limits import DEFAULT_BUDGET_MS, PROMPT_MAX_CHARS
 from keymem.protocol.worker import remaining_ms
+from keymem.services.graph.text import first_named, name_pattern
 from keymem.services.memory.search import (
     Search,
     SearchRequest,
@@ -151,11 +152,7 @@ def graph_connected(candidate: dict[str, Any]) -> bool:
 def mentions(text: str, surface: str) -> bool:
     """``surface`` occurs in ``text`` as a whole word where it is Latin (so "Tim" is not in
     "time"), as a substring elsewhere (a Korean name is followed by its particle: "갑은")."""
-    return _surface_pattern(surface).search(text) is not None
-
-
-def _surface_pattern(surface: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(surface)}(?![A-Za-z0-9])", re.IGNORECASE)
+    return name_pattern(surface).search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -185,7 +182,7 @@ def without_entities(prompt: str, entities: Sequence[Entity]) -> str:
     """The prompt with the named entities' words taken out: what it asks about them."""
     for entity in entities:
         for surface in sorted(entity.surfaces, key=len, reverse=True):
-            prompt = _surface_pattern(surface).sub(" ", prompt)
+            prompt = name_pattern(surface).sub(" ", prompt)
     return prompt
 
 
@@ -233,15 +230,12 @@ def _thing_elsewhere(
 def subject_of(content: str, keys: list[dict[str, Any]]) -> str | None:
     """The key id of the person (a ``name`` key the memory is filed under) its text names
     first: whom the memory is about. None when its text names none of them."""
-    first: tuple[int, str] | None = None
-    for key in keys:
-        if key.get("key_type") != "name":
-            continue
-        for surface in [key.get("concept"), *(key.get("aliases") or [])]:
-            found = _surface_pattern(surface).search(content) if surface else None
-            if found and (first is None or found.start() < first[0]):
-                first = (found.start(), str(key["key_id"]))
-    return None if first is None else first[1]
+    people = (
+        (str(key["key_id"]), [key.get("concept"), *(key.get("aliases") or [])])
+        for key in keys
+        if key.get("key_type") == "name"
+    )
+    return first_named(content, people)
 
 
 def crosses_scripts(prompt: str, candidate: dict[str, Any], keys: list[dict[str, Any]]) -> bool:
