@@ -175,3 +175,35 @@ def test_a_log_left_by_another_file_is_set_aside_not_applied(tmp_path: Path) -> 
         assert reopened.counts({})["memories"] == 1
     finally:
         reopened.close()
+
+
+def test_a_fold_carries_every_kind_of_row_a_write_made() -> None:
+    """``Changes.absorb`` names each kind of row by hand: a kind added to ``Changes`` and not
+    absorbed would be acknowledged, logged, and then left out of DuckDB by the fold."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from keymem.store.changes import Changes
+
+    later = Changes()
+    for spec in dataclasses.fields(Changes):
+        current = getattr(later, spec.name)
+        if isinstance(current, dict):
+            row: Any = SimpleNamespace(id=f"{spec.name}-row")
+            key: Any = (spec.name, "memory") if spec.name.endswith("links") else f"{spec.name}-row"
+            current[key] = row
+        elif isinstance(current, set):
+            current.add(f"{spec.name}-row")
+        elif isinstance(current, list):
+            current.append(("row", spec.name))
+        else:
+            setattr(later, spec.name, 1)
+    merged = Changes()
+    merged.absorb(later)
+    empty = Changes()
+    missing = [
+        spec.name
+        for spec in dataclasses.fields(Changes)
+        if getattr(merged, spec.name) == getattr(empty, spec.name)
+    ]
+    assert missing == []
