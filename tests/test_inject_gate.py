@@ -186,6 +186,23 @@ def test_a_thing_only_another_persons_memory_holds_leaves_the_premise_unsupporte
     assert ids(kept) == ["tim"]
 
 
+def test_a_name_only_another_persons_memory_holds_leaves_the_premise_unsupported() -> None:
+    keys = [
+        {"key_id": "k-oscar", "concept": "Oscar", "aliases": [], "key_type": "name"},
+        {"key_id": "k-melanie", "concept": "Melanie", "aliases": [], "key_type": "name"},
+    ]
+    prompt = "Is Oscar Melanie's pet?"
+    oscar = candidate("oscar", content="Caroline has a guinea pig named Oscar", keys=("k-oscar",))
+    bailey = candidate("bailey", content="Melanie has a pet cat named Bailey", keys=("k-melanie",))
+    pool, coverage = [oscar, bailey], {"oscar": 1.0, "bailey": 1.0}
+    subjects: dict[str, str | None] = {"oscar": "k-caroline", "bailey": "k-melanie"}
+    # Melanie's memory holds every asked word, but only Caroline's holds Oscar
+    kept, rejected = admit(prompt, pool, keys, coverage, Gate(), subjects)
+    assert kept == [] and rejected["premise_elsewhere"] == 1
+    kept, _ = admit(prompt, pool, keys, coverage, Gate(premise_things=False), subjects)
+    assert ids(kept) == ["bailey"]
+
+
 def test_what_a_prompt_asks_leaves_the_entities_it_names_out() -> None:
     donggyun = Entity("k-d", ("Donggyun", "동균"), person=True)
     assert without_entities("what does Donggyun drink at night?", [donggyun]).split() == [
@@ -233,6 +250,11 @@ def test_a_memory_in_another_script_is_admitted_through_meaning_at_its_own_floor
     assert kept == [] and rejected["below_floor"] == 4
     kept, rejected = admit(prompt, pool, keys, coverage, Gate(cross_script=False))
     assert kept == [] and rejected == {**rejected, "low_coverage": 1, "bm25_only": 3}
+    # with the reranker degraded there is no relevance, and across scripts nothing else
+    for memory in pool:
+        memory["rerank_score"] = None
+    kept, rejected = admit(prompt, pool, keys, coverage, Gate())
+    assert kept == [] and rejected["bm25_only"] == 3
     # the same script: shared words are the evidence, and there are none
     same = candidate("same", relevance=0.4, content="The council meets on Mondays")
     kept, _ = admit(prompt, [same], keys, {"same": 0.0}, Gate())
@@ -247,9 +269,16 @@ PEOPLE = {
     "jiwoo": ("The user's name is Jiwoo and they live in Busan", ["Jiwoo"]),
     "coffee": ("Donggyun drinks a cup of black coffee every morning", ["Donggyun"]),
     "oscar": ("Caroline has a guinea pig named Oscar", ["Caroline", "Oscar"]),
+    "bailey": ("Melanie has a cat named Bailey", ["Melanie"]),
 }
 TOPICS = {"race": "charity race", "guitar": "guitar", "adoption": "adoption",
-          "jiwoo": "home", "coffee": "coffee", "oscar": "pet"}  # fmt: skip
+          "jiwoo": "home", "coffee": "coffee", "oscar": "pet", "bailey": "pet"}  # fmt: skip
+# Korean statutes: no English prompt shares a word with them.
+STATUTES = {
+    "vote": ("선거권은 만 18세 이상의 국민에게 있다", "선거권"),
+    "term": ("국회의원의 임기는 4년으로 한다", "국회의원"),
+    "tax": ("모든 국민은 법률이 정하는 바에 의하여 납세의 의무를 진다", "납세"),
+}
 # A prompt that says a stored fact in other words, and the memory it must surface.
 PARAPHRASES = [
     ("Can you remind me where I live?", "jiwoo"),
@@ -276,6 +305,8 @@ def people() -> Iterator[FullStack]:
             ["deployment", "blue-green"],
             "shop",
         )
+        for name, (content, key) in STATUTES.items():
+            running.ids[name] = running.remember(content, [key], "law")
         running.search("charity race", "people")  # waits until the lexicon has every write
         yield running
 
@@ -297,6 +328,16 @@ def test_the_hook_surfaces_what_recall_finds_for_a_paraphrase(
     found = people.memory("recall", {"query": prompt, "namespace": "people"})
     assert found["status"] == "found"
     assert people.ids[memory] in shown(injected(people, prompt))
+
+
+def test_a_prompt_in_another_script_surfaces_the_memory_it_means(people: FullStack) -> None:
+    prompt = "At what age do citizens get the right to vote?"
+    assert shown(injected(people, prompt, "law"))[:1] == [people.ids["vote"]]
+    # the cross-script path does it: without it no shared word can speak for the statute
+    wordy = Inject(Search(people.client), Gate(cross_script=False))
+    assert shown(wordy.inject({"prompt": prompt, "namespaces": ["law"]})) == []
+    # meaning is the only evidence across scripts, and an unrelated prompt has none
+    assert shown(injected(people, "why does my rust build fail to link openssl?", "law")) == []
 
 
 def test_another_inflection_of_the_asked_words_counts_as_holding_them(people: FullStack) -> None:
@@ -331,9 +372,11 @@ def test_inject_stays_silent_when_the_prompt_pins_anothers_fact_on_someone(
 def test_a_memory_is_about_the_person_its_text_names_first(people: FullStack) -> None:
     oscar = people.ids["oscar"]
     assert oscar in shown(injected(people, "What pet does Caroline have?"))
-    # Oscar is Caroline's: filed under Oscar, but not an answer about Melanie's pet
+    assert people.ids["bailey"] in shown(injected(people, "What pet does Melanie have?"))
+    # Oscar is Caroline's: filed under Oscar, but not an answer about Melanie's pet; and Melanie's
+    # own pet is not either, since only Caroline's memory holds Oscar
     wrong = injected(people, "Is Oscar Melanie's pet?")
-    assert oscar not in shown(wrong) and wrong["rejected"]["other_entity"] >= 1
+    assert wrong["memories"] == [] and wrong["rejected"]["other_entity"] >= 1
     without = Inject(Search(people.client), Gate(subjects=False))
     reply = without.inject({"prompt": "Is Oscar Melanie's pet?", "namespaces": ["people"]})
     assert oscar in shown(reply)

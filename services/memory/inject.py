@@ -23,9 +23,11 @@ in parallel (``Search.search_all``) — and keeps a candidate only when
   coffee" because it names Donggyun. Two other paths stand in for shared words: a strong
   relevance (a paraphrase shares meaning, not words), and, where the prompt and the memory are
   written in different scripts and so can share no word, the graph reaching the memory through
-  meaning — a key the prompt's own words landed on across languages (``phrase`` match) or a key
-  near the prompt's vector (the search's ``near_key`` fallback) — with a relevance floor of its
-  own (``CROSS_SCRIPT_RELEVANCE_BY_KIND``).
+  meaning — a key the prompt's own words landed on across languages (``phrase`` match), a key
+  near the prompt's vector (the search's ``near_key`` fallback), the memory's own text vector
+  near the prompt's (the dense leg) — with a relevance floor of its own
+  (``CROSS_SCRIPT_RELEVANCE_BY_KIND``); with no relevance (the reranker degraded) nothing
+  crosses.
 
 And it surfaces nothing when the prompt's facts belong to someone else: if a memory about
 another entity covers the prompt at least as well as every memory about the named one, the
@@ -38,8 +40,10 @@ tie (it favours the memory naming the prompt's person, whether or not it holds t
 is contemporary" when "Gina's favorite dance style is contemporary" is stored too. A memory
 holding every asked word answers the question as asked ("What is Gina's favorite style of
 dance?"), whoever else's does too. It is silent too when the prompt names beside a person a
-thing (a place, a title) that only another person's memory holds: "Why does Tim like Aragorn?"
-is not answered by Tim's fantasy books when only John's memories hold Aragorn.
+thing (a place, a title) or another person (a pet's name) that only another person's memory
+holds: "Why does Tim like Aragorn?" is not answered by Tim's fantasy books when only John's
+memories hold Aragorn, nor "Is Oscar Melanie's pet?" by Melanie's cat when only Caroline's
+memory holds Oscar.
 
 Then it takes the top few and cuts each preview and the whole block to a size budget. The
 thresholds (``Gate``) were calibrated with ``benchmarks/inject_calibration.py``, which swaps the
@@ -211,19 +215,19 @@ def held(candidate: dict[str, Any], entity: Entity) -> bool:
     )
 
 
-def _thing_elsewhere(
+def _named_elsewhere(
     entities: list[Entity], plausible: list[dict[str, Any]], elsewhere: list[dict[str, Any]]
 ) -> bool:
-    """A thing the prompt names beside a person (a place, a title: a named entity that is no
-    person) that none of the named person's memories holds and another person's does: the
-    prompt pins that one's fact on the person it names. Coverage cannot see it: what is asked
-    leaves the named entities' words out."""
+    """A name the prompt spells beside a person — a thing (a place, a title) or another
+    person (a pet's name) — that none of the named persons' memories holds and another
+    person's does: the prompt pins that one's fact on the person it names ("Is Oscar
+    Melanie's pet?" when only Caroline's memory holds Oscar). Coverage cannot see it: what is
+    asked leaves the named entities' words out."""
     if not any(e.person for e in entities):
         return False
     return any(
         not any(held(c, e) for c in plausible) and any(held(c, e) for c in elsewhere)
         for e in entities
-        if not e.person
     )
 
 
@@ -273,7 +277,7 @@ class Gate:
     cross_relevance: float | None = None  # None: the level for the score kind
     persons: bool = True
     subjects: bool = True
-    premise_things: bool = True  # a named thing only another person's memory holds counts too
+    premise_things: bool = True  # a name only another person's memory holds counts too
 
     def cross_floor(self, kind: str) -> float | None:
         if self.cross_relevance is not None:
@@ -337,9 +341,13 @@ def admit(
         kind = candidate.get("rerank_kind", "")
         share = covered(candidate)
         lexical = share is not None and share >= gate.strong_coverage
-        crosses = gate.cross_script and crosses_scripts(prompt, candidate, keys)
-        # across scripts the relevance is the only judge; words that hold half of what is
-        # asked outweigh a long memory's partial reading by the reranker
+        # across scripts the relevance is the only evidence: without it (the reranker
+        # degraded) nothing crosses
+        crosses = (
+            gate.cross_script and relevance is not None and crosses_scripts(prompt, candidate, keys)
+        )
+        # words that hold half of what is asked outweigh a long memory's partial reading by
+        # the reranker
         floor = gate.cross_floor(kind) if crosses else None if lexical else gate.floor(kind)
         subject = known.get(candidate["memory_id"])
         if not about_entities(candidate, entities, gate.persons, subject):
@@ -367,7 +375,7 @@ def admit(
 
     if gate.premise and (
         any(outcovers(covered(c) or 0.0) for c in elsewhere)
-        or (gate.premise_things and _thing_elsewhere(entities, plausible, elsewhere))
+        or (gate.premise_things and _named_elsewhere(entities, plausible, elsewhere))
     ):
         rejected["premise_elsewhere"] += len(plausible)
         return [], rejected
