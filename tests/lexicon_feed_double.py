@@ -30,6 +30,7 @@ class FeedDouble:
     # events with seq <= floor have been dropped from history
     floor: int = 0
     since_calls: int = 0
+    head_calls: int = 0
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
@@ -76,6 +77,7 @@ class FeedDouble:
     # -- the feed contract ---------------------------------------------------------------------
     def feed_head(self, body: Any) -> dict[str, Any]:
         with self.lock:
+            self.head_calls += 1
             return {"seq": self.seq, "epoch": self.epoch}
 
     def feed_snapshot(self, body: Any) -> dict[str, Any]:

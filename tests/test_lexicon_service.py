@@ -489,6 +489,25 @@ def test_idle_polling_reads_only_the_head(
     assert search(client, "서울") == ["m2"]
 
 
+def test_an_idle_lexicon_polls_ever_less_and_still_sees_a_write(
+    stack: InprocStack, feed: FeedDouble, start_lexicon: Callable[[], Running]
+) -> None:
+    """Idle, each poll is a round trip through the router to the graph: they thin out to one
+    every IDLE_POLL_MAX_S, and a write no read asks for is still indexed within that."""
+    seq = feed.put("m1", "부산 회의")
+    start_lexicon()
+    client = stack.client()
+    wait_until(synced_to(client, seq), "the first write")
+    time.sleep(service_module.IDLE_POLL_MAX_S)  # backed off by now
+    polls = feed.head_calls
+    time.sleep(2 * service_module.IDLE_POLL_MAX_S)
+    assert feed.head_calls - polls <= 3  # at the first poll's pace it would be 40
+    seq = feed.put("m2", "서울 회의")
+    written = time.monotonic()
+    wait_until(synced_to(client, seq), "the second write")
+    assert time.monotonic() - written < service_module.IDLE_POLL_MAX_S + 1.0
+
+
 def _mapped(running: Running) -> bool:
     """Whether the worker's index is the cache file's arrays (not heap arrays it built)."""
     owner: Any = running.lexicon.index.base.ids

@@ -45,7 +45,13 @@ SLICE_SHARE_OF_EXPIRY = 0.15  # ... and at most this share of the heartbeat expi
 WAIT_SHARE_OF_EXPIRY = 0.3  # a read-your-writes wait holds the loop at most this share
 WAIT_SHARE_OF_DEADLINE = 0.5  # ... and at most this share of the request's remaining time
 SYNC_INTERVAL_S = 0.02  # the sync timer runs on (almost) every pass of the loop
-IDLE_POLL_S = 0.1  # once caught up, ask the feed for news this often
+# Once caught up, ask the feed for news after IDLE_POLL_S, doubling while the head stays still,
+# up to IDLE_POLL_MAX_S. Reads through the memory service carry the newest write's seq and
+# catch up themselves; the poll only applies the rest early (writes that reach the graph
+# otherwise: imports, sleep passes). Each poll is a round trip through the router to the
+# graph (~13 ms of CPU per idle second at 0.1 s, docs/history/reliability-2026-12-02d.md).
+IDLE_POLL_S = 0.1
+IDLE_POLL_MAX_S = 2.0
 RETRY_AFTER_S = 1.0  # after the graph was unreachable
 CACHE_SAVE_INTERVAL_S = 30.0  # between saves while the journal holds the changes since
 CACHE_RETRY_S = 5.0  # after a failed save of a state nothing on disk holds
@@ -91,6 +97,7 @@ class Lexicon:
             seq=seq,
         )
         self._next_poll = 0.0
+        self._idle_poll_s = IDLE_POLL_S
         self._last_save = time.monotonic()
         self._failed_at: float | None = None  # the last save's failure, if it failed
         self._saver: threading.Thread | None = None
@@ -254,8 +261,13 @@ class Lexicon:
         now = time.monotonic()
         follower = self.follower
         if follower.busy or now >= self._next_poll:
+            seq = follower.seq
             follower.tick(self.slice_s)
-            self._next_poll = now + IDLE_POLL_S
+            moved = follower.busy or follower.seq != seq
+            self._idle_poll_s = (
+                IDLE_POLL_S if moved else min(2 * self._idle_poll_s, IDLE_POLL_MAX_S)
+            )
+            self._next_poll = now + self._idle_poll_s
         self._adopt_mapped()
         if self._save_due(now):
             self.save_cache()
@@ -304,6 +316,7 @@ class Lexicon:
             return self.follower.consistent
         if self.follower.reached(min_seq):
             return True
+        self._idle_poll_s = IDLE_POLL_S  # writes are arriving: poll soon again
         left_s = remaining_ms(wait_ms) * WAIT_SHARE_OF_DEADLINE / 1000
         return self.follower.catch_up(min_seq, min(wait_ms / 1000, self.max_wait_s, left_s))
 
