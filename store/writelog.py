@@ -7,11 +7,14 @@ while an append + ``fdatasync`` costs ~0.13 ms here. So the graph acknowledges a
 record is on disk, and ``GraphStore.flush`` folds every pending record into one DuckDB
 transaction: one statement per table for all of them.
 
-A record is ``[length u32][crc32 u32][payload]``; the payload pickles ``(epoch, lsn, head_seq,
-changes)``: the file's epoch, the record's log sequence number, the change feed's head before
-it, and the rows the write changed (``store.changes.Changes``, copied at append time, so later
-writes in memory never leak into an earlier record). The log is written and read only by the
-process that holds the DuckDB file's lock, in the private home (0600), like the file itself.
+A record is ``[length u32][crc32 u32][payload]``; the payload (store/logformat.py: its first
+byte the format, then fields by name) holds the file's epoch, the record's log sequence number,
+the change feed's head before it, and the rows the write changed (``store.changes.Changes``,
+encoded at append time, so later writes in memory never leak into an earlier record). A record
+this keymem cannot read (a newer keymem's format) stops the open with ``UnreadableLog``, which
+names the file and what to do: it is never cut off or skipped. The log is written and read
+only by the process that holds the DuckDB file's lock, in the private home (0600), like the
+file itself.
 The lsn of the last record folded into DuckDB is stored in the file's meta by the same
 transaction, so a record folded just before a crash that kept the log is skipped at the next
 open, never applied twice.
@@ -24,13 +27,14 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import struct
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from keymem.protocol.errors import Conflict
+from keymem.store import logformat
 from keymem.store.changes import Changes
 
 log = logging.getLogger("keymem.store")
@@ -59,9 +63,11 @@ class Record:
 
     def changes(self) -> Changes:
         """The rows as they were when the write was acknowledged (a fresh copy each call)."""
-        _, _, _, changes = pickle.loads(self.payload)
-        assert isinstance(changes, Changes)
-        return changes
+        return logformat.decode(self.payload)[3]
+
+
+class UnreadableLog(Conflict):
+    """A logged record this keymem cannot read: the graph does not start without it."""
 
 
 class WriteLog:
@@ -95,7 +101,10 @@ class WriteLog:
             payload = data[offset + HEADER.size : offset + HEADER.size + length]
             if len(payload) < length or zlib.crc32(payload) != crc:
                 break
-            epoch, lsn, head_seq, changes = pickle.loads(payload)
+            try:
+                epoch, lsn, head_seq, changes = logformat.decode(payload)
+            except logformat.LogFormatError as exc:
+                raise self._unreadable(payload, exc) from exc
             if epoch != self.epoch:
                 self._set_aside()
                 return []
@@ -115,13 +124,21 @@ class WriteLog:
         self.next_lsn = last_lsn + 1
         return records
 
+    def _unreadable(self, payload: bytes, exc: logformat.LogFormatError) -> UnreadableLog:
+        version = logformat.format_of(payload) if payload else None
+        return UnreadableLog(
+            f"{self.path} holds acknowledged writes this keymem cannot read (record format "
+            f"{version}: {exc}); it reads formats 1 and {logformat.FORMAT}. Start the keymem "
+            f"that wrote them once (it folds them into the graph file and empties the log), "
+            f"then this one; or move {self.path.name} aside to start without those writes.",
+            {"path": str(self.path), "format": version, "reads": [1, logformat.FORMAT]},
+        )
+
     def append(self, head_seq: int, changes: Changes) -> Record:
         """Write one record and wait for it to be on disk. On failure (a full disk) the log is
         cut back to where it was, and the error raised: the write was not saved."""
         lsn = self.next_lsn
-        payload = pickle.dumps(
-            (self.epoch, lsn, head_seq, changes), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        payload = logformat.encode(self.epoch, lsn, head_seq, changes)
         framed = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
         try:
             view = memoryview(framed)
