@@ -1,6 +1,7 @@
 """Search pools dumped once, re-fused under the router's variants in seconds.
 
     python -m benchmarks.recall_pools dump FILE [--keys KEYS] --out POOLS.json.gz [--pool N]
+        [--variant NAME]
     python -m benchmarks.recall_pools fuse POOLS.json.gz [--variants a,b] [--pool 64]
 
 The recall ablation (``benchmarks/recall_ablation.py``) measures a variant end to end, which
@@ -10,18 +11,20 @@ wrote a throwaway script to dump those pools and re-fuse them (docs/history/reca
 "Method"). This is that script, kept.
 
 ``dump`` runs the ablation's in-process stack (``recall_ablation.in_process``), loads the file
-and searches every answerable query as shipped, with a pool of ``--pool`` (200: deeper than
+and searches every answerable query as shipped (or under the ablation's ``--variant``: its
+graph scoring, memory vectors, fusion and body), with a pool of ``--pool`` (200: deeper than
 the product's 64, so a screen can ask what a larger pool would hold). For each query it keeps
 the pool exactly as ``fuse_blend`` received it — every candidate's components, the reranker's
 relevance of its text and of its ``about``, its keys (concept, type, link weight, auto,
 active members) and the benchmark ids it stands for — and the search's matched keys.
 
-``fuse`` re-fuses the first ``--pool`` candidates of every dumped pool under the ablation's
-router-side variants (those that change only the ``Fusion``) with the product's own
-``fuse_blend`` and ``select_evidence``, and prints the ablation's table (fit / held halves).
-The graph's first ``--pool`` candidates are the pool the product would have had: a re-fusion
-of ``shipped`` reproduces the ablation's row. A graph-side variant (``Scoring``, a search
-option) cannot be re-fused: it changes which memories enter the pool.
+``fuse`` re-fuses every dumped pool cut to ``--pool`` under the ablation's router-side
+variants (those that change only the ``Fusion``) with the product's own ``fuse_blend`` and
+``select_evidence``, and prints the ablation's table (fit / held halves). The graph's first
+``--pool`` candidates and what joins past its cut (the dense leg's members, a widened
+namespace: ``pool_of``) are the pool the product would have had: a re-fusion reproduces the
+ablation's row of the variant the pools were dumped under. A graph-side variant
+(``Scoring``, a search option) cannot be re-fused: it changes which memories enter the pool.
 """
 
 from __future__ import annotations
@@ -60,10 +63,13 @@ def captured_pools() -> Iterator[list[tuple[list[dict[str, Any]], Relevance | No
     blend = search_module.fuse_blend
 
     def spy(
-        candidates: list[dict[str, Any]], relevance: Relevance | None, fusion: Fusion
+        candidates: list[dict[str, Any]],
+        relevance: Relevance | None,
+        fusion: Fusion,
+        persons: frozenset[str] = frozenset(),
     ) -> list[dict[str, Any]]:
         seen.append((candidates, relevance))
-        return blend(candidates, relevance, fusion)
+        return blend(candidates, relevance, fusion, persons)
 
     with mock.patch.object(search_module, "fuse_blend", spy):
         yield seen
@@ -102,8 +108,17 @@ def _pool_record(
     ]
 
 
-def dump(path: Path, mode: KeyMode | None, out: Path, pool: int, progress: Progress) -> int:
-    """Search every answerable query of ``path`` as shipped; write its pools to ``out``."""
+def dump(
+    path: Path,
+    mode: KeyMode | None,
+    out: Path,
+    pool: int,
+    variant: str,
+    progress: Progress,
+) -> int:
+    """Search every answerable query of ``path`` under the ablation's ``variant`` (its graph
+    scoring, memory vectors and fusion); write its pools to ``out``."""
+    chosen = ablation.VARIANTS[variant]
     benchmark = load_benchmark(path)
     mode = mode or default_key_mode(benchmark)
     rows: list[dict[str, Any]] = []
@@ -113,7 +128,11 @@ def dump(path: Path, mode: KeyMode | None, out: Path, pool: int, progress: Progr
     ):
         store = load_store(running.client, benchmark, mode, progress)
         running.warm([m.content for m in benchmark.memories], progress, None)
-        search = Search(running.client, Fusion())
+        if chosen.scoring.dense_leg:
+            running.vectorise()
+            running.graph.state.memory_vectors = running.vectors[chosen.vectors]
+        running.graph.scoring = chosen.scoring
+        search = Search(running.client, chosen.fusion)
         answerable = ablation._answerable(benchmark)
         if answerable:
             first, query = answerable[0]
@@ -124,6 +143,7 @@ def dump(path: Path, mode: KeyMode | None, out: Path, pool: int, progress: Progr
                 "namespace": store.namespaces[position],
                 "top_k": TOP_K,
                 **ablation.BASE_BODY,
+                **chosen.body,
                 "pool": pool,
             }
             with captured_pools() as seen:
@@ -144,10 +164,10 @@ def dump(path: Path, mode: KeyMode | None, out: Path, pool: int, progress: Progr
                     ),
                 }
             )
-    document = {"file": path.name, "keys": mode, "pool": pool, "rows": rows}
+    document = {"file": path.name, "keys": mode, "pool": pool, "variant": variant, "rows": rows}
     with gzip.open(out, "wt", encoding="utf-8") as sink:
         sink.write(json.dumps(document))  # one write: json.dump's many small ones crawl
-    print(f"{len(rows)} pools of {path.name} (--keys {mode}, pool {pool}) -> {out}")
+    print(f"{len(rows)} pools of {path.name} (--keys {mode}, pool {pool}, {variant}) -> {out}")
     return 0
 
 
@@ -161,9 +181,21 @@ def router_side(variants: Mapping[str, ablation.Variant]) -> dict[str, Fusion]:
     }
 
 
+def pool_of(row: Mapping[str, Any], pool: int) -> list[dict[str, Any]]:
+    """The candidates the product's pool of ``pool`` would have held: the graph's first
+    ``pool``, then what joins past the cut — the dense leg's members (``dense_pooled``, in the
+    leg's order) and, when the query's pool was widened, every other candidate (the widened
+    namespace is whatever the graph's pool left out)."""
+    head, rest = list(row["pool"][:pool]), list(row["pool"][pool:])
+    if any(c["components"].get("widened") for c in row["pool"]):
+        return head + rest
+    appended = [c for c in rest if c["components"].get("dense_rank") is not None]
+    return head + sorted(appended, key=lambda c: int(c["components"]["dense_rank"]))
+
+
 def refused(row: Mapping[str, Any], fusion: Fusion, pool: int) -> list[str]:
-    """One dumped pool's first ``pool`` candidates re-fused: the ranking as benchmark ids."""
-    candidates = [dict(c) for c in row["pool"][:pool]]
+    """One dumped pool cut to ``pool`` and re-fused: the ranking as benchmark ids."""
+    candidates = [dict(c) for c in pool_of(row, pool)]
     relevance = None
     if candidates and candidates[0]["relevance"] is not None:
         relevance = Relevance(
@@ -211,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dumping.add_argument("--keys", choices=KEY_MODES)
     dumping.add_argument("--out", type=Path, required=True)
     dumping.add_argument("--pool", type=int, default=DUMP_POOL, help=f"1-{POOL_MAX}")
+    dumping.add_argument(
+        "--variant", default="shipped", choices=ablation.VARIANTS, help="searched under"
+    )
     fusing = commands.add_parser("fuse", help="re-fuse dumped pools under router-side variants")
     fusing.add_argument("pools", type=Path)
     fusing.add_argument("--variants", help="comma list of router-side ablation variants")
@@ -220,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--pool must be 1-{POOL_MAX}")
     started = time.monotonic()
     if args.command == "dump":
-        code = dump(args.file, args.keys, args.out, args.pool, Progress(sys.stderr))
+        code = dump(args.file, args.keys, args.out, args.pool, args.variant, Progress(sys.stderr))
     else:
         code = fuse(args.pools, args.variants.split(",") if args.variants else None, args.pool)
     print(f"wall {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.recall_ablation import VARIANTS
-from benchmarks.recall_pools import refused, router_side
+from benchmarks.recall_pools import captured_pools, pool_of, refused, router_side
+from keymem.services.memory import search
+from keymem.services.memory.search import Fusion
 
 
 def dumped(name: str, *, bm25: float, relevance: float, about: float | None) -> dict[str, Any]:
@@ -56,3 +58,27 @@ def test_a_merged_duplicate_stands_for_each_of_its_benchmark_ids_once() -> None:
         "bench-a2",
         "bench-b",
     ]
+
+
+def test_the_dump_sees_the_pool_the_router_fuses_with_the_persons_the_question_names() -> None:
+    # "a" is about someone else than the question's person: its key evidence does not count
+    about_other = dumped("a", bm25=0.6, relevance=0.5, about=None)
+    about_other["components"]["key_path"] = 1.0
+    about_other["subject"] = "caroline"
+    own = dumped("b", bm25=1.0, relevance=0.5, about=None)
+    unrelated = dumped("c", bm25=0.0, relevance=0.5, about=None)
+    pool = [about_other, own, unrelated]
+    with captured_pools() as seen:
+        ranked = search.fuse_blend(pool, None, Fusion(), frozenset({"melanie"}))
+    assert [c["memory_id"] for c in ranked] == ["b", "a", "c"]
+    assert [[c["memory_id"] for c in pool] for pool, _ in seen] == [["a", "b", "c"]]
+
+
+def test_a_cut_pool_keeps_what_the_dense_leg_appended_past_the_graphs_cut() -> None:
+    graph = [dumped(name, bm25=1.0, relevance=0.1, about=None) for name in "abcd"]
+    graph[3]["components"]["dense_rank"] = 2  # in the graph's order, below a pool of 2
+    appended = dumped("e", bm25=0.0, relevance=0.9, about=None)
+    appended["components"]["dense_rank"] = 1
+    pool = pool_of(row([*graph, appended]), 2)
+    assert [c["memory_id"] for c in pool] == ["a", "b", "e", "d"]  # "c": cut, not proposed
+    assert refused(row([*graph, appended]), router_side(VARIANTS)["shipped"], 2)[0] == "bench-e"
