@@ -79,12 +79,17 @@ IDLE_S = 3.0  # the deployment's CPU with nothing asked of it (heartbeats, timer
 
 
 def _programs(deployment: BenchHome, mcp_server: psutil.Process | None) -> list[psutil.Process]:
-    processes = deployment_processes(deployment)
+    """Every process a write costs CPU in: the deployment's, the MCP server, and this one (the
+    benchmark's client shares the cores)."""
+    processes = [*deployment_processes(deployment), psutil.Process()]
     return processes + ([mcp_server] if mcp_server is not None else [])
 
 
 def _name(process: psutil.Process) -> str:
-    """The program a process runs: ``keymem.services <name>``'s name, or the MCP server."""
+    """The program a process runs: ``keymem.services <name>``'s name, the MCP server, or
+    ``client`` (this benchmark)."""
+    if process.pid == os.getpid():
+        return "client"
     args = process.cmdline()
     if "mcp" in args:
         return "mcp"
@@ -104,6 +109,12 @@ def _cpu_s(processes: list[psutil.Process]) -> dict[str, float]:
     return out
 
 
+def _cpu_ms_per(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+    """Each program's CPU ms per call (or memory) between two ``_cpu_s``, and ``all`` of them."""
+    spent = {name: (after[name] - before.get(name, 0.0)) / count * 1000 for name in sorted(after)}
+    return {name: round(ms, 2) for name, ms in [*spent.items(), ("all", sum(spent.values()))]}
+
+
 async def _phase(
     processes: list[psutil.Process], memories: int, calls: list[Callable[[], Awaitable[float]]]
 ) -> dict[str, Any]:
@@ -116,10 +127,7 @@ async def _phase(
     return {
         "per_s": round(memories / sum(seconds), 1),
         "call_p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 1),
-        "cpu_ms_per_memory": {
-            name: round((after[name] - before.get(name, 0.0)) / memories * 1000, 2)
-            for name in sorted(after)
-        },
+        "cpu_ms_per_memory": _cpu_ms_per(before, after, memories),
         "load_average": [round(load, 1), round(os.getloadavg()[0], 1)],
     }
 
@@ -139,10 +147,7 @@ def _hop(processes: list[psutil.Process], calls: list[Callable[[], Any]]) -> dic
     return {
         "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 2),
         "seconds": round(sum(seconds) + SETTLE_S, 1),
-        "cpu_ms_per_call": {
-            name: round((after[name] - before.get(name, 0.0)) / len(calls) * 1000, 2)
-            for name in sorted(after)
-        },
+        "cpu_ms_per_call": _cpu_ms_per(before, after, len(calls)),
         "load_average": [round(load, 1), round(os.getloadavg()[0], 1)],
     }
 
@@ -174,7 +179,7 @@ def _with_vectors(client: Client, item: dict[str, Any]) -> dict[str, Any]:
 
 def _hops(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
     """One remember taken apart hop by hop (see the module doc), ``calls`` of each."""
-    processes = deployment_processes(deployment)
+    processes = _programs(deployment, None)
     items = [{k: v for k, v in data.item().items() if k != "key_vectors"} for _ in range(3 * calls)]
     with Client(ipc_endpoints(deployment.home).frontend) as client:
 

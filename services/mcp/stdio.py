@@ -39,6 +39,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, ErrorData, JSONRPCError
 
 from keymem.protocol.fields import FREE_FORM_MAX_DEPTH, depth_of
+from keymem.services.mcp.direct import DirectCalls
 
 # A remember_batch of 200 memories of 20,000 characters, with keys, fits with room to spare.
 LINE_MAX_BYTES = 16 * 1024 * 1024
@@ -65,30 +66,33 @@ def _id_of(line: str, message: Any) -> str | int | None:
     return value if isinstance(value, str | int) else None
 
 
-def refusal_of(line: str) -> JSONRPCError | None:
-    """The error that answers ``line`` at once, or None to let the SDK handle it."""
+def judged(line: str) -> tuple[JSONRPCError | None, Any]:
+    """The error that answers ``line`` at once (None to let it through), and the line parsed
+    (None when it is not JSON, too large or too deep to parse)."""
     size = len(line.encode("utf-8", "replace"))
     if size > LINE_MAX_BYTES:
-        return _error(
+        refusal = _error(
             _id_of(line, None),
             INVALID_REQUEST,
             f"message of {size} bytes; keymem takes at most {LINE_MAX_BYTES}",
         )
+        return refusal, None
     try:
         message = json.loads(line)
     except RecursionError:
         message = None
     except ValueError:
-        return None  # not JSON: the SDK reports that itself
+        return None, None  # not JSON: the SDK reports that itself
     depth = MESSAGE_MAX_DEPTH + 1 if message is None else depth_of(message, MESSAGE_MAX_DEPTH)
     if depth <= MESSAGE_MAX_DEPTH:
-        return None
-    return _error(
+        return None, message
+    refusal = _error(
         _id_of(line, message),
         INVALID_PARAMS,
         f"the message is nested more than {MESSAGE_MAX_DEPTH} levels deep; keymem takes a "
         f"source nested at most {FREE_FORM_MAX_DEPTH} levels",
     )
+    return refusal, None
 
 
 @dataclass(frozen=True)
@@ -208,22 +212,28 @@ async def pipe_stdout() -> AsyncIterator[PipeWriter | None]:
 
 
 class GuardedLines:
-    """stdin's lines minus the ones ``refusal_of`` answers (through ``answers``)."""
+    """stdin's lines minus the ones ``judged`` refuses (answered through ``answers``) and the
+    ones ``direct`` takes."""
 
-    def __init__(self, lines: AsyncIterable[str | Oversized]) -> None:
+    def __init__(
+        self, lines: AsyncIterable[str | Oversized], direct: DirectCalls | None = None
+    ) -> None:
         self.lines = lines
+        self.direct = direct
         self.answers: MemoryObjectSendStream[SessionMessage] | None = None
         self.ready = anyio.Event()
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for line in self.lines:
+            message = None
             if isinstance(line, Oversized):
                 refusal: JSONRPCError | None = oversized_refusal(line)
             else:
-                refusal = refusal_of(line)
+                refusal, message = judged(line)
             if refusal is None:
                 assert isinstance(line, str)
-                yield line
+                if self.direct is None or not self.direct.take(message):
+                    yield line
                 continue
             await self.ready.wait()
             assert self.answers is not None
@@ -231,8 +241,12 @@ class GuardedLines:
 
 
 async def serve(server: MCPServer[None]) -> None:
-    """``server`` over this process's stdin and stdout, behind the guard."""
-    guarded = GuardedLines(await stdin_lines())
+    """``server`` over this process's stdin and stdout, behind the guard; its tool calls
+    answered on this loop once the handshake is done (``DirectCalls``)."""
+    lowlevel = server._lowlevel_server
+    direct = DirectCalls(server)
+    lowlevel.middleware.append(direct.middleware)
+    guarded = GuardedLines(await stdin_lines(), direct)
     async with (
         pipe_stdout() as stdout,
         stdio_server(stdin=cast(Any, guarded), stdout=cast(Any, stdout)) as (
@@ -240,8 +254,7 @@ async def serve(server: MCPServer[None]) -> None:
             write_stream,
         ),
     ):
-        guarded.answers = write_stream
+        guarded.answers = direct.answers = write_stream
         guarded.ready.set()
         # The SDK's own stdio runner, with our stdin (MCPServer.run_stdio_async builds its own).
-        lowlevel = server._lowlevel_server
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

@@ -1,0 +1,226 @@
+"""Tool calls served by the SDK's request kernel straight from the stdio loop.
+
+The SDK's stdio server carries every request through memory streams, an era relay and a
+dispatcher task before its request kernel (``ServerRunner.on_request``: the request surface,
+the middleware, the tool with its argument and output models, the version's result surface)
+runs: in the ``keymem mcp`` process that transport costs more CPU per ``remember`` than the
+tool itself, on the path of every call. ``DirectCalls`` takes a ``tools/call`` of one of the
+server's tools off the stdin loop and runs that same kernel once for it in a task of its own
+(``serve_one``, the SDK's single-exchange entry), over a connection that says what the SDK's
+loop would know of the client: the request's own envelope in the 2026 era (as the SDK's
+modern loop builds it), or the handshake the SDK accepted (negotiated version, client info
+and capabilities, seen by ``middleware``). The reply goes out through the SDK's write stream.
+
+Everything else stays with the SDK's loop: the handshake, listings, prompts, pings, a
+notification, a call before the handshake completed, an envelope the SDK would refuse, a
+task-augmented call. A ``notifications/cancelled`` for a call taken here cancels its task,
+and, as in the SDK, nothing is answered. The back-channel carries notifications only (no
+server-to-client requests: keymem's tools make none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.server import MCPServer
+from mcp.server.connection import Connection
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.runner import modern_error_data, serve_one
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
+from mcp.shared.message import MessageMetadata, SessionMessage
+from mcp.shared.transport_context import TransportContext
+from mcp_types import (
+    PROTOCOL_VERSION_META_KEY,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCResponse,
+    RequestId,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+log = logging.getLogger(__name__)
+
+TOOLS_CALL = "tools/call"
+CANCELLED = "notifications/cancelled"
+STDIO = TransportContext(kind="stdio", can_send_request=False)
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """What the SDK's handshake-era connection knows of the client."""
+
+    protocol_version: str
+    client_info: Any
+    client_capabilities: Any
+
+
+class DirectCalls:
+    """The stdio loop's share of ``server``'s tool calls (see the module doc)."""
+
+    def __init__(self, server: MCPServer[None]) -> None:
+        self.server = server
+        self.answers: MemoryObjectSendStream[SessionMessage] | None = None
+        self._offered: Mapping[str, Any] | None = None  # an accepted initialize's params
+        self._handshake: Handshake | None = None
+        self._running: dict[RequestId, asyncio.Task[None]] = {}
+
+    async def middleware(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Watches the handshake go through the SDK: once an ``initialize`` has passed,
+        ``notifications/initialized`` carries the version the connection settled on."""
+        result = await call_next(ctx)
+        if ctx.method == "initialize":
+            self._offered = ctx.params or {}
+        elif (
+            ctx.method == "notifications/initialized"
+            and self._offered is not None
+            and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        ):
+            self._handshake = Handshake(
+                ctx.protocol_version,
+                self._offered.get("clientInfo"),
+                self._offered.get("capabilities"),
+            )
+        return result
+
+    def take(self, message: Any) -> bool:
+        """Whether this loop answers ``message`` (a parsed JSON-RPC line): a tool call it
+        starts, or the cancellation of one it runs. False leaves the line to the SDK."""
+        if self.answers is None or not isinstance(message, dict):
+            return False
+        params = message.get("params")
+        if message.get("method") == CANCELLED and isinstance(params, dict):
+            task = self._running.get(params.get("requestId"))  # type: ignore[arg-type]
+            if task is None:
+                return False
+            task.cancel()
+            return True
+        request_id = message.get("id")
+        if (
+            message.get("method") != TOOLS_CALL
+            or message.get("jsonrpc") != "2.0"
+            or not isinstance(params, dict)
+            or not isinstance(request_id, str | int)
+            or isinstance(request_id, bool)
+            or request_id in self._running
+            or params.get("task") is not None
+            or self.server._tool_manager.get_tool(params.get("name")) is None  # type: ignore[arg-type]
+        ):
+            return False
+        connection = self._connection_for(message, params)
+        if connection is None:
+            return False
+        answers = self.answers
+        task = asyncio.get_running_loop().create_task(
+            _answer(self.server, answers, request_id, params, connection)
+        )
+        self._running[request_id] = task
+        task.add_done_callback(lambda _: self._running.pop(request_id, None))
+        return True
+
+    def _connection_for(self, message: dict[str, Any], params: dict[str, Any]) -> Connection | None:
+        """The connection the SDK's loop would serve this call on, or None to leave it to it."""
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:  # the 2026 era
+            route = classify_inbound_request(message)
+            if not isinstance(route, InboundModernRoute):
+                return None
+            found = (route.protocol_version, route.client_info, route.client_capabilities)
+        elif self._handshake is not None:
+            handshake = self._handshake
+            found = (
+                handshake.protocol_version,
+                handshake.client_info,
+                handshake.client_capabilities,
+            )
+        else:
+            return None
+        assert self.answers is not None
+        return Connection.from_envelope(*found, outbound=Notifications(self.answers))
+
+
+async def _answer(
+    server: MCPServer[None],
+    answers: MemoryObjectSendStream[SessionMessage],
+    request_id: RequestId,
+    params: dict[str, Any],
+    connection: Connection,
+) -> None:
+    """Serve one tool call with the SDK's kernel and write its reply (or its error)."""
+    context = CallContext(request_id, Notifications(answers))
+    try:
+        result = await serve_one(
+            server._lowlevel_server,
+            context,
+            TOOLS_CALL,
+            params,
+            connection=connection,
+            lifespan_state=None,
+        )
+        reply: JSONRPCResponse | JSONRPCError = JSONRPCResponse(
+            jsonrpc="2.0", id=request_id, result=result
+        )
+    except asyncio.CancelledError:
+        return  # the client cancelled it: never answered
+    except Exception as exc:
+        reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=modern_error_data(exc))
+    await answers.send(SessionMessage(reply))
+
+
+@dataclass(frozen=True)
+class Notifications:
+    """A back-channel to the client that sends notifications and refuses requests."""
+
+    answers: MemoryObjectSendStream[SessionMessage]
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> None:
+        notification = JSONRPCNotification(
+            jsonrpc="2.0", method=method, params=dict(params) if params is not None else None
+        )
+        await self.answers.send(SessionMessage(notification))
+
+
+@dataclass
+class CallContext:
+    """The SDK's ``DispatchContext`` for one call taken off the stdio loop."""
+
+    request_id: RequestId
+    channel: Notifications
+    transport: TransportContext = STDIO
+    message_metadata: MessageMetadata = None
+    cancel_requested: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def can_send_request(self) -> bool:
+        return False
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> None:
+        await self.channel.notify(method, params, opts)
+
+    async def progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Progress needs the request's progress token wiring; keymem's tools report none."""
