@@ -197,6 +197,24 @@ def test_a_served_namespace_holds_each_vector_once(graph: GraphService) -> None:
     assert np.array_equal(reply["vectors"][0], held[0])
 
 
+def test_a_lookup_of_many_held_keys_gives_each_its_own_vector(graph: GraphService) -> None:
+    """A batch's ``held_vectors`` reads the keys only the index holds in one fetch: each row is
+    still the vector ``key_vector`` gives that key, in the order asked, with a key written
+    since the release (its own float32 vector) and an entity key (its loose vector) among
+    them, and an unknown key left out."""
+    index = ready_index(graph)
+    state = graph.state
+    graph.remember(remember_body("Friday talk", ["quantum chromodynamics lecture"]))
+    state.set_key_type(state.keys[index.ids[1]], "name")
+    asked = [state.keys[key_id].concept for key_id in index.ids[:40]]
+    asked[3:3] = ["quantum chromodynamics lecture", "no such key at all"]
+    reply = graph.held_vectors({"keys": asked})
+    assert reply["held"] == [text != "no such key at all" for text in asked]
+    held = [state.keys[index.exact[text.lower()]] for text in asked if text != "no such key at all"]
+    assert {key.key_type for key in held} == {"concept", "name"}
+    assert np.array_equal(reply["vectors"], np.stack([state.key_vector(key) for key in held]))
+
+
 def test_keys_changed_after_the_release_keep_their_vectors(home: Path) -> None:
     """A key written into a released namespace is stored from its own float32 vector; an
     alias change, an entity and back, and a delete move each vector where it is read from."""

@@ -21,6 +21,7 @@ from keymem.protocol.limits import BATCH_MAX_ITEMS, KEYS_PER_MEMORY_MAX
 from keymem.services.graph.keyindex import KeyIndex
 from keymem.services.graph.requests import id_list, namespace_of, opt_str, req_str
 from keymem.services.graph.state import GraphState
+from keymem.store.records import KeyRecord
 
 REEMBED_PAGE_MAX = 5_000
 # Surfaces one ``held_vectors`` call may ask about: every key of the largest batch.
@@ -59,16 +60,22 @@ def held_vectors(state: GraphState, raw: Any) -> dict[str, Any]:
         raise BadRequest(f"at most {HELD_LOOKUP_MAX} keys per lookup, got {len(keys)}")
     index = state.indexes.get(namespace_of(body))
     held: list[bool] = []
-    rows: list[np.ndarray] = []
+    found: list[KeyRecord] = []
     for surface in keys:
         clean = surface.strip()
         key_id = index.exact.get(clean.lower()) if index is not None else None
         key = state.keys.get(key_id) if key_id is not None else None
-        vector = state.key_vector(key) if key is not None and key.concept == clean else None
-        held.append(vector is not None)
-        if vector is not None:
-            rows.append(vector)
-    vectors = np.stack(rows) if rows else np.zeros((0, state.dim or 0), dtype=np.float32)
+        held.append(key is not None and key.concept == clean)
+        if key is not None and held[-1]:
+            found.append(key)
+    vectors = np.zeros((len(found), state.dim or 0), dtype=np.float32)
+    # as ``state.key_vector`` reads each, those only the index holds in one fetch
+    unshared = [i for i, key in enumerate(found) if not key.vector.size]
+    for i, key in enumerate(found):
+        if key.vector.size:
+            vectors[i] = key.vector
+    if index is not None and unshared:
+        vectors[unshared] = index.vectors([found[i].id for i in unshared])
     return {"fingerprint": state.fingerprint, "held": held, "vectors": vectors}
 
 

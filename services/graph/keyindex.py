@@ -158,6 +158,21 @@ class KeyIndex:
         widened: np.ndarray = self._served().vectors([key_id])[0]
         return widened
 
+    def vectors(self, key_ids: list[str]) -> np.ndarray:
+        """Several keys' float32 vectors [len(key_ids), dim], as ``vector`` gives each, those
+        only the approximate index holds fetched in one call: one call per key cost ~0.4 ms of
+        CPU at 1M (usearch's per-call overhead), a batch of 100 memories ~450 of them."""
+        rows = np.zeros((len(key_ids), self.dim), dtype=np.float32)
+        fetched: list[int] = []
+        for i, key_id in enumerate(key_ids):
+            if self.matrix is None and key_id not in self.loose:
+                fetched.append(i)
+            else:
+                rows[i] = self.vector(key_id)
+        if fetched:
+            rows[fetched] = self._served().vectors([key_ids[i] for i in fetched])
+        return rows
+
     def cosine(self, key_id: str, vector: np.ndarray) -> float:
         return float(self.vector(key_id) @ vector)
 
