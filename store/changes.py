@@ -40,6 +40,8 @@ class Changes:
     meta: dict[str, str] = field(default_factory=dict)
     # results of keyed writes, by idempotency key (services/graph/idempotency.py)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    # memory id -> (its vector's packed code, the embedder fingerprint it came from)
+    memory_codes: dict[str, tuple[bytes, str]] = field(default_factory=dict)
     # bumped by every method below: tells whether a failed request touched anything
     mutations: int = 0
 
@@ -61,6 +63,7 @@ class Changes:
         self.touched_memories.pop(memory_id, None)
         self.related_rewrite.pop(memory_id, None)
         self.flags_rewrite.pop(memory_id, None)
+        self.memory_codes.pop(memory_id, None)
         self.new_links = {k: v for k, v in self.new_links.items() if k[1] != memory_id}
         self.touched_links = {k: v for k, v in self.touched_links.items() if k[1] != memory_id}
         self.deleted_memories.add(memory_id)
@@ -72,6 +75,10 @@ class Changes:
     def rewrite_flags(self, memory: MemoryRecord) -> None:
         self.mutations += 1
         self.flags_rewrite[memory.id] = memory
+
+    def put_code(self, memory_id: str, code: bytes, fingerprint: str) -> None:
+        self.mutations += 1
+        self.memory_codes[memory_id] = (code, fingerprint)
 
     # -- keys ------------------------------------------------------------------------------
     def add_key(self, key: KeyRecord) -> None:
@@ -167,11 +174,13 @@ class Changes:
         self.events.extend(later.events)
         self.meta.update(later.meta)
         self.outcomes.update(later.outcomes)
+        self.memory_codes.update(later.memory_codes)
         self.mutations += later.mutations
 
     def bookkeeping_only(self) -> bool:
-        """Only what reading teaches (access counts, link weights, learned aliases and links):
-        not saving it loses no memory, key, confirmation or acknowledged write."""
+        """Only what reading teaches (access counts, link weights, learned aliases and links)
+        and memory vectors (the background pass makes a lost one again): not saving it loses
+        no memory, key, confirmation or acknowledged write."""
         return not any(
             (
                 self.new_memories,
@@ -203,5 +212,6 @@ class Changes:
                 self.events,
                 self.meta,
                 self.outcomes,
+                self.memory_codes,
             )
         )

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import logging
 import time
 import uuid
@@ -155,6 +156,34 @@ def vector_bytes(vector: np.ndarray) -> bytes:
     return np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
 
+class MemoryCodes(NamedTuple):
+    """One namespace's loaded memory codes: the memories' positions among the loaded rows,
+    and their codes, one row each (one buffer, not a row at a time)."""
+
+    positions: np.ndarray
+    codes: np.ndarray
+
+
+def code_bytes(dim: int) -> int:
+    """Bytes of one memory's code: the signs of a ``dim``-d vector in 64-bit words
+    (services/graph/memory_vectors.py; 64 at 512-d)."""
+    return 8 * -(-dim // 64)
+
+
+# Active memories' codes made by the recorded embedder, grouped by namespace, oldest first.
+MEMORY_CODES = (
+    "SELECT m.rowid AS memory_row, dense_rank() OVER (ORDER BY m.namespace) AS space, v.code "
+    "FROM memory_vectors v JOIN memories m ON m.id = v.memory_id "
+    "WHERE v.fingerprint = ? AND m.superseded_by IS NULL ORDER BY space, m.created_at, m.id"
+)
+# Active memories with no code of the recorded embedder, oldest first.
+UNVECTORISED = (
+    "SELECT m.rowid AS memory_row FROM memories m WHERE m.superseded_by IS NULL AND NOT EXISTS "
+    "(SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id AND v.fingerprint = ?) "
+    "ORDER BY m.created_at, m.id"
+)
+
+
 @dataclass
 class LoadedGraph:
     """The file's rows as the graph starts from them.
@@ -175,6 +204,10 @@ class LoadedGraph:
     memory_columns: dict[str, np.ndarray] = field(default_factory=dict)
     # per link: both ends were in the file, in one namespace
     link_ends_sound: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # the dense leg's codes of active memories, made by the recorded embedder: per namespace
+    # group (``MemoryCodes``), and the positions of active memories that have none
+    memory_codes: list[MemoryCodes] = field(default_factory=list)
+    unvectorised: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 class TableRows(NamedTuple):
@@ -183,22 +216,26 @@ class TableRows(NamedTuple):
     rows: np.ndarray
     ids: np.ndarray
 
-    def locate(self, rows: np.ndarray, lost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per joined row: its position among the loaded rows (-1 where the join found none,
-        NULL) and its id, the loaded record's own string (a link then adds no string) or,
-        where there is no row, the id the link names (``lost``)."""
-        found = ~np.ma.getmaskarray(rows)
-        wanted = np.ma.getdata(rows)[found]
+    def positions(self, wanted: np.ndarray) -> np.ndarray:
+        """The positions among the loaded rows of DuckDB row ids that are among them."""
         top = int(self.rows.max(initial=-1))
         if top < DENSE_ROW_IDS_MAX_FACTOR * (len(self.rows) + 1):
             # row id -> position, then one lookup per joined row (a sorted search per row
             # took 2.6 s of CPU for the 4.5M links of 1M memories, this 0.1 s)
             position = np.full(top + 1, -1, dtype=np.int64)
             position[self.rows] = np.arange(len(self.rows))
-            at = position[wanted]
-        else:  # rows of an uncommitted transaction have ids near 2**62 (a full disk's load)
-            order = np.argsort(self.rows)
-            at = order[np.searchsorted(self.rows, wanted, sorter=order)]
+            found: np.ndarray = position[wanted]
+            return found
+        # rows of an uncommitted transaction have ids near 2**62 (a full disk's load)
+        order = np.argsort(self.rows)
+        return order[np.searchsorted(self.rows, wanted, sorter=order)]
+
+    def locate(self, rows: np.ndarray, lost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per joined row: its position among the loaded rows (-1 where the join found none,
+        NULL) and its id, the loaded record's own string (a link then adds no string) or,
+        where there is no row, the id the link names (``lost``)."""
+        found = ~np.ma.getmaskarray(rows)
+        at = self.positions(np.ma.getdata(rows)[found])
         positions = np.full(len(found), -1, dtype=np.int64)
         positions[found] = at
         column = np.array(np.ma.getdata(lost), dtype=object)
@@ -304,7 +341,9 @@ class GraphStore:
 
     def _read_all(self) -> LoadedGraph:
         graph = LoadedGraph(meta=self.read_meta())
-        self._load_links(graph, self._load_keys(graph), self._load_memories(graph))
+        memories = self._load_memories(graph)
+        self._load_links(graph, self._load_keys(graph), memories)
+        self._load_memory_codes(graph, memories)
         lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
         pruned_through = int(graph.meta.get("pruned_through", "0") or 0)
         graph.head_seq = int(hi) if hi is not None else pruned_through
@@ -403,6 +442,28 @@ class GraphStore:
             memory_row=memory_row,
         )
         graph.link_ends_sound = np.ma.filled(links["same_namespace"], False).astype(bool)
+
+    def _load_memory_codes(self, graph: LoadedGraph, memories: TableRows) -> None:
+        """The codes of active memories made by the recorded embedder, one buffer per
+        namespace, and which active memories have none (a file without a recorded embedder
+        has none; a damaged code counts as none, so its memory is vectorised again)."""
+        fingerprint = graph.meta.get("fingerprint") or None
+        width = code_bytes(int(graph.meta.get("dim", "0") or 0))
+        cols = self.conn.execute(MEMORY_CODES, [fingerprint]).fetchnumpy()
+        rows, blobs = np.asarray(cols["memory_row"]), cols["code"]
+        whole = np.fromiter((len(blob) == width for blob in blobs), bool, len(blobs))
+        if not whole.all():
+            log.warning("%d memory codes of the wrong size left out", int((~whole).sum()))
+        if whole.any():
+            positions = memories.positions(rows[whole])
+            codes = np.frombuffer(b"".join(blobs[whole]), dtype=np.uint8).reshape(-1, width)
+            space = np.asarray(cols["space"])[whole]
+            starts = [0, *(np.flatnonzero(np.diff(space)) + 1).tolist(), len(space)]
+            graph.memory_codes = [
+                MemoryCodes(positions[a:b], codes[a:b]) for a, b in itertools.pairwise(starts)
+            ]
+        missing = self.conn.execute(UNVECTORISED, [fingerprint]).fetchnumpy()["memory_row"]
+        graph.unvectorised = memories.positions(np.concatenate([missing, rows[~whole]]))
 
     def release_cache(self) -> None:
         """Drop DuckDB's cached table blocks and return freed heap pages to the system.
@@ -522,6 +583,7 @@ class GraphStore:
                 ("links", "memory_id"),
                 ("link_weights", "memory_id"),
                 ("related", "memory_id"),
+                ("memory_vectors", "memory_id"),
                 *((table, "memory_id") for table, _ in FLAG_TABLES),
             ):
                 self._delete_in(table, column, ids)
@@ -624,6 +686,13 @@ class GraphStore:
                 ],
             )
         self.insert_rows("confirmations", 5, c.confirmations)
+        if c.memory_codes:
+            self._delete_in("memory_vectors", "memory_id", sorted(c.memory_codes))
+            self.insert_rows(
+                "memory_vectors",
+                3,
+                [(mid, code, fp) for mid, (code, fp) in c.memory_codes.items()],
+            )
         for name, value in c.meta.items():
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
 
@@ -781,6 +850,10 @@ class GraphStore:
         changes.meta.update(meta)
         with self.transaction():
             self._update("keys", ("id",), (("id", "VARCHAR"), ("vector", "BLOB")), rows)
+            # memory codes of the old model are not comparable with the new one's queries
+            self.conn.execute(
+                "DELETE FROM memory_vectors WHERE fingerprint <> ?", [meta["fingerprint"]]
+            )
             self._write(changes)
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from keymem.store.schema import SCHEMA_VERSION
 EXPORT_FORMAT = "keymem-graph-export"
 PRIVATE_FILE_MODE = 0o600
 EXPORT_VERSION = 1
+# Not memory_vectors: a code is tied to the embedder that made it (the importing home's may be
+# another), and the graph's background pass vectorises every imported memory again.
 EXPORTED_TABLES = (
     "keys",
     "key_aliases",

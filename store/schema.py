@@ -121,8 +121,19 @@ DROP TABLE write_outcomes;
 ALTER TABLE write_outcomes_v7 RENAME TO write_outcomes;
 """
 
+# The dense candidate leg's memory vectors (services/graph/memory_vectors.py): per memory the
+# signs of its head's passage vector, packed (64 bytes at 512-d), and the embedder fingerprint
+# they came from (codes of another model are not comparable, and are vectorised again). No
+# primary key: the graph, the file's only writer, keeps one row per memory (a new code deletes
+# the old row in the same transaction), and an index would cost ~64 B a memory for nothing.
+_V8 = """
+CREATE TABLE memory_vectors (
+    memory_id VARCHAR NOT NULL, code BLOB NOT NULL, fingerprint VARCHAR NOT NULL
+);
+"""
+
 # Index i holds the script that takes a file from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # Tables in dependency-free order, for export/import and for tests that compare contents
@@ -139,6 +150,7 @@ TABLES = (
     "related",
     "contradictions",
     "near_duplicates",
+    "memory_vectors",
     "confirmations",
     "events",
 )

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from keymem.services.graph import GraphService
+from keymem.services.graph.embedding import VECTOR_BACKLOG_MAX
 from keymem.services.graph.hybrid import Scoring
 from keymem.services.graph.memory_vectors import CODES, MemoryVectors
 from tests.graph_helpers import open_graph
-from tests.vectors import remember_body, vector, vectors
+from tests.vectors import FINGERPRINT, remember_body, vector, vectors
 
 PAINTS = "Melanie paints lake sunrises on weekends."
 CAMPING = "Melanie took her kids camping in the mountains."
@@ -67,11 +68,26 @@ def graph(tmp_path: Path) -> Iterator[GraphService]:
         (ADOPTION, ["Caroline", "adoption"]),
         (POTTERY, ["Caroline", "pottery"]),
     ]:
-        service.remember(remember_body(content, keys))
-    for memory in service.state.memories.values():
-        service.state.memory_vectors.put(memory.namespace, memory.id, vector(memory.content))
+        service.remember(remember_body(content, keys, fingerprint=FINGERPRINT))
+    vectorise(service)
     yield service
     service.close()
+
+
+def vectorise(graph: GraphService) -> int:
+    """What the memory service's idle-time pass does (services/memory/warmup.py): the
+    backlog's heads embedded as passages, handed back to the graph; how many were stored."""
+    backlog = graph.vector_backlog({"limit": VECTOR_BACKLOG_MAX})["memories"]
+    if not backlog:
+        return 0
+    stored: int = graph.put_memory_vectors(
+        {
+            "memory_ids": [m["memory_id"] for m in backlog],
+            "vectors": vectors([m["head"] for m in backlog]),
+            "fingerprint": FINGERPRINT,
+        }
+    )["stored"]
+    return stored
 
 
 def pooled(graph: GraphService, question: str) -> dict[str, dict[str, Any]]:
@@ -82,7 +98,7 @@ def pooled(graph: GraphService, question: str) -> dict[str, dict[str, Any]]:
 def test_the_leg_proposes_what_no_key_and_no_word_reaches(graph: GraphService) -> None:
     # a namespace too large to be handed to the reranker whole (widen_max 0), no fallback:
     # the Korean question reaches no key and no word of the English store
-    graph.scoring = Scoring(widen_max=0, fallback=False)
+    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=0)
     assert CAMPING not in pooled(graph, CAMPING_KO)
     graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=2)
     found = pooled(graph, CAMPING_KO)

@@ -64,8 +64,11 @@ def test_load_batches_places_cuts_and_maps(stack: InprocStack) -> None:
     memory.add("remember_batch", recorder.remember_batch)
     lexicon = Service("lexicon")
     lexicon.add("search", lambda body: {"caught_up": True, "hits": []})
+    graph = Service("graph")  # every memory has its passage vector
+    graph.add("vector_backlog", lambda body: {"missing": 0, "fingerprint": None, "memories": []})
     stack.add_worker(memory)
     stack.add_worker(lexicon)
+    stack.add_worker(graph)
     long_content = "x" * (CONTENT_MAX_CHARS + 5)
     memories = [
         {"id": f"m{i}", "content": f"memory {i}", "title": f"t{i}", "keys": None, "namespace": None}

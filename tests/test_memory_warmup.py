@@ -1,4 +1,7 @@
-"""The memory service's reranker warm-up: grouped off the write's path, never lost unsaid."""
+"""The memory service's idle-time pass: the graph's memories without a vector are embedded
+(one model call warms the reranker and makes the dense leg's vector), never while a request
+is in flight, and nothing is lost when a round fails. A real graph file and real vectors (the
+shipped model, tests/vectors.py)."""
 
 from __future__ import annotations
 
@@ -6,41 +9,49 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from keymem.protocol.worker import HeartbeatPolicy, Service
+from keymem.services import graph
 from keymem.services.memory.warmup import Warmer
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack
+from tests.full_stack import shared_embedder
+from tests.vectors import remember_body, vectors
 
 WAIT_S = 10.0  # for a thread on a loaded box; the checks below never wait this long when green
-HELD_METHODS = ("write", "read")
+CLIENTS: dict[int, Any] = {}
+# The stack's embedder's: the memories' vectors must come from the graph's recorded embedder.
+FINGERPRINT = shared_embedder().fingerprint
+TEXTS = ["one fact", "two facts", "three facts", "four facts", "five facts"]
 
 
 class RecordingReranker:
-    """A ``reranker`` worker that records each ``warm`` call's passages (and can be held)."""
+    """A ``reranker`` worker that records each ``warm`` call's passages (and can be held),
+    answering with the passages' real vectors as the cosine scorer does, or (``embeds``
+    False, a cross-encoder) without them."""
 
-    def __init__(self) -> None:
+    def __init__(self, embeds: bool = True) -> None:
+        self.embeds = embeds
         self.calls: list[list[str]] = []
         self.release = threading.Event()
         self.release.set()
-        self.entered = threading.Event()
 
     def warm(self, body: Any) -> dict[str, Any]:
-        self.entered.set()
         self.release.wait(WAIT_S)
         self.calls.append(list(body["passages"]))
-        return {"cached": len(body["passages"]), "score_kind": "recorded"}
+        answer: dict[str, Any] = {"cached": len(body["passages"]), "score_kind": "recorded"}
+        if self.embeds and body.get("vectors"):
+            answer.update(vectors=vectors(body["passages"]), fingerprint=FINGERPRINT)
+        return answer
 
     def service(self) -> Service:
         service = Service("reranker")
         service.add("warm", self.warm, idempotent=True)
         return service
-
-    def warmed(self) -> list[str]:
-        return [p for call in self.calls for p in call]
 
 
 def wait_for(condition: Any) -> None:
@@ -51,126 +62,108 @@ def wait_for(condition: Any) -> None:
 
 
 @pytest.fixture
-def stack() -> Iterator[InprocStack]:
+def stack(tmp_path: Path) -> Iterator[InprocStack]:
+    """A router with a real graph holding ``TEXTS``, written in order, none vectorised."""
     with InprocStack() as running:
+        running.add_worker(graph.build(running.settings(tmp_path)))
+        client = running.client()
+        for text in TEXTS:
+            client.call("graph", "remember", remember_body(text, [text], fingerprint=FINGERPRINT))
+        CLIENTS[id(running)] = client
         yield running
+        CLIENTS.pop(id(running))
+
+
+def missing(stack: InprocStack) -> int:
+    """Memories still without a vector (one client per stack: a poll must not open sockets)."""
+    client = CLIENTS.get(id(stack)) or CLIENTS.setdefault(id(stack), stack.client())
+    return int(client.call("graph", "vector_backlog", {})["missing"])
 
 
 class HeldService:
-    """A ``memory``-like worker whose ``write`` queues its passages for warming and whose
-    ``write`` and ``read`` both stay in flight until released, as a slow write or recall does."""
+    """A ``memory``-like worker whose ``read`` stays in flight until released."""
 
     def __init__(self, warmer: Warmer) -> None:
         self.warmer = warmer
-        self.entered: dict[str, threading.Event] = {m: threading.Event() for m in HELD_METHODS}
-        self.release: dict[str, threading.Event] = {m: threading.Event() for m in HELD_METHODS}
-
-    def _held(self, method: str) -> None:
-        self.entered[method].set()
-        self.release[method].wait(WAIT_S)
-
-    def write(self, body: Any) -> dict[str, Any]:
-        self.warmer.add(body["passages"])
-        self._held("write")
-        return {}
+        self.entered = threading.Event()
+        self.release = threading.Event()
 
     def read(self, body: Any) -> dict[str, Any]:
-        self._held("read")
+        self.entered.set()
+        self.release.wait(WAIT_S)
         return {}
 
-    def start(self, stack: InprocStack) -> None:
-        """Two workers (the router runs several memory threads), both yielding to the warmer."""
-        for _ in range(2):
-            service = Service("memory")
-            service.add("write", self.write)
-            service.add("read", self.read, idempotent=True)
-            self.warmer.yield_to(service)
-            stack.add_worker(service, heartbeat=HeartbeatPolicy(100, ORCHESTRATION_LIVENESS))
-
-    def call(self, stack: InprocStack, method: str, body: Any) -> threading.Thread:
-        """``method`` called from another client thread; returns once the worker holds it."""
+    def start(self, stack: InprocStack) -> threading.Thread:
+        """Serve (yielding to the warmer) and call ``read`` from another thread; returns once
+        the worker holds it."""
+        service = Service("memory")
+        service.add("read", self.read, idempotent=True)
+        self.warmer.yield_to(service)
+        stack.add_worker(service, heartbeat=HeartbeatPolicy(100, ORCHESTRATION_LIVENESS))
         client = stack.client(timeout_ms=int(WAIT_S * 1000))
-        thread = threading.Thread(target=client.call, args=("memory", method, body))
+        thread = threading.Thread(target=client.call, args=("memory", "read", {}))
         thread.start()
-        assert self.entered[method].wait(WAIT_S)
+        assert self.entered.wait(WAIT_S)
         return thread
 
 
-def test_no_warm_up_while_a_write_or_a_read_is_in_flight(stack: InprocStack) -> None:
-    """A burst of writes keeps the model and the cores: its text is warmed in the pause after
-    the last request ends, whichever worker served it, in groups of ``per_call``."""
+def test_no_model_call_while_a_request_is_in_flight_then_newest_first(
+    stack: InprocStack,
+) -> None:
+    """A recall in flight keeps the model: the backlog is embedded in the pause after it,
+    newest first (the memories an agent is likeliest to ask about next), in groups."""
     reranker = RecordingReranker()
     stack.add_worker(reranker.service())
-    warmer = Warmer(stack.endpoints.frontend, window_s=0.05, per_call=4)
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.05, per_call=2, poll_s=WAIT_S)
     held = HeldService(warmer)
-    held.start(stack)
     try:
-        writing = held.call(stack, "write", {"passages": ["one", "two", "  ", "three", "four"]})
-        reading = held.call(stack, "read", {})
+        reading = held.start(stack)
+        warmer.written()
         time.sleep(10 * warmer.window_s)  # many windows: a warmer that does not wait has sent
         assert reranker.calls == []
-        held.release["write"].set()
-        writing.join(WAIT_S)
-        time.sleep(10 * warmer.window_s)  # the read still runs on the other worker
-        assert reranker.calls == []
-        assert warmer.stats()["pending"] == 4
-        held.release["read"].set()
+        assert missing(stack) == len(TEXTS)
+        held.release.set()
         reading.join(WAIT_S)
-        wait_for(lambda: len(reranker.calls) == 1)
-        assert reranker.calls == [["one", "two", "three", "four"]]
+        wait_for(lambda: missing(stack) == 0)
+        newest_first = [["five facts", "four facts"], ["three facts", "two facts"], ["one fact"]]
+        assert reranker.calls == newest_first
     finally:
-        for event in held.release.values():
-            event.set()
+        held.release.set()
         warmer.close()
-    assert warmer.stats() == {"sent": 4, "calls": 1, "failed": 0, "dropped": 0, "pending": 0}
+    assert warmer.stats() == {"sent": 5, "calls": 3, "stored": 5, "failed": 0}
 
 
-def test_an_idle_service_warms_newest_first_in_groups(stack: InprocStack) -> None:
-    """After a burst, the memories written last (the likeliest to be asked about next) are the
-    first warm."""
-    reranker = RecordingReranker()
+def test_a_reranker_that_does_not_embed_leaves_the_vectors_to_the_embedder(
+    stack: InprocStack,
+) -> None:
+    """A cross-encoder warms its own way; the embedder makes the memories' vectors then."""
+    from keymem.services.embedder.service import make_service as embedder_service
+
+    reranker = RecordingReranker(embeds=False)
     stack.add_worker(reranker.service())
-    warmer = Warmer(stack.endpoints.frontend, window_s=0.05, per_call=2)
+    stack.add_worker(embedder_service(shared_embedder()))
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=8, poll_s=WAIT_S)
     try:
-        warmer.add(["one", "two", None, 3, "three"])  # blanks and non-text are not passages
-        wait_for(lambda: len(reranker.calls) == 2)
-        assert reranker.calls == [["two", "three"], ["one"]]
+        warmer.start()
+        wait_for(lambda: missing(stack) == 0)
     finally:
         warmer.close()
+    assert reranker.calls == [TEXTS[::-1]]  # warmed all the same
+    assert warmer.stats()["stored"] == len(TEXTS)
 
 
-def test_a_full_backlog_drops_the_oldest_and_says_so(
+def test_a_failed_round_is_logged_and_its_memories_wait_for_the_next(
     stack: InprocStack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    reranker = RecordingReranker()
-    stack.add_worker(reranker.service())
-    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=1, pending_max=2)
-    try:
-        reranker.release.clear()
-        warmer.add(["held"])
-        assert reranker.entered.wait(WAIT_S)  # the thread waits inside its call
-        with caplog.at_level(logging.WARNING, logger="keymem.memory.warmup"):
-            warmer.add(["a", "b", "c", "d"])
-        assert warmer.stats()["dropped"] == 2
-        assert "2 oldest passages not warmed" in caplog.text
-        with caplog.at_level(logging.WARNING, logger="keymem.memory.warmup"):
-            warmer.add(["e"])  # within the minute: counted, not logged again
-        assert warmer.stats()["dropped"] == 3
-        assert caplog.text.count("not warmed") == 1
-        reranker.release.set()
-    finally:
-        warmer.close()
-    assert reranker.warmed() == ["held", "e", "d"]
-
-
-def test_a_failed_warm_up_is_counted_and_logged(
-    stack: InprocStack, caplog: pytest.LogCaptureFixture
-) -> None:
-    # no reranker worker at all: the router refuses each call
-    warmer = Warmer(stack.endpoints.frontend, window_s=0.0)
+    # no reranker and no embedder at all: the router refuses each call
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, poll_s=0.05)
     with caplog.at_level(logging.WARNING, logger="keymem.memory.warmup"):
-        warmer.add(["lost cause"])
-        wait_for(lambda: warmer.stats()["failed"] == 1)
-    warmer.close()
-    assert "1 passages not warmed: " in caplog.text
-    assert warmer.stats()["sent"] == 1
+        warmer.start()
+        wait_for(lambda: warmer.stats()["failed"] >= 2)
+    assert caplog.text.count("memory vectors not made") == 1  # once a minute, not per round
+    assert missing(stack) == len(TEXTS)
+    stack.add_worker(RecordingReranker().service())  # back: the same memories are made
+    try:
+        wait_for(lambda: missing(stack) == 0)
+    finally:
+        warmer.close()

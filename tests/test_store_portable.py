@@ -174,6 +174,7 @@ def test_a_file_from_before_learned_links_opens_with_every_link_kept(tmp_path: P
     conn.execute("ALTER TABLE links DROP COLUMN learned")
     conn.execute("DROP TABLE write_outcomes")
     conn.execute("DROP TABLE near_duplicates")
+    conn.execute("DROP TABLE memory_vectors")
     for column in ("outcome_key", "outcome_method", "outcome_result"):
         conn.execute(f"ALTER TABLE events DROP COLUMN {column}")
     conn.execute("UPDATE meta SET value = '2' WHERE name = 'schema_version'")

@@ -26,6 +26,11 @@ KEY_MODES: tuple[KeyMode, ...] = ("provided", "title", "auto")
 WRITE_TIMEOUT_MS = 120_000  # one batch: 200 items, their keys embedded, one commit
 CATCH_UP_TIMEOUT_S = 300.0
 CATCH_UP_POLL_MS = 2_000
+# The memory service's idle-time pass embeds the loaded memories' heads for the dense leg
+# (services/memory/warmup.py); a load waits until every one has its vector, and gives up only
+# once the backlog has not shrunk for this long (a store's size sets the whole wait).
+VECTORS_STALL_S = 120.0
+VECTORS_POLL_S = 0.5
 PER_QUERY_NAMESPACE = "eval-q{position}"
 
 
@@ -176,6 +181,7 @@ def load(client: Client, benchmark: Benchmark, mode: KeyMode, progress: Progress
         bar.advance(len(batch))
     bar.close()
     wait_for_lexicon(client, store.last_seq, store.namespaces[0] if store.namespaces else "default")
+    wait_for_vectors(client)
     store.seconds = time.monotonic() - started
     return store
 
@@ -195,3 +201,25 @@ def wait_for_lexicon(client: Client, seq: int, namespace: str) -> None:
             raise LoadError(
                 f"the lexicon did not catch up to seq {seq} in {CATCH_UP_TIMEOUT_S:.0f} s"
             )
+
+
+def wait_for_vectors(client: Client) -> None:
+    """Block until every active memory has its passage vector, so the dense leg proposes
+    from the whole store and two loads of one file give the same figures."""
+    left, moved_at = -1, time.monotonic()
+    while True:
+        try:
+            missing = int(client.call("graph", "vector_backlog", {})["missing"])
+        except KeymemError:
+            missing = left  # busy: ask again
+        if missing == 0:
+            return
+        if missing != left:
+            left, moved_at = missing, time.monotonic()
+        elif time.monotonic() - moved_at > VECTORS_STALL_S:
+            waiting = f"{missing} memories" if missing >= 0 else "the graph did not answer:"
+            raise LoadError(
+                f"{waiting} still without a passage vector after {VECTORS_STALL_S:.0f} s "
+                "(is the reranker, the embedder or the graph down?)"
+            )
+        time.sleep(VECTORS_POLL_S)

@@ -10,6 +10,7 @@ transaction after a backup; a restart in the middle simply discards the staging.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from keymem.protocol.errors import BadRequest, Conflict, NotFound
 from keymem.protocol.fields import body_of, opt_int
-from keymem.protocol.limits import BATCH_MAX_ITEMS, KEYS_PER_MEMORY_MAX
+from keymem.protocol.limits import BATCH_MAX_ITEMS, KEYS_PER_MEMORY_MAX, PASSAGE_HEAD_CHARS
 from keymem.services.graph.keyindex import KeyIndex
 from keymem.services.graph.requests import id_list, namespace_of, opt_str, req_str
 from keymem.services.graph.state import GraphState
@@ -143,6 +144,8 @@ def apply(state: GraphState, staging: Staging) -> None:
     """Swap the committed vectors into memory: key records and every namespace's matrix."""
     for key_id, vector in staging.vectors.items():
         state.keys[key_id].vector = vector
+    if staging.fingerprint != state.fingerprint:
+        state.reset_memory_vectors()
     state.fingerprint, state.dim = staging.fingerprint, staging.dim
     for namespace, index in list(state.indexes.items()):
         keys = [state.keys[key_id] for key_id in index.ids]
@@ -157,3 +160,59 @@ def ready_to_commit(staging: Staging | None, state: GraphState, raw: Any) -> Sta
     if missing:
         raise Conflict(f"{len(missing)} keys have no new vector yet", {"missing": missing[:20]})
     return staging
+
+
+# -- memory vectors (the dense leg's codes, made in the memory service's idle time) ---------
+# Memories one ``vector_backlog`` answer names, and one ``put_memory_vectors`` stores.
+VECTOR_BACKLOG_MAX = 64
+
+
+def vector_backlog(state: GraphState, raw: Any) -> dict[str, Any]:
+    """The newest ``limit`` active memories without a vector (their ids and heads, the text
+    the vector is made of), and how many are waiting in all: the memory service's idle-time
+    pass embeds them (services/memory/warmup.py), ``keymem eval`` waits for ``missing`` 0."""
+    limit = opt_int(body_of(raw), "limit", 0, 0, VECTOR_BACKLOG_MAX)
+    waiting: list[dict[str, str]] = []
+    for memory_id in reversed(state.unvectorised):
+        if len(waiting) >= limit:
+            break
+        waiting.append(
+            {"memory_id": memory_id, "head": state.memories[memory_id].content[:PASSAGE_HEAD_CHARS]}
+        )
+    return {
+        "missing": len(state.unvectorised),
+        "fingerprint": state.fingerprint,
+        "memories": waiting,
+    }
+
+
+def prepare_put_memory_vectors(state: GraphState, raw: Any) -> Callable[[float], dict[str, Any]]:
+    """Validate memories' head vectors (``memory_ids``, float32 ``vectors`` [n, dim] from the
+    embedder ``fingerprint`` the graph records); the action stores those still waiting."""
+    body = body_of(raw)
+    memory_ids = id_list(body, "memory_ids", VECTOR_BACKLOG_MAX)
+    fingerprint = req_str(body, "fingerprint", MAX_FINGERPRINT_CHARS)
+    if state.fingerprint is None or fingerprint != state.fingerprint:
+        raise Conflict(
+            f"memory vectors are from {fingerprint!r} but the graph stores "
+            f"{state.fingerprint!r}; they are not comparable with its queries",
+            {"fingerprint_mismatch": True, "recorded": state.fingerprint},
+        )
+    vectors = body.get("vectors")
+    if (
+        not isinstance(vectors, np.ndarray)
+        or vectors.shape != (len(memory_ids), state.dim)
+        or not np.all(np.isfinite(vectors))
+    ):
+        raise BadRequest(
+            f"vectors must be a finite float32 array of shape ({len(memory_ids)}, {state.dim})"
+        )
+
+    def action(now: float) -> dict[str, Any]:
+        stored = sum(
+            state.put_memory_vector(memory_id, vector, fingerprint)
+            for memory_id, vector in zip(memory_ids, vectors, strict=True)
+        )
+        return {"stored": stored, "missing": len(state.unvectorised)}
+
+    return action

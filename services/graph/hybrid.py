@@ -25,9 +25,11 @@ themselves (the router reranks the pool and decides what to show), and each cand
    with no evidence but the reranker's (``_unlexical_members``, ``WIDEN_MAX_MEMORIES``);
    otherwise, when nothing matched at all, the members of the nearest keys below the
    threshold, for the reranker to judge (``_nearest_key_members``);
-5. dense leg (an experiment, off: ``Scoring.dense_leg``) — the memories nearest the query by
-   their own text vectors (``memory_vectors``), proposed whatever words or keys they share
-   (``_dense_members``; docs/history/recall-dense-leg-2026-12-02c.md);
+5. dense leg — the ``DENSE_DEPTH`` memories nearest the query by their own head's passage
+   vector (``memory_vectors``), whatever words or keys they share, appended to the pool for
+   the reranker to judge: no fusion vote, so the pool's cut and the hop's seed stay the
+   graph's own evidence (``_dense_members``; docs/history/recall-dense-leg-2026-12-02c.md);
+   a memory whose vector the memory service has not made yet is not proposed;
 6. anchor — whether any signal was strong enough to answer at all (a literal key, a key above
    the recall threshold, or BM25 evidence), so an unrelated query can abstain.
 """
@@ -76,6 +78,9 @@ PHRASE_KEYS_DEFAULT = 2  # nearest concept keys per query phrase
 # a loaded 2-core box), so 1,000 cost ~400 ms, a fifth of the hook's 2,000 ms deadline; a
 # larger namespace keeps the key path's pool.
 WIDEN_MAX_MEMORIES = 1_000
+# The dense leg is a candidate list like the lexicon's, so it is as deep (search.BM25_DEPTH);
+# it adds no term to the blend: the reranker's relevance is the same passage vector's cosine.
+DENSE_DEPTH = 50
 # Key matches the query's text names (its word is the key's concept or alias): lexical
 # evidence, unlike a ``semantic`` or per-word ``phrase`` match through a vector.
 NAMED_MATCHES = frozenset({"concept", "alias"})
@@ -110,9 +115,10 @@ class Scoring:
     * ``widen_max`` — a namespace of at most this many memories is handed whole to the
       reranker when the query's lexical legs found nothing (0: never).
     * ``dense_leg`` — how many memories nearest the query's vector by their own text vectors
-      (``memory_vectors``) join the fusion as one more ranked list (0: none);
-      ``dense_pooled`` — those the fused pool left out are handed to the reranker too;
-      ``dense_fused`` — the leg's list counts in the fusion (the pool's cut, the hop's seed).
+      (``memory_vectors``) are proposed (0: none); ``dense_pooled`` — those the fused pool
+      left out are handed to the reranker too; ``dense_fused`` — the leg's list counts in
+      the fusion as one more ranked list (the pool's cut, the hop's seed: it cost bridge
+      questions, so the product appends without a vote).
     """
 
     seeds: int = SEEDS_DEFAULT
@@ -123,9 +129,9 @@ class Scoring:
     named_hops: bool = True
     fallback: bool = True
     widen_max: int = WIDEN_MAX_MEMORIES
-    dense_leg: int = 0
-    dense_pooled: bool = False
-    dense_fused: bool = True
+    dense_leg: int = DENSE_DEPTH
+    dense_pooled: bool = True
+    dense_fused: bool = False
 
 
 def _bm25_of(body: dict[str, Any]) -> list[tuple[str, float]]:

@@ -16,7 +16,9 @@ Two codes (``CODES``):
   contiguous XOR + popcount passes over 64-bit words.
 
 Rows are appended into spare capacity and removed by swapping the last row in (as the keys'
-``KeyIndex``), so writes cost O(dim).
+``KeyIndex``), so writes cost O(dim). The graph keeps ``bits`` (``PRODUCT_CODE``): its codes
+are what the file stores (``code_of``) and what a start loads, one buffer per namespace
+(``load``); ``i8`` serves the experiments that compared the two (benchmarks/).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ INITIAL_CAPACITY = 64
 I8_MAX = 127
 SCAN_CHUNK_ROWS = 16_384  # i8 rows widened to float32 at a time (32 MB at 512-d)
 CODES = ("i8", "bits")
+PRODUCT_CODE = "bits"
 WORD_BITS = 64
+WORD_DTYPE = np.dtype("<u8")  # a stored code's words, little-endian whatever the machine
 
 
 def quantise(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +49,12 @@ def sign_words(vector: np.ndarray) -> np.ndarray:
     words = -(-vector.shape[0] // WORD_BITS)
     bits = np.zeros(words * WORD_BITS, dtype=bool)
     bits[: vector.shape[0]] = vector > 0
-    return np.packbits(bits).view(np.uint64)
+    return np.packbits(bits).view(WORD_DTYPE).astype(np.uint64)
+
+
+def code_of(vector: np.ndarray) -> bytes:
+    """The ``bits`` code of a vector as the file stores it."""
+    return sign_words(vector).astype(WORD_DTYPE).tobytes()
 
 
 class NamespaceVectors:
@@ -65,6 +74,17 @@ class NamespaceVectors:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @classmethod
+    def of_codes(cls, dim: int, ids: list[str], codes: np.ndarray) -> NamespaceVectors:
+        """``bits`` rows from stored codes (one ``code_of`` row per id), in one copy."""
+        space = cls(dim, "bits")
+        space.ids = ids
+        space.pos = dict(zip(ids, range(len(ids)), strict=True))
+        words = np.frombuffer(np.ascontiguousarray(codes), dtype=WORD_DTYPE)
+        space.rows = np.ascontiguousarray(words.reshape(len(ids), -1).T, dtype=np.uint64)
+        space.scales = np.zeros(len(ids), dtype=np.float32)
+        return space
+
     def _set(self, at: int, vector: np.ndarray) -> None:
         if self.code == "i8":
             rows, scales = quantise(vector.reshape(1, -1).astype(np.float32))
@@ -75,10 +95,13 @@ class NamespaceVectors:
 
     def _grow(self) -> None:
         axis = 0 if self.code == "i8" else 1
-        self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)], axis=axis)
-        self.scales = np.concatenate([self.scales, np.zeros_like(self.scales)])
+        extra = max(INITIAL_CAPACITY, self.scales.shape[0])
+        pad = [(0, 0), (0, 0)]
+        pad[axis] = (0, extra)
+        self.rows = np.pad(self.rows, pad)
+        self.scales = np.pad(self.scales, (0, extra))
 
-    def put(self, memory_id: str, vector: np.ndarray) -> None:
+    def _row_for(self, memory_id: str) -> int:
         at = self.pos.get(memory_id)
         if at is None:
             at = len(self.ids)
@@ -86,7 +109,15 @@ class NamespaceVectors:
                 self._grow()
             self.ids.append(memory_id)
             self.pos[memory_id] = at
-        self._set(at, vector)
+        return at
+
+    def put(self, memory_id: str, vector: np.ndarray) -> None:
+        self._set(self._row_for(memory_id), vector)
+
+    def put_code(self, memory_id: str, code: bytes) -> None:
+        """A stored ``bits`` code (``code_of``) as the memory's row."""
+        at = self._row_for(memory_id)  # may grow ``rows``: look them up after
+        self.rows[:, at] = np.frombuffer(code, dtype=WORD_DTYPE)
 
     def remove(self, memory_id: str) -> None:
         at = self.pos.pop(memory_id, None)
@@ -134,14 +165,32 @@ class MemoryVectors:
     def __len__(self) -> int:
         return len(self.namespace_of)
 
-    def put(self, namespace: str, memory_id: str, vector: np.ndarray) -> None:
-        """``memory_id``'s unit vector (replacing the one it had)."""
+    def _space(self, namespace: str, memory_id: str, dim: int) -> NamespaceVectors:
         self.remove(memory_id)
         space = self.namespaces.get(namespace)
         if space is None:
-            space = self.namespaces[namespace] = NamespaceVectors(vector.shape[0], self.code)
-        space.put(memory_id, vector)
+            space = self.namespaces[namespace] = NamespaceVectors(dim, self.code)
         self.namespace_of[memory_id] = namespace
+        return space
+
+    def put(self, namespace: str, memory_id: str, vector: np.ndarray) -> None:
+        """``memory_id``'s unit vector (replacing the one it had)."""
+        self._space(namespace, memory_id, vector.shape[0]).put(memory_id, vector)
+
+    def put_code(self, namespace: str, memory_id: str, code: bytes, dim: int) -> None:
+        """``memory_id``'s stored ``bits`` code of a ``dim``-dimensional vector."""
+        self._space(namespace, memory_id, dim).put_code(memory_id, code)
+
+    def load(self, namespace: str, dim: int, ids: list[str], codes: np.ndarray) -> None:
+        """A namespace's stored ``bits`` codes at once (a start: no row-by-row fill)."""
+        if self.code != "bits":
+            raise ValueError("stored codes are bits")
+        self.namespaces[namespace] = NamespaceVectors.of_codes(dim, ids, codes)
+        self.namespace_of.update(dict.fromkeys(ids, namespace))
+
+    def clear(self) -> None:
+        self.namespaces.clear()
+        self.namespace_of.clear()
 
     def remove(self, memory_id: str) -> None:
         namespace = self.namespace_of.pop(memory_id, None)

@@ -35,6 +35,7 @@ from keymem.protocol.limits import BATCH_MAX_ITEMS
 from keymem.protocol.worker import Service
 from keymem.services import config as cfg
 from keymem.services import journal
+from keymem.services.catalog import GRAPH_BACKUP_WAIT_AT_STOP_S
 from keymem.services.config import Settings
 from keymem.services.graph import (
     embedding,
@@ -87,6 +88,7 @@ WRITE_METHODS = (
     "backup",
     "drop_namespace",
     "sleep",
+    "put_memory_vectors",
 )
 # Writes whose concurrent requests share one transaction (group commit): the worker hands
 # everything already queued for one of these methods to a single handler call.
@@ -126,6 +128,7 @@ READ_METHODS = (
     "quarantine",
     "list_memories",
     "sleep_status",
+    "vector_backlog",
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
@@ -148,7 +151,6 @@ IDLE_CHECKPOINT_AFTER_S = 5.0
 WAL_REPLAY_S_PER_BYTE = 0.35e-6
 WAL_CHECKPOINT_MIN_BYTES = 1024 * 1024
 MAINTENANCE_INTERVAL_S = 3_600.0
-BACKUP_WAIT_AT_STOP_S = 120.0
 SLEEP_CHECK_INTERVAL_S = 60.0  # how often the schedule is looked at
 SECONDS_PER_HOUR = 3_600.0
 # Modules imported on first use rather than at import: by duckdb's first fetchnumpy (the load)
@@ -479,7 +481,7 @@ class GraphService:
         self.state.release_matrices()  # a namespace whose index serves holds each vector once
 
     def close(self) -> None:
-        self.wait_for_backup()
+        self.finish_backups()
         self.journal.flush()
         self.store.close()
 
@@ -663,6 +665,13 @@ class GraphService:
             raw,
         )
 
+    # -- memory vectors (the dense leg: graph/embedding.py) -------------------------------
+    def vector_backlog(self, raw: Any) -> dict[str, Any]:
+        return embedding.vector_backlog(self.state, raw)
+
+    def put_memory_vectors(self, raw: Any) -> dict[str, Any]:
+        return self.write(lambda body: embedding.prepare_put_memory_vectors(self.state, body), raw)
+
     # -- embedding migration ---------------------------------------------------------------
     def reembed_begin(self, raw: Any) -> dict[str, Any]:
         """Stage a migration and start its backup now, in the background: by the time every
@@ -765,10 +774,21 @@ class GraphService:
     def backups(self) -> tuple[BackupJob | None, ...]:
         return (self.backup_job, self.reembed_backup)
 
-    def wait_for_backup(self, timeout_s: float = BACKUP_WAIT_AT_STOP_S) -> None:
+    def wait_for_backup(self, timeout_s: float = GRAPH_BACKUP_WAIT_AT_STOP_S) -> None:
+        give_up = time.monotonic() + timeout_s
         for job in self.backups():
             if job is not None and job.thread is not None:
-                job.thread.join(timeout_s)
+                job.thread.join(max(0.0, give_up - time.monotonic()))
+
+    def finish_backups(self, timeout_s: float = GRAPH_BACKUP_WAIT_AT_STOP_S) -> None:
+        """At stop: a running backup gets ``timeout_s`` to finish and is then abandoned, its
+        partial file removed, so the stop ends before supervisord's SIGKILL
+        (services/catalog.py, STOP_WAIT_S) and never closes the file under a running copy."""
+        self.wait_for_backup(timeout_s)
+        for job in self.backups():
+            if job is not None and job.status == "running":
+                log.warning("stopping: abandoning the backup to %s", job.path)
+                job.cancel()
 
 
 def build(settings: Settings) -> Service:

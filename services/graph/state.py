@@ -18,7 +18,7 @@ import numpy as np
 from keymem.services.graph.dedup import DedupBuild, DedupTable, index_text
 from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
 from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable
-from keymem.services.graph.memory_vectors import MemoryVectors
+from keymem.services.graph.memory_vectors import PRODUCT_CODE, MemoryVectors, code_of
 from keymem.services.graph.text import normalize_content
 from keymem.store.changes import Changes
 from keymem.store.database import LoadedGraph
@@ -78,8 +78,10 @@ class GraphState:
         self.head_seq = loaded.head_seq
         self.first_seq = loaded.first_seq
         self.indexes: dict[str, KeyIndex] = {}
-        # memory id -> its text vector, per namespace (the dense candidate leg)
-        self.memory_vectors = MemoryVectors()
+        # memory id -> its text vector's code, per namespace (the dense candidate leg), and
+        # the active memories that have none yet, oldest first (``vector_backlog``)
+        self.memory_vectors = MemoryVectors(PRODUCT_CODE)
+        self.unvectorised: dict[str, None] = {}
         # key id -> active memories written with it (learned links left out: an association
         # hook learning made must not dilute the key's IDF for the memories it names)
         self.active_count: dict[str, int] = defaultdict(int)
@@ -111,10 +113,30 @@ class GraphState:
             for related_id in memory.related_to:
                 self.related_by[related_id].add(memory.id)
         heapq.heapify(self.ttl_heap)
+        self._load_memory_vectors(loaded)
         # namespace -> hash of the normalised content -> the active memory holding that text
         # (``duplicate_of`` compares the texts: a hash is 32 bytes where the normalised copy of
         # a text took ~150), built on a thread while the graph serves (services/graph/dedup.py)
         self._dedup = DedupBuild([m for m in self.memories.values() if m.superseded_by is None])
+
+    def _load_memory_vectors(self, loaded: LoadedGraph) -> None:
+        """The stored codes, one buffer per namespace, and the backlog of active memories
+        without one (a quarantined memory is left out of both)."""
+        ids = np.ma.getdata(loaded.memory_columns.get("id", np.empty(0, dtype=object)))
+        whole = len(self.memories) == len(ids)
+        for group in loaded.memory_codes:
+            if self.dim is None:
+                break
+            members, codes = ids[group.positions].tolist(), group.codes
+            if not whole:
+                kept = np.array([m in self.memories for m in members], dtype=bool)
+                members, codes = np.asarray(members, dtype=object)[kept].tolist(), codes[kept]
+            if members:
+                namespace = self.memories[members[0]].namespace
+                self.memory_vectors.load(namespace, self.dim, members, codes)
+        self.unvectorised = dict.fromkeys(
+            m for m in ids[loaded.unvectorised].tolist() if whole or m in self.memories
+        )
 
     def _count_active(self, loaded: LoadedGraph) -> None:
         """``active_count`` from the loaded links: per key, those not learned whose memory is
@@ -213,6 +235,8 @@ class GraphState:
             heapq.heappush(self.ttl_heap, (memory.expires_at, memory.id))
         for related_id in memory.related_to:
             self.related_by[related_id].add(memory.id)
+        if memory.superseded_by is None:
+            self.unvectorised[memory.id] = None
         self.changes.add_memory(memory)
         self.changes.upsert_event(memory)
 
@@ -250,6 +274,7 @@ class GraphState:
             if not link.learned:
                 self.active_count[link.key_id] -= 1
         self.tallies[memory.namespace].current -= 1
+        self._drop_vector(memory.id)
         self.changes.delete_event(memory)
 
     def delete_memory(self, memory: MemoryRecord, now: float) -> list[str]:
@@ -274,10 +299,43 @@ class GraphState:
             if not self.links.count_of_key(key_id):
                 orphaned.append(key_id)
         del self.memories[memory.id]
+        self._drop_vector(memory.id)
         self.changes.delete_memory(memory.id)
         for key_id in orphaned:
             self.delete_key(self.keys[key_id])
         return orphaned
+
+    # -- memory vectors (the dense leg) -----------------------------------------------------
+    def _drop_vector(self, memory_id: str) -> None:
+        """An inactive memory is never proposed: its code leaves the scan (its row in the
+        file goes with the memory, or stays with a superseded version, never loaded)."""
+        self.memory_vectors.remove(memory_id)
+        self.unvectorised.pop(memory_id, None)
+
+    def put_memory_vector(self, memory_id: str, vector: np.ndarray, fingerprint: str) -> bool:
+        """Store an active memory's vector from the recorded embedder; False (nothing changes)
+        when the memory has one already or is gone or inactive since it was asked for."""
+        if memory_id not in self.unvectorised or self.dim is None:
+            return False
+        memory = self.memories.get(memory_id)
+        if memory is None or memory.superseded_by is not None:
+            self.unvectorised.pop(memory_id)
+            return False
+        code = code_of(vector)
+        self.memory_vectors.put_code(memory.namespace, memory_id, code, self.dim)
+        del self.unvectorised[memory_id]
+        self.changes.put_code(memory_id, code, fingerprint)
+        return True
+
+    def reset_memory_vectors(self) -> None:
+        """Another embedder's vectors (a re-embedding): every active memory is vectorised
+        again by the background pass."""
+        self.memory_vectors.clear()
+        self.unvectorised = dict.fromkeys(
+            m.id
+            for m in sorted(self.memories.values(), key=lambda m: (m.created_at, m.id))
+            if m.superseded_by is None
+        )
 
     # -- keys ------------------------------------------------------------------------------
     def add_key(self, key: KeyRecord) -> None:

@@ -177,7 +177,7 @@ class MemoryAPI:
     def remember(self, body: Any) -> Any:
         (body,) = self.autokeys.complete([body])
         saved = self._remember(body)
-        self.warmer.add([body.get("content")])
+        self.warmer.written()
         return saved
 
     def _remember(self, body: Any) -> Any:
@@ -201,7 +201,7 @@ class MemoryAPI:
         if inherits_keys(stamped):
             stamped = self._with_text_vectors(stamped)
         saved = self._write("correct", stamped)
-        self.warmer.add([body.get("content")])
+        self.warmer.written()
         return saved
 
     def _with_text_vectors(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -245,7 +245,7 @@ class MemoryAPI:
                 items[i]["key_vectors"] = vectors
             body = {**body, "items": items, **fingerprinted(fingerprint)}
         saved = self._write("remember_batch", body)
-        self.warmer.add(item.get("content") for item in items if isinstance(item, dict))
+        self.warmer.written()
         return saved
 
     def passthrough(self, method: str) -> Any:
@@ -297,9 +297,9 @@ def make_service(
     thread than the inject would teach nothing, and one served by another thread than the
     write could miss it. ``config``: the process's settings (read now if not given);
     ``journal``: where recall, search and inject are recorded (one per process); ``warmer``:
-    the reranker warm-up of written text, shared so that it groups every thread's writes
-    and waits while any thread's request runs (without one, this service has its own and
-    closes it when it stops)."""
+    the idle-time pass that makes written memories' passage vectors (warmup.py), shared so
+    that it groups every thread's writes and waits while any thread's request runs (without
+    one, this service has its own and closes it when it stops)."""
     config = config or load()
     journal = journal or Journal(config[cfg.HOME], "memory")
     own_warmer = warmer is None

@@ -1,24 +1,26 @@
-"""The reranker's warm-up of newly written text, done while the memory service is idle.
+"""The memories' passage vectors, made while the memory service is idle: the reranker's
+warm-up and the graph's dense leg from one model call.
 
-A write's acknowledgement does not need the reranker: warming only fills its passage cache so
-that the first recall pooling the new memory pays no model time for it. One passage at a time
-costs the model about twice the CPU per passage that a group of eight or more does (USE-m on
-this box: 5.2 vs 2.7 ms for a ~110-character memory). So the memory service hands each write's
-text to one ``Warmer`` per process and replies at once; the warmer's own thread sends what has
-gathered, up to ``WARM_PASSAGES_PER_CALL`` at a time as one ``reranker.warm``, only once no
-request of the memory service (a write, a recall, an inject) has been in flight for
-``WARM_WINDOW_S``. Warming is worth doing only with time nobody else wants: during a burst of
-writes (a bulk import) it would take the model and the cores from the writes themselves, and
-during a recall it would make the recall wait behind it. So a burst is written at full speed
-and warmed in the pause after it, newest first (the memories an agent is likeliest to ask
-about next), and a single client's remembers, a few tens of milliseconds apart, gather into
-groups. A recall before the pause pays the model for the passages it pools that are not warm
-yet, as it would with no warm-up at all.
+A write's acknowledgement needs no passage model (issue 17: hundreds of single remembers a
+second): warming fills the reranker's passage cache so that the first recall pooling a new
+memory pays no model time for it, and the same vector of the memory's head, sent to the graph
+(``put_memory_vectors``), is what the dense leg scans (services/graph/memory_vectors.py). One
+``Warmer`` per process works through the graph's backlog of active memories without a vector
+(``vector_backlog``: written since, written before the leg, imported, or made by another
+embedder), newest first (the memories an agent is likeliest to ask about next), up to
+``WARM_PASSAGES_PER_CALL`` at a time as one ``reranker.warm`` with ``vectors`` — one passage
+at a time costs the model about twice the CPU per passage that a group does (USE-m on this
+box: 5.2 vs 2.7 ms for a ~110-character memory) — and only once no request of the memory
+service (a write, a recall, an inject) has been in flight for ``WARM_WINDOW_S``: during a
+burst of writes the model and the cores stay with the writes, during a recall the recall
+does not wait behind a warm-up. A write tells the warmer to look (``written``); with nothing
+written it looks every ``BACKLOG_POLL_S`` (a start on an older file, an import). A reranker
+that reads passages otherwise (a cross-encoder) or is off answers without vectors: the
+embedder makes them then.
 
-Nothing is dropped silently: passages beyond ``WARM_PENDING_MAX`` (a burst longer than the
-backlog) drop the oldest, and failed warm-ups (a disabled reranker refuses every one) are
-logged as warnings, each kind at most once per ``LOG_INTERVAL_S`` with how many since the last;
-both are counted in ``stats``.
+Nothing is lost: the backlog is the graph's, so a memory whose vector was not made (a failed
+call, a restart) is simply still in it; failures are counted in ``stats`` and logged as
+warnings at most once per ``LOG_INTERVAL_S`` with how many since the last.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from keymem.protocol.client import Client
@@ -47,17 +48,18 @@ WARM_WINDOW_S = 0.2
 # arriving during one waits little; between calls the warmer looks again whether it is idle.
 WARM_PASSAGES_PER_CALL = 16
 # A warm-up still waiting after this is not worth the model time any more: the reranker drops
-# it unread rather than make recalls wait behind it.
+# it unread rather than make recalls wait behind it (the memories stay in the backlog).
 WARM_BUDGET_MS = 1_000
-# Passages waiting at most; a longer backlog drops the oldest (and says so).
-WARM_PENDING_MAX = 4_096
+# With nothing written, how often the graph's backlog is looked at; also the pause after a
+# failed round, so a service that is down is not asked in a loop.
+BACKLOG_POLL_S = 5.0
 JOIN_TIMEOUT_S = 2.0
 LOG_INTERVAL_S = 60.0
 
 
 class Warmer:
-    """Gathers passages to warm and sends them to the reranker in groups, on its own thread,
-    while the service it ``yield_to``s has been idle for ``window_s``."""
+    """Works through the graph's backlog of memories without a vector on its own thread, while
+    the services it ``yield_to``s have been idle for ``window_s``."""
 
     def __init__(
         self,
@@ -65,52 +67,47 @@ class Warmer:
         *,
         window_s: float = WARM_WINDOW_S,
         per_call: int = WARM_PASSAGES_PER_CALL,
-        pending_max: int = WARM_PENDING_MAX,
+        poll_s: float = BACKLOG_POLL_S,
     ) -> None:
         self.router_endpoint = router_endpoint
         self.window_s = window_s
         self.per_call = per_call
-        self._pending: deque[str] = deque(maxlen=pending_max)  # oldest first
+        self.poll_s = poll_s
         self._ready = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._in_flight = 0  # requests of the served service being handled now
-        self._active_at = time.monotonic()  # when one last ended or passages last arrived
-        self.sent = 0  # passages the reranker was asked to warm
+        self._active_at = time.monotonic()  # when one last ended or a write was announced
+        self._look_at = time.monotonic()  # when the backlog is next worth a look
+        self.sent = 0  # passages the reranker (or the embedder) was asked to embed
         self.calls = 0
-        self.failed = 0  # passages whose warm-up call failed
-        self.dropped = 0  # passages dropped from a full backlog
-        self._unlogged: dict[str, int] = {}  # passages lost since the last warning, by kind
-        self._logged_at: dict[str, float] = {}
+        self.stored = 0  # memory vectors the graph took
+        self.failed = 0  # rounds that failed (their memories stay in the backlog)
+        self._unlogged = 0  # failures since the last warning
+        self._logged_at = -LOG_INTERVAL_S
 
-    def add(self, passages: Iterable[Any]) -> None:
-        """Queue the non-blank strings of ``passages``; returns at once."""
-        texts = [p for p in passages if isinstance(p, str) and p.strip()]
-        if not texts:
-            return
+    def written(self) -> None:
+        """A write was acknowledged: look at the backlog in the next idle window."""
         with self._ready:
-            if self._stopping:
-                self.dropped += len(texts)
-                self._lost("passages not warmed (the service is stopping)", len(texts))
-                return
-            overflow = len(self._pending) + len(texts) - (self._pending.maxlen or 0)
-            if overflow > 0:
-                self.dropped += overflow
-                self._lost("oldest passages not warmed (backlog full)", overflow)
-            self._pending.extend(texts)
-            self._active_at = time.monotonic()
-            if self._thread is None:
+            self._look_at = self._active_at = time.monotonic()
+            self._ready.notify()
+
+    def start(self) -> None:
+        """Start the thread (once)."""
+        with self._ready:
+            if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._run, name="warmup", daemon=True)
                 self._thread.start()
-            self._ready.notify()
 
     def yield_to(self, service: Service) -> Service:
         """``service``, its handlers wrapped so that the warm-up waits while any of them runs
-        and for ``window_s`` after (the services of one process share one warmer)."""
+        and for ``window_s`` after (the services of one process share one warmer); the warmer
+        starts."""
         for name, method in service.methods.items():
             service.methods[name] = dataclasses.replace(
                 method, handler=self._yielding(method.handler)
             )
+        self.start()
         return service
 
     def _yielding(self, handler: Handler) -> Handler:
@@ -134,7 +131,7 @@ class Warmer:
                 self._ready.notify()
 
     def close(self) -> None:
-        """Stop the thread after it has sent what is waiting (within ``JOIN_TIMEOUT_S``)."""
+        """Stop the thread (within ``JOIN_TIMEOUT_S``); what is left stays in the backlog."""
         with self._ready:
             self._stopping = True
             self._ready.notify()
@@ -147,51 +144,83 @@ class Warmer:
             return {
                 "sent": self.sent,
                 "calls": self.calls,
+                "stored": self.stored,
                 "failed": self.failed,
-                "dropped": self.dropped,
-                "pending": len(self._pending),
             }
 
-    def _next_group(self) -> list[str]:
-        """The newest passages waiting, once the service has been idle for the window (at once
-        when stopping); empty when stopping with nothing left."""
+    def _idle(self) -> bool:
+        """Wait until the backlog is worth a look and the service has been idle for the
+        window; False when stopping."""
         with self._ready:
             while not self._stopping:
-                if not self._pending or self._in_flight:
+                now = time.monotonic()
+                if self._in_flight:
                     self._ready.wait()
                     continue
-                left = self._active_at + self.window_s - time.monotonic()
+                left = max(self._look_at, self._active_at + self.window_s) - now
                 if left <= 0:
-                    break
+                    return True
                 self._ready.wait(left)
-            group = [self._pending.pop() for _ in range(min(self.per_call, len(self._pending)))]
-            return group[::-1]
+            return False
 
     def _run(self) -> None:
         # The socket lives and dies on this thread (a zmq socket is not thread-safe).
         with Client(self.router_endpoint, timeout_ms=WARM_BUDGET_MS) as client:
-            while group := self._next_group():
+            while self._idle():
                 try:
-                    client.call("reranker", "warm", {"passages": group})
+                    more = self._round(client)
                 except KeymemError as exc:
-                    self._failed(len(group), exc)
-                with self._ready:
-                    self.sent += len(group)
-                    self.calls += 1
+                    self._failed(exc)
+                    more = False
+                if not more:
+                    with self._ready:
+                        self._look_at = max(self._look_at, time.monotonic() + self.poll_s)
 
-    def _failed(self, passages: int, exc: KeymemError) -> None:
+    def _round(self, client: Client) -> bool:
+        """Embed the newest memories of the backlog and hand their vectors to the graph;
+        whether any were waiting."""
+        backlog = client.call("graph", "vector_backlog", {"limit": self.per_call})
+        waiting = backlog["memories"]
+        if not waiting:
+            return False
+        heads = [memory["head"] for memory in waiting]
+        vectors, fingerprint = self._embed(client, heads)
+        stored = client.call(
+            "graph",
+            "put_memory_vectors",
+            {
+                "memory_ids": [memory["memory_id"] for memory in waiting],
+                "vectors": vectors,
+                "fingerprint": fingerprint,
+            },
+        )
         with self._ready:
-            self.failed += passages
-            self._lost(f"passages not warmed: {exc}", passages, kind="failed")
+            self.sent += len(heads)
+            self.stored += int(stored["stored"])
+        return True
 
-    def _lost(self, what: str, passages: int, kind: str = "dropped") -> None:
-        """Count ``passages`` lost; warn with the count since the last warning of this kind
-        when ``LOG_INTERVAL_S`` has passed (caller holds the lock)."""
-        unlogged = self._unlogged.get(kind, 0) + passages
-        now = time.monotonic()
-        if now - self._logged_at.get(kind, -LOG_INTERVAL_S) < LOG_INTERVAL_S:
-            self._unlogged[kind] = unlogged
-            return
-        self._unlogged[kind] = 0
-        self._logged_at[kind] = now
-        log.warning("reranker warm-up: %d %s", unlogged, what)
+    def _embed(self, client: Client, heads: list[str]) -> tuple[Any, str]:
+        """The heads' passage vectors: the reranker's warm-up makes them when it embeds
+        passages (one model call for both), the embedder otherwise."""
+        with self._ready:
+            self.calls += 1
+        try:
+            warmed = client.call("reranker", "warm", {"passages": heads, "vectors": True})
+        except KeymemError:  # off (KEYMEM_RERANK=false) or busy: the vectors still matter
+            warmed = {}
+        if "vectors" in warmed:
+            return warmed["vectors"], str(warmed["fingerprint"])
+        embedded = client.call("embedder", "embed", {"texts": heads, "kind": "passage"})
+        return embedded["vectors"], str(embedded["fingerprint"])
+
+    def _failed(self, exc: KeymemError) -> None:
+        """Count a failed round; warn with the count since the last warning when
+        ``LOG_INTERVAL_S`` has passed."""
+        with self._ready:
+            self.failed += 1
+            self._unlogged += 1
+            now = time.monotonic()
+            if now - self._logged_at < LOG_INTERVAL_S:
+                return
+            unlogged, self._unlogged, self._logged_at = self._unlogged, 0, now
+        log.warning("memory vectors not made in %d rounds: %s", unlogged, exc)

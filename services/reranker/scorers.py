@@ -13,6 +13,9 @@ import re
 import threading
 from typing import Protocol
 
+import numpy as np
+
+from keymem.protocol.limits import PASSAGE_HEAD_CHARS
 from keymem.services.embedder.backends import EmbeddingBackend, Encoded, Kind, fingerprint
 from keymem.services.embedder.cache import Cached, VectorCache
 
@@ -37,7 +40,7 @@ class Scorer(Protocol):
 # the query's words than the head does (where a long transcript mentions the detail asked
 # about). A pool of 30 long memories then costs 30 heads (warmed when they are written) and at
 # most 30 windows cold, not 30 whole transcripts; windows are cached like heads.
-COSINE_HEAD_CHARS = 1000
+COSINE_HEAD_CHARS = PASSAGE_HEAD_CHARS
 COSINE_WINDOW_CHARS = 600
 COSINE_READ_CHARS = 20_000  # the graph's content limit: beyond it a passage is cut (and said so)
 _WORD = re.compile(r"\w{3,}")
@@ -148,4 +151,11 @@ class EmbeddingCosineScorer:
 
     def warm(self, passages: list[str]) -> int:
         """The heads: what every query reads."""
-        return self._rows([p[:COSINE_HEAD_CHARS] for p in passages])[1]
+        return self.head_vectors(passages)[1]
+
+    def head_vectors(self, passages: list[str]) -> tuple[np.ndarray, int]:
+        """The heads' vectors, one row each (cached: what every query reads), and how many
+        were new."""
+        heads = [p[:COSINE_HEAD_CHARS] for p in passages]
+        rows, fresh = self._rows(heads)
+        return np.stack([rows[head].vector for head in heads]).astype(np.float32), fresh

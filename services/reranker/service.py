@@ -60,8 +60,22 @@ class Reranker:
 
     def warm(self, body: Any) -> dict[str, Any]:
         """Prepare passages before any query needs them (e.g. right after a memory is written),
-        so the first recall that pools them pays no model time for them."""
-        _, passages, _ = self._passages(body, {"passages"})
+        so the first recall that pools them pays no model time for them. With ``vectors``
+        true, a scorer that reads passages as embeddings answers with their heads' vectors
+        (float32, one row each) and the embedder's ``fingerprint`` too: the graph's memory
+        vectors, made by the same model call (services/memory/warmup.py)."""
+        body, passages, _ = self._passages(body, {"passages", "vectors"})
+        wants = body.get("vectors", False)
+        if not isinstance(wants, bool):
+            raise BadRequest("vectors must be true or false")
+        if wants and isinstance(self.scorer, EmbeddingCosineScorer):
+            vectors, cached = self.scorer.head_vectors(passages)
+            return {
+                "cached": cached,
+                "score_kind": self.scorer.score_kind,
+                "vectors": vectors,
+                "fingerprint": self.scorer.model,
+            }
         return {"cached": self.scorer.warm(passages), "score_kind": self.scorer.score_kind}
 
     def info(self, body: Any = None) -> dict[str, Any]:
