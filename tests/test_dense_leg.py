@@ -8,14 +8,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pytest
 
+from keymem.protocol.errors import BadRequest, Conflict
 from keymem.services.graph import GraphService
 from keymem.services.graph.embedding import VECTOR_BACKLOG_MAX
 from keymem.services.graph.hybrid import Scoring
 from keymem.services.graph.memory_vectors import CODES, MemoryVectors
-from tests.graph_helpers import open_graph
+from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
 from tests.vectors import FINGERPRINT, remember_body, vector, vectors
 
 PAINTS = "Melanie paints lake sunrises on weekends."
@@ -25,6 +27,8 @@ POTTERY = "Caroline signed up for a pottery class downtown."
 TEXTS = [PAINTS, CAMPING, ADOPTION, POTTERY]
 # Korean, sharing no word and no script with the store: "going camping with the children"
 CAMPING_KO = "아이들과 함께 산으로 캠핑을 갔다"
+CAMPING_TRIP = "Caroline drove to the coast for a weekend by the sea."
+WORDS = [f"item {i}" for i in range(70)]
 
 
 @pytest.mark.parametrize("code", CODES)
@@ -125,3 +129,89 @@ def test_a_vector_of_another_width_proposes_nothing() -> None:
     store = MemoryVectors("bits")
     store.put("default", "m", vector(PAINTS))
     assert store.nearest("default", np.ones(8, dtype=np.float32), 1, lambda _: True) == []
+
+
+def test_written_memories_wait_newest_first_and_a_restart_loads_their_codes(
+    tmp_path: Path,
+) -> None:
+    """A write puts no model time on its acknowledgement: the memory waits in the backlog
+    (not proposed) until its vector comes, which the file keeps; a restart loads the codes
+    in bulk and proposes the same memories, with nothing left waiting."""
+    graph = open_graph(tmp_path)
+    texts = [f"{word} is on the shopping list" for word in WORDS]  # past one growth of rows
+    for text in texts:
+        graph.remember(remember_body(text, ["shopping"], fingerprint=FINGERPRINT))
+    backlog = graph.vector_backlog({"limit": 2})
+    assert backlog["missing"] == len(texts)
+    assert [m["head"] for m in backlog["memories"]] == texts[::-1][:2]  # newest first
+    query = {"vector": vector(CAMPING_KO), "text": CAMPING_KO, "hops": 0}
+    graph.scoring = Scoring(widen_max=0, fallback=False)
+    assert graph.recall_candidates(query)["candidates"] == []  # nothing to propose yet
+    while vectorise(graph):
+        pass
+    assert graph.vector_backlog({})["missing"] == 0
+    proposed = [c["memory_id"] for c in graph.recall_candidates(query)["candidates"]]
+    assert len(proposed) == min(len(texts), graph.scoring.dense_leg)
+    graph.close()
+    assert table_counts(tmp_path / GRAPH_FILE)["memory_vectors"] == len(texts)
+    graph = open_graph(tmp_path)
+    try:
+        graph.scoring = Scoring(widen_max=0, fallback=False)
+        assert graph.vector_backlog({})["missing"] == 0
+        again = [c["memory_id"] for c in graph.recall_candidates(query)["candidates"]]
+        assert again == proposed
+    finally:
+        graph.close()
+
+
+def test_a_schema_7_file_migrates_and_its_memories_are_vectorised(tmp_path: Path) -> None:
+    """A user's v7 file (no memory vectors) opens in place: every active memory waits in the
+    backlog, and once vectorised the leg finds a question in another script."""
+    graph = open_graph(tmp_path)
+    for content, keys in [(PAINTS, ["painting"]), (CAMPING, ["camping"]), (POTTERY, ["pottery"])]:
+        graph.remember(remember_body(content, keys, fingerprint=FINGERPRINT))
+    graph.close()
+    conn = duckdb.connect(str(tmp_path / GRAPH_FILE))
+    conn.execute("DROP TABLE memory_vectors")
+    conn.execute("UPDATE meta SET value = '7' WHERE name = 'schema_version'")
+    conn.close()
+    graph = open_graph(tmp_path)
+    try:
+        assert graph.store.migrated_from == 7
+        assert graph.vector_backlog({})["missing"] == 3
+        assert vectorise(graph) == 3
+        graph.scoring = Scoring(widen_max=0, fallback=False)
+        assert pooled(graph, CAMPING_KO)[CAMPING]["dense_rank"] == 1
+    finally:
+        graph.close()
+
+
+def test_a_correction_replaces_the_vector_with_the_new_texts(graph: GraphService) -> None:
+    graph.scoring = Scoring(widen_max=0, fallback=False)
+    pottery = next(m.id for m in graph.state.memories.values() if m.content == POTTERY)
+    graph.correct({**remember_body(CAMPING_TRIP, ["trip"]), "memory_id": pottery})
+    # the old text is no longer proposed; the new one waits for its vector, then is
+    assert POTTERY not in pooled(graph, "ceramics lessons")
+    assert CAMPING_TRIP not in pooled(graph, "a drive to the coast")
+    assert vectorise(graph) == 1
+    assert pooled(graph, "a drive to the coast")[CAMPING_TRIP]["dense_rank"] == 1
+
+
+def test_vectors_of_another_embedder_or_shape_are_refused(graph: GraphService) -> None:
+    graph.forget(
+        {"memory_id": next(m.id for m in graph.state.memories.values() if m.content == PAINTS)}
+    )
+    graph.remember(remember_body(CAMPING_TRIP, ["trip"], fingerprint=FINGERPRINT))
+    (waiting,) = graph.vector_backlog({"limit": 5})["memories"]
+    body = {"memory_ids": [waiting["memory_id"]], "vectors": vectors([CAMPING_TRIP])}
+    with pytest.raises(Conflict, match="not comparable"):
+        graph.put_memory_vectors({**body, "fingerprint": "other:model"})
+    with pytest.raises(BadRequest, match="shape"):
+        graph.put_memory_vectors(
+            {**body, "vectors": vectors([PAINTS, POTTERY]), "fingerprint": FINGERPRINT}
+        )
+    assert graph.vector_backlog({})["missing"] == 1  # nothing changed
+    # a vector for a memory that has one already, or is gone, changes nothing either
+    stale = {"memory_ids": [waiting["memory_id"]], "vectors": vectors([CAMPING_TRIP])}
+    assert graph.put_memory_vectors({**stale, "fingerprint": FINGERPRINT})["stored"] == 1
+    assert graph.put_memory_vectors({**stale, "fingerprint": FINGERPRINT})["stored"] == 0

@@ -205,15 +205,19 @@ class MemoryVectors:
         space = self.namespaces.get(namespace)
         if space is None or not len(space) or count <= 0 or query.shape[0] != space.dim:
             return []
-        similarity = space.similarities(query)
-        found: list[str] = []
+        distance = -space.similarities(query)
+        ids = space.ids
         # the best few first; the rest only when ``keep`` refused too many of them
         ask = min(len(space), 2 * count)
         while True:
-            top = np.argpartition(-similarity, ask - 1)[:ask] if ask < len(space) else None
-            order = np.arange(len(space)) if top is None else top
-            order = order[np.lexsort((order, -similarity[order]))]  # ties: the older row
-            found = [space.ids[at] for at in order.tolist() if keep(space.ids[at])][:count]
+            if ask < len(space):  # every row as near as the ask-th: ties cut by id, not by row
+                bound = np.partition(distance, ask - 1)[ask - 1]
+                top = np.flatnonzero(distance <= bound).tolist()
+            else:
+                top = list(range(len(space)))
+            # ties by id: a store gives the same order however its rows were filled
+            order = sorted(top, key=lambda at: (distance[at], ids[at]))
+            found = [ids[at] for at in order if keep(ids[at])][:count]
             if len(found) == count or ask == len(space):
                 return found
             ask = min(len(space), 4 * ask)
