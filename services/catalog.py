@@ -58,3 +58,20 @@ def placement(config: Config) -> dict[str, tuple[str, ...]]:
         else:
             programs[name] = (name,)
     return programs
+
+
+# How long supervisord lets a program stop before it SIGKILLs it (its ``stopwaitsecs``). A stop
+# finishes what a kill would leave half-written, each part within a bound of its own: the
+# graph lets a backup it has begun finish (abandoning it past GRAPH_BACKUP_WAIT_AT_STOP_S, its
+# partial file removed: a backup is minutes at 1M on a loaded box), then folds its
+# write-behind log into the file and checkpoints (under a second at 100k); the lexicon may save
+# its term cache (a 1M first index: 2 s idle, 10 s at load 22). CLOSE_BUDGET_S covers either
+# close several times over; the other programs only close sockets.
+GRAPH_BACKUP_WAIT_AT_STOP_S = 120.0
+CLOSE_BUDGET_S = 30.0
+DEFAULT_STOP_WAIT_S = 10.0
+STOP_WAIT_S = {"graph": GRAPH_BACKUP_WAIT_AT_STOP_S + CLOSE_BUDGET_S, "lexicon": CLOSE_BUDGET_S}
+
+
+def stop_wait_s(program: str) -> float:
+    return STOP_WAIT_S.get(program, DEFAULT_STOP_WAIT_S)

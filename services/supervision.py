@@ -12,6 +12,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import fcntl
+import math
 import os
 import signal
 import string
@@ -28,7 +29,7 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import prepare_run_dir, private_home
 from keymem.protocol.errors import KeymemError
-from keymem.services.catalog import placement
+from keymem.services.catalog import DEFAULT_STOP_WAIT_S, STOP_WAIT_S, placement, stop_wait_s
 from keymem.services.config import (
     ALL_PROGRAMS,
     REGISTRY,
@@ -42,7 +43,12 @@ from keymem.services.config import (
 GROUP = "keymem"
 SUPERVISOR_START_TIMEOUT_S = 15.0
 PING_TIMEOUT_MS = 500
-SHUTDOWN_TIMEOUT_S = 30.0
+# `keymem down` waits for the slowest program's stop (supervisord kills it past its own
+# stopwaitsecs), then for supervisord itself to exit.
+SUPERVISORD_EXIT_S = 10.0
+SHUTDOWN_TIMEOUT_S = max(DEFAULT_STOP_WAIT_S, *STOP_WAIT_S.values()) + SUPERVISORD_EXIT_S
+STOP_POLL_S = 0.1
+STOPPED_STATES = ("STOPPED", "EXITED", "FATAL", "UNKNOWN")
 LOG_TAIL_LINES = 8
 # supervisord states in which a program will not come up without help: FATAL (it kept dying
 # during start-up) and EXITED (it exited with an expected code: 78, a configuration error).
@@ -126,6 +132,19 @@ def written_environment(config_path: Path) -> dict[str, str] | None:
 
 
 @dataclass(frozen=True)
+class Stopped:
+    """What a shutdown waited for: each program's seconds from the stop to its exit (absent:
+    it never reported stopped), and the processes still alive at the end, killed then."""
+
+    seconds: dict[str, float]
+    killed: list[int]
+
+    def outlived_stop_wait(self) -> list[str]:
+        """Programs that took their whole stopwaitsecs: supervisord SIGKILLed them."""
+        return [name for name, took in self.seconds.items() if took >= stop_wait_s(name)]
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     name: str
     state: str
@@ -165,6 +184,7 @@ class Supervision:
                 common,
                 name=name,
                 priority=10 * (i + 1),
+                stop_wait_s=math.ceil(stop_wait_s(name)),
                 log=_literal(str(self.log_path(name)), expansions=2),
             )
             for i, name in enumerate(self.programs)
@@ -325,28 +345,46 @@ class Supervision:
             lines.extend(f"    | {line}" for line in _tail(log, LOG_TAIL_LINES))
         return "\n".join(lines)
 
-    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
-        """Stop every program and supervisord itself; False if nothing was running."""
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> Stopped | None:
+        """Stop every program and supervisord itself, each program within its stopwaitsecs;
+        what it waited for, or None if nothing was running."""
         pid = self.supervisord_pid()
         if pid is None:
             self._remove_stale_sockets()
-            return False
+            return None
         rpc = self.rpc()
-        children = [p.pid for p in self.processes() if p.pid]
+        children = {p.name: p.pid for p in self.processes() if p.pid}
+        started = time.monotonic()
+        give_up = started + timeout_s
         try:
-            rpc.supervisor.stopProcessGroup(GROUP, True)
+            rpc.supervisor.stopProcessGroup(GROUP, False)
         except xmlrpc.client.Fault:
             pass  # already stopped
+        seconds = self._wait_stopped(set(children), started, give_up)
         with contextlib.suppress(OSError, xmlrpc.client.Error):
             rpc.supervisor.shutdown()
-        give_up = time.monotonic() + timeout_s
         while _alive(pid) and time.monotonic() < give_up:
-            time.sleep(0.05)
-        for leftover in [pid, *children]:
-            if _alive(leftover):
-                os.kill(leftover, signal.SIGKILL)
+            time.sleep(STOP_POLL_S)
+        killed = [leftover for leftover in [pid, *children.values()] if _alive(leftover)]
+        for leftover in killed:
+            os.kill(leftover, signal.SIGKILL)
         self._remove_stale_sockets()
-        return True
+        return Stopped(seconds, killed)
+
+    def _wait_stopped(self, names: set[str], started: float, give_up: float) -> dict[str, float]:
+        """Each of ``names``' seconds from ``started`` until supervisord reports it stopped."""
+        seconds: dict[str, float] = {}
+        while names - seconds.keys() and time.monotonic() < give_up:
+            try:
+                infos = self.rpc().supervisor.getAllProcessInfo()
+            except (OSError, xmlrpc.client.Error):
+                break  # supervisord is gone: nothing more to read
+            now = time.monotonic()
+            for info in infos:
+                if info["name"] in names and info["statename"] in STOPPED_STATES:
+                    seconds.setdefault(info["name"], now - started)
+            time.sleep(STOP_POLL_S)
+        return seconds
 
     def _remove_stale_sockets(self) -> None:
         run_dir = self.settings.run_dir

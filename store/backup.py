@@ -25,6 +25,7 @@ BACKUP_DIR_NAME = "backups"
 BACKUPS_KEPT = 5
 BACKUP_PREFIX = "graph-"
 BACKUP_SUFFIX = ".duckdb"
+INTERRUPT_RETRY_S = 0.05
 
 
 def backup_dir(home: Path) -> Path:
@@ -75,6 +76,19 @@ class BackupJob:
     path: Path
     thread: threading.Thread | None = None
     error: str | None = None
+    cursor: duckdb.DuckDBPyConnection | None = None  # the copy's, while it runs
+
+    def cancel(self) -> None:
+        """Abandon a running copy (a stop that cannot wait longer): DuckDB interrupts it
+        within a fraction of a second, and the partial file is removed."""
+        if self.cursor is None or self.thread is None:
+            return
+        while self.thread.is_alive():  # an interrupt before the copy's query began is lost
+            try:
+                self.cursor.interrupt()
+            except duckdb.Error:
+                pass  # the copy ended and closed its cursor meanwhile
+            self.thread.join(INTERRUPT_RETRY_S)
 
     @property
     def status(self) -> str:
@@ -91,9 +105,9 @@ def start_backup(
 ) -> BackupJob:
     directory.mkdir(parents=True, exist_ok=True)
     final, partial = _paths(directory, tag)
-    job = BackupJob(final)
     store.flush()  # the copy's cursor sees what DuckDB holds: every acknowledged write
     cursor = store.conn.cursor()
+    job = BackupJob(final, cursor=cursor)
 
     def run() -> None:
         try:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,17 +90,21 @@ def running_deployment(
     prefix: str = "km-",
     shipped_heartbeat: bool = False,
     up_timeout_s: float | None = None,
+    prepare: Callable[[Path], object] | None = None,
     **extra: str,
 ) -> Iterator[Deployment]:
     """A deployment started with `keymem up` in a fresh short home, stopped and removed after
     (also when `up` fails half-way). ``shipped_heartbeat``: the deployed heartbeat instead of
-    the tests' fast one, for recovery times as users see them."""
+    the tests' fast one, for recovery times as users see them; ``prepare``: fills the home
+    before `up` (a store, say)."""
     home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # ipc paths must stay short
     env = deployment_env(home, **extra)
     if shipped_heartbeat:
         env.pop("KEYMEM_HEARTBEAT_MS")
     deployed = Deployment(home, env)
     try:
+        if prepare is not None:
+            prepare(home)
         deployed.keymem("up", *([] if up_timeout_s is None else ["--timeout", str(up_timeout_s)]))
         yield deployed
     finally:
