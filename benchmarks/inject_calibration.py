@@ -82,6 +82,7 @@ VARIANTS: dict[str, Gate] = {
     "no_subjects": Gate(subjects=False),
     "no_premise": Gate(premise=False),
     "no_premise_things": Gate(premise_things=False),
+    "no_owners": Gate(owners=False),
     "no_cross_script": Gate(cross_script=False),
     "cross_0.2": Gate(cross_relevance=0.2),
     "cross_0.25": Gate(cross_relevance=0.25),

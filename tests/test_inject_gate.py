@@ -203,6 +203,21 @@ def test_a_name_only_another_persons_memory_holds_leaves_the_premise_unsupported
     assert ids(kept) == ["bailey"]
 
 
+def test_the_asked_persons_thing_given_to_another_owner_is_the_others() -> None:
+    keys = [{"key_id": "k-tim", "concept": "Tim", "aliases": [], "key_type": "name"}]
+    prompt = "In which area has Tim's team seen the most growth?"
+    asks = candidate("asks", content="Tim asks about areas of growth in John's team", keys=())
+    kept, rejected = admit(prompt, [asks], keys, {"asks": 0.9}, Gate(), {"asks": "k-tim"})
+    assert kept == [] and rejected["other_entity"] == 1
+    kept, _ = admit(prompt, [asks], keys, {"asks": 0.9}, Gate(owners=False), {"asks": "k-tim"})
+    assert ids(kept) == ["asks"]
+    # Tim's own team, or the thing given to no one, is his
+    for content in ("Tim's team grew in communication", "Tim asks John about the team"):
+        asks["content"] = content
+        kept, _ = admit(prompt, [asks], keys, {"asks": 0.9}, Gate(), {"asks": "k-tim"})
+        assert ids(kept) == ["asks"]
+
+
 def test_what_a_prompt_asks_leaves_the_entities_it_names_out() -> None:
     donggyun = Entity("k-d", ("Donggyun", "동균"), person=True)
     assert without_entities("what does Donggyun drink at night?", [donggyun]).split() == [
@@ -270,9 +285,11 @@ PEOPLE = {
     "coffee": ("Donggyun drinks a cup of black coffee every morning", ["Donggyun"]),
     "oscar": ("Caroline has a guinea pig named Oscar", ["Caroline", "Oscar"]),
     "bailey": ("Melanie has a cat named Bailey", ["Melanie"]),
+    "teacher": ("Melanie asked about Caroline's guitar teacher", ["Melanie", "Caroline"]),
 }
 TOPICS = {"race": "charity race", "guitar": "guitar", "adoption": "adoption",
-          "jiwoo": "home", "coffee": "coffee", "oscar": "pet", "bailey": "pet"}  # fmt: skip
+          "jiwoo": "home", "coffee": "coffee", "oscar": "pet", "bailey": "pet",
+          "teacher": "guitar teacher"}  # fmt: skip
 # Korean statutes: no English prompt shares a word with them.
 STATUTES = {
     "vote": ("선거권은 만 18세 이상의 국민에게 있다", "선거권"),
@@ -380,6 +397,15 @@ def test_a_memory_is_about_the_person_its_text_names_first(people: FullStack) ->
     without = Inject(Search(people.client), Gate(subjects=False))
     reply = without.inject({"prompt": "Is Oscar Melanie's pet?", "namespaces": ["people"]})
     assert oscar in shown(reply)
+
+
+def test_a_memory_giving_the_asked_thing_to_another_owner_is_not_shown(people: FullStack) -> None:
+    teacher = people.ids["teacher"]
+    # Melanie's memory, but the teacher it names is Caroline's
+    assert teacher not in shown(injected(people, "Who is Melanie's guitar teacher?"))
+    without = Inject(Search(people.client), Gate(owners=False))
+    reply = without.inject({"prompt": "Who is Melanie's guitar teacher?", "namespaces": ["people"]})
+    assert teacher in shown(reply)
 
 
 def test_an_attribute_the_memory_lacks_is_not_answered_by_the_name_alone(

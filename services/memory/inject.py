@@ -10,7 +10,8 @@ in parallel (``Search.search_all``) — and keeps a candidate only when
   Caroline say about the race" must not surface Melanie's race; when it names a person, only a
   person counts ("what did Joanna take to the beach in Tampa" is not answered by Nate's Tampa),
   and a memory whose text names another of its persons first is that person's ("Is Oscar
-  Melanie's pet?" is not answered by "Caroline has a guinea pig named Oscar");
+  Melanie's pet?" is not answered by "Caroline has a guinea pig named Oscar"), as is one that
+  gives the thing asked about to another owner ("Tim's team" is not "John's team");
 * every structured token of the prompt (a version like 3.11.2 or v0.6.2, an issue like #123, a
   hash) appears in it verbatim — "3.11.2" must not surface a note about 3.12;
 * the graph connects it to the prompt (a matched key, a literal name, or a hop) and its
@@ -108,6 +109,9 @@ CROSS_SCRIPT_RELEVANCE_BY_KIND = {"embedding_cosine": 0.35, "cross_encoder_logit
 # uses the same level (services/memory/navigation.py).
 STRONG_COVERAGE = 0.5
 ENTITY_KEY_TYPES = frozenset({"name", "proper_noun"})
+# An owner and the thing it owns: "Tim's team" (straight or curly apostrophe); in a memory only
+# a capitalised owner (a name) counts.
+POSSESSIVE = re.compile(r"(\w+)['’]s\s+(\w+)")
 # A key the prompt's own words reached across languages (graph matching's ``phrase`` match).
 CROSS_SCRIPT_MATCHES = frozenset({"phrase"})
 STRUCTURED_TOKEN = re.compile(
@@ -208,6 +212,18 @@ def about_entities(
     return any(held(candidate, e) for e in entities)
 
 
+def owned_elsewhere(prompt: str, content: str, entities: list[Entity]) -> bool:
+    """The prompt asks about a named person's thing ("Tim's team") and the memory gives that
+    thing to another owner ("Tim asks about John's team"): the thing the memory holds is the
+    other's, whoever its text names first."""
+    named = {word.lower() for e in entities if e.person for s in e.surfaces for word in s.split()}
+    asked = {thing.lower() for owner, thing in POSSESSIVE.findall(prompt) if owner.lower() in named}
+    return any(
+        thing.lower() in asked and owner[:1].isupper() and owner.lower() not in named
+        for owner, thing in POSSESSIVE.findall(content)
+    )
+
+
 def held(candidate: dict[str, Any], entity: Entity) -> bool:
     """The memory is filed under the entity or its text names it."""
     return entity.key_id in (candidate.get("matched_keys") or []) or entity.named_in(
@@ -278,6 +294,7 @@ class Gate:
     persons: bool = True
     subjects: bool = True
     premise_things: bool = True  # a name only another person's memory holds counts too
+    owners: bool = True  # the asked person's thing given to another owner is the other's
 
     def cross_floor(self, kind: str) -> float | None:
         if self.cross_relevance is not None:
@@ -350,7 +367,9 @@ def admit(
         # the reranker
         floor = gate.cross_floor(kind) if crosses else None if lexical else gate.floor(kind)
         subject = known.get(candidate["memory_id"])
-        if not about_entities(candidate, entities, gate.persons, subject):
+        if not about_entities(candidate, entities, gate.persons, subject) or (
+            gate.owners and owned_elsewhere(prompt, candidate["content"], entities)
+        ):
             rejected["other_entity"] += 1
             elsewhere.append(candidate)
         elif any(token not in candidate["content"].lower() for token in required):
