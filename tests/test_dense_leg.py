@@ -51,7 +51,7 @@ def test_removed_replaced_and_refused_memories_are_not_proposed() -> None:
     for text, row in zip(TEXTS, vectors(TEXTS), strict=True):
         store.put("default", text, row)
     query = vector("a family trip to the mountains")
-    store.remove(CAMPING)
+    store.remove("default", CAMPING)
     assert CAMPING not in store.nearest("default", query, 4, lambda _: True)
     # a memory's vector replaced by another text's: it is found where its new text is
     store.put("default", ADOPTION, vector(CAMPING))

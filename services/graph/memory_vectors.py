@@ -153,49 +153,46 @@ class NamespaceVectors:
 
 
 class MemoryVectors:
-    """Every namespace's memory vectors; the graph keeps one (``GraphState.memory_vectors``)."""
+    """Every namespace's memory vectors; the graph keeps one (``GraphState.memory_vectors``).
+    A memory is named with its namespace (the graph knows it): no map from memory to
+    namespace, ~50 bytes a memory at 1M."""
 
     def __init__(self, code: str = "i8") -> None:
         if code not in CODES:
             raise ValueError(f"code must be one of {CODES}")
         self.code = code
         self.namespaces: dict[str, NamespaceVectors] = {}
-        self.namespace_of: dict[str, str] = {}
 
     def __len__(self) -> int:
-        return len(self.namespace_of)
+        return sum(len(space) for space in self.namespaces.values())
 
-    def _space(self, namespace: str, memory_id: str, dim: int) -> NamespaceVectors:
-        self.remove(memory_id)
+    def _space(self, namespace: str, dim: int) -> NamespaceVectors:
         space = self.namespaces.get(namespace)
         if space is None:
             space = self.namespaces[namespace] = NamespaceVectors(dim, self.code)
-        self.namespace_of[memory_id] = namespace
         return space
 
     def put(self, namespace: str, memory_id: str, vector: np.ndarray) -> None:
         """``memory_id``'s unit vector (replacing the one it had)."""
-        self._space(namespace, memory_id, vector.shape[0]).put(memory_id, vector)
+        self._space(namespace, vector.shape[0]).put(memory_id, vector)
 
     def put_code(self, namespace: str, memory_id: str, code: bytes, dim: int) -> None:
         """``memory_id``'s stored ``bits`` code of a ``dim``-dimensional vector."""
-        self._space(namespace, memory_id, dim).put_code(memory_id, code)
+        self._space(namespace, dim).put_code(memory_id, code)
 
     def load(self, namespace: str, dim: int, ids: list[str], codes: np.ndarray) -> None:
         """A namespace's stored ``bits`` codes at once (a start: no row-by-row fill)."""
         if self.code != "bits":
             raise ValueError("stored codes are bits")
         self.namespaces[namespace] = NamespaceVectors.of_codes(dim, ids, codes)
-        self.namespace_of.update(dict.fromkeys(ids, namespace))
 
     def clear(self) -> None:
         self.namespaces.clear()
-        self.namespace_of.clear()
 
-    def remove(self, memory_id: str) -> None:
-        namespace = self.namespace_of.pop(memory_id, None)
-        if namespace is not None:
-            self.namespaces[namespace].remove(memory_id)
+    def remove(self, namespace: str, memory_id: str) -> None:
+        space = self.namespaces.get(namespace)
+        if space is not None:
+            space.remove(memory_id)
 
     def nearest(
         self, namespace: str, query: np.ndarray, count: int, keep: Callable[[str], bool]

@@ -274,7 +274,7 @@ class GraphState:
             if not link.learned:
                 self.active_count[link.key_id] -= 1
         self.tallies[memory.namespace].current -= 1
-        self._drop_vector(memory.id)
+        self._drop_vector(memory)
         self.changes.delete_event(memory)
 
     def delete_memory(self, memory: MemoryRecord, now: float) -> list[str]:
@@ -299,18 +299,18 @@ class GraphState:
             if not self.links.count_of_key(key_id):
                 orphaned.append(key_id)
         del self.memories[memory.id]
-        self._drop_vector(memory.id)
+        self._drop_vector(memory)
         self.changes.delete_memory(memory.id)
         for key_id in orphaned:
             self.delete_key(self.keys[key_id])
         return orphaned
 
     # -- memory vectors (the dense leg) -----------------------------------------------------
-    def _drop_vector(self, memory_id: str) -> None:
+    def _drop_vector(self, memory: MemoryRecord) -> None:
         """An inactive memory is never proposed: its code leaves the scan (its row in the
         file goes with the memory, or stays with a superseded version, never loaded)."""
-        self.memory_vectors.remove(memory_id)
-        self.unvectorised.pop(memory_id, None)
+        self.memory_vectors.remove(memory.namespace, memory.id)
+        self.unvectorised.pop(memory.id, None)
 
     def put_memory_vector(self, memory_id: str, vector: np.ndarray, fingerprint: str) -> bool:
         """Store an active memory's vector from the recorded embedder; False (nothing changes)
