@@ -8,6 +8,7 @@ promises are in test_kills.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +58,7 @@ class Router:
         assert self.broker is not None and self.thread is not None
         self.broker.stop()
         self.thread.join(5)
+        assert not self.thread.is_alive(), "the broker did not stop"
 
     def wait_for_worker(self, service: str) -> None:
         give_up = time.monotonic() + 5
@@ -67,6 +69,24 @@ class Router:
         ):
             assert time.monotonic() < give_up, f"no {service} worker registered"
             time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def _serving(router: Router, worker: Worker) -> Iterator[None]:
+    """The router and a worker thread running; both stopped after, however the body ends (a
+    worker left running reconnects for the rest of the session)."""
+    thread = threading.Thread(target=worker.run, daemon=True)
+    try:
+        router.start()
+        thread.start()
+        yield
+    finally:
+        worker.stop()
+        if thread.is_alive():
+            thread.join(5)
+        if router.thread is not None:
+            router.kill()
+        assert not thread.is_alive(), "the worker did not stop"
 
 
 def slow_service() -> Service:
@@ -85,15 +105,10 @@ def router(short_home: Path) -> Iterator[Router]:
     endpoints = ipc_endpoints(short_home)
     prepare_run_dir(endpoints)
     running = Router(endpoints)
-    running.start()
     worker = Worker(slow_service(), endpoints.backend, heartbeat=SLOW_HANDLER_HEARTBEAT)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    running.wait_for_worker("svc")
-    yield running
-    worker.stop()
-    thread.join(5)
-    running.kill()
+    with _serving(running, worker):
+        running.wait_for_worker("svc")
+        yield running
 
 
 def _kill_during_call(router: Router, restart: bool) -> float:
@@ -158,18 +173,11 @@ def test_a_worker_registers_with_a_restarted_router_at_once(short_home: Path) ->
     endpoints = ipc_endpoints(short_home)
     prepare_run_dir(endpoints)
     router = Router(endpoints)
-    router.start()
     worker = Worker(slow_service(), endpoints.backend, heartbeat=HeartbeatPolicy(interval_ms=1_000))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
+    with _serving(router, worker):
         router.wait_for_worker("svc")
         router.kill()
         router.start()
         restarted = time.monotonic()
         router.wait_for_worker("svc")
         assert time.monotonic() - restarted < REGISTER_AGAIN_S
-    finally:
-        worker.stop()
-        thread.join(5)
-        router.kill()
