@@ -83,6 +83,10 @@ class InprocStack:
             keys=keys,
         )
         thread = threading.Thread(target=worker.run, name=f"{service.name}-{index}", daemon=True)
+        running = RunningWorker(worker, thread)
+        # stopped with the stack also when it never registers: a worker left running
+        # reconnects every heartbeat expiry for the rest of the process
+        self.workers.append(running)
         thread.start()
         if not worker.ready.wait(START_TIMEOUT_S):
             raise RuntimeError(f"{service.name} worker thread did not start")
@@ -91,8 +95,6 @@ class InprocStack:
             if time.monotonic() > give_up:
                 raise RuntimeError(f"{service.name} worker did not register with the router")
             time.sleep(0.002)
-        running = RunningWorker(worker, thread)
-        self.workers.append(running)
         return running
 
     def settings(self, home: Path) -> Settings:
