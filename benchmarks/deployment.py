@@ -17,8 +17,11 @@ from typing import Any
 
 from mcp import Client as McpClient
 
+from keymem.services.supervision import SHUTDOWN_TIMEOUT_S
+
 CLI_TIMEOUT_S = 1_800
-DOWN_TIMEOUT_S = 120
+# `keymem down` waits for the slowest program's stop and supervisord's exit; then the CLI's start
+DOWN_TIMEOUT_S = SHUTDOWN_TIMEOUT_S + 30
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,12 @@ from typing import Any
 
 import psutil
 
+from keymem.services.supervision import SHUTDOWN_TIMEOUT_S
+
 CLI_TIMEOUT_S = 120
+CLI_START_S = 30  # the CLI's own imports on a loaded machine
+# `keymem down` may wait for the slowest program's stop and supervisord's exit
+DOWN_TIMEOUT_S = SHUTDOWN_TIMEOUT_S + CLI_START_S
 
 
 @dataclass
@@ -25,13 +30,15 @@ class Deployment:
     home: Path
     env: dict[str, str]
 
-    def keymem(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def keymem(
+        self, *args: str, check: bool = True, timeout_s: float = CLI_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]:
         completed = subprocess.run(
             [sys.executable, "-m", "keymem.services.cli", *args],
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=CLI_TIMEOUT_S,
+            timeout=timeout_s,
         )
         if check and completed.returncode != 0:
             raise AssertionError(
@@ -72,7 +79,8 @@ class Deployment:
     def teardown(self) -> None:
         """`keymem down`, then kill whatever of this home it left (a test's home is removed
         next: a supervisord outliving it could never be reached again)."""
-        self.keymem("down", check=False)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.keymem("down", check=False, timeout_s=DOWN_TIMEOUT_S)
         for process in self.processes():
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
