@@ -203,8 +203,9 @@ def test_a_name_only_another_persons_memory_holds_leaves_the_premise_unsupported
     assert ids(kept) == ["bailey"]
 
 
-def test_the_asked_persons_thing_given_to_another_owner_is_the_others() -> None:
-    keys = [{"key_id": "k-tim", "concept": "Tim", "aliases": [], "key_type": "name"}]
+@pytest.mark.parametrize("key_type", ["name", "proper_noun"])  # agent keys, auto-keys
+def test_the_asked_entitys_thing_given_to_another_owner_is_the_others(key_type: str) -> None:
+    keys = [{"key_id": "k-tim", "concept": "Tim", "aliases": [], "key_type": key_type}]
     prompt = "In which area has Tim's team seen the most growth?"
     asks = candidate("asks", content="Tim asks about areas of growth in John's team", keys=())
     kept, rejected = admit(prompt, [asks], keys, {"asks": 0.9}, Gate(), {"asks": "k-tim"})

@@ -213,10 +213,11 @@ def about_entities(
 
 
 def owned_elsewhere(prompt: str, content: str, entities: list[Entity]) -> bool:
-    """The prompt asks about a named person's thing ("Tim's team") and the memory gives that
+    """The prompt asks about a named entity's thing ("Tim's team") and the memory gives that
     thing to another owner ("Tim asks about John's team"): the thing the memory holds is the
-    other's, whoever its text names first."""
-    named = {word.lower() for e in entities if e.person for s in e.surfaces for word in s.split()}
+    other's, whoever its text names first. Any named entity, not only a ``name`` key: auto-keys
+    type a person's name as a proper noun."""
+    named = {word.lower() for e in entities for s in e.surfaces for word in s.split()}
     asked = {thing.lower() for owner, thing in POSSESSIVE.findall(prompt) if owner.lower() in named}
     return any(
         thing.lower() in asked and owner[:1].isupper() and owner.lower() not in named
@@ -294,7 +295,7 @@ class Gate:
     persons: bool = True
     subjects: bool = True
     premise_things: bool = True  # a name only another person's memory holds counts too
-    owners: bool = True  # the asked person's thing given to another owner is the other's
+    owners: bool = True  # the asked entity's thing given to another owner is the other's
 
     def cross_floor(self, kind: str) -> float | None:
         if self.cross_relevance is not None:
