@@ -333,6 +333,7 @@ def make_service(
         service.add(method, handler if idempotent else track(handler), idempotent=idempotent)
     service.every(FLUSH_INTERVAL_S, journal.flush)
     service.on_stop.append(journal.flush)
+    service.on_stop.append(api.client.close)  # its sockets, not left to the context's end
     if own_warmer:
         service.on_stop.append(warmer.close)
     return warmer.yield_to(service)  # warm only while none of its requests is in flight
