@@ -27,6 +27,7 @@ from keymem.services.stack import InprocStack
 SLOW = "slow"  # content the stub answers only after SLOW_S
 SLOW_S = 3.0
 ANSWER_S = 10.0  # how long a reply may take on a loaded machine
+START_S = 60.0  # the first: the server imports the SDK first (seconds of CPU at load 30)
 SERVER = """
 import sys
 import tempfile
@@ -82,16 +83,18 @@ class Wire:
         self.process.stdin.write(json.dumps(message).encode() + b"\n")
         await self.process.stdin.drain()
 
-    async def receive(self) -> dict[str, Any]:
+    async def receive(self, within_s: float = ANSWER_S) -> dict[str, Any]:
         assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), ANSWER_S)
+        line = await asyncio.wait_for(self.process.stdout.readline(), within_s)
         assert line, "the server closed its stdout"
         found: dict[str, Any] = json.loads(line)
         return found
 
-    async def call(self, request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def call(
+        self, request_id: int, method: str, params: dict[str, Any], within_s: float = ANSWER_S
+    ) -> dict[str, Any]:
         await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        reply = await self.receive()
+        reply = await self.receive(within_s)
         assert reply["id"] == request_id
         return reply
 
@@ -121,7 +124,7 @@ async def handshake(wire: Wire) -> None:
         "capabilities": {},
         "clientInfo": {"name": "host", "version": "1"},
     }
-    reply = await wire.call(0, "initialize", init)
+    reply = await wire.call(0, "initialize", init, START_S)
     assert reply["result"]["protocolVersion"] == HANDSHAKE_VERSION
     await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     await wire.call(100, "ping", {})  # the SDK has taken the notification in before it answers
@@ -155,7 +158,7 @@ def test_a_handshake_era_host_gets_its_eras_answers_and_errors(frontend: str) ->
 
 def test_a_2026_era_request_gets_the_envelope_answer(frontend: str) -> None:
     async def session(wire: Wire) -> dict[str, Any]:
-        return await wire.call(1, "tools/call", remember(ARGUMENTS, MODERN_META))
+        return await wire.call(1, "tools/call", remember(ARGUMENTS, MODERN_META), START_S)
 
     result = asyncio.run(with_server(frontend, session))["result"]
     assert result["structuredContent"]["saved"] == "m" * 26

@@ -5,11 +5,12 @@ dispatcher task before its request kernel (``ServerRunner.on_request``: the requ
 the middleware, the tool with its argument and output models, the version's result surface)
 runs: in the ``keymem mcp`` process that transport costs more CPU per ``remember`` than the
 tool itself, on the path of every call. ``DirectCalls`` takes a ``tools/call`` of one of the
-server's tools off the stdin loop and runs that same kernel once for it in a task of its own
-(``serve_one``, the SDK's single-exchange entry), over a connection that says what the SDK's
-loop would know of the client: the request's own envelope in the 2026 era (as the SDK's
-modern loop builds it), or the handshake the SDK accepted (negotiated version, client info
-and capabilities, seen by ``middleware``). The reply goes out through the SDK's write stream.
+server's tools off the stdin loop and runs that same kernel for it in a task of its own, on
+the connection the SDK's loop would use: a 2026-era request through the SDK's single-exchange
+entry (``serve_one``) on a connection made from its own envelope, as the SDK's modern loop
+does; a handshake-era one on one connection made from the handshake the SDK accepted (the
+negotiated version, the client's info and capabilities, seen by ``middleware``), as the SDK's
+legacy loop keeps one. The reply goes out through the SDK's write stream.
 
 Everything else stays with the SDK's loop: the handshake, listings, prompts, pings, a
 notification, a call before the handshake completed, an envelope the SDK would refuse, a
@@ -21,9 +22,9 @@ server-to-client requests: keymem's tools make none).
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
@@ -31,7 +32,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import MCPServer
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.runner import modern_error_data, serve_one
+from mcp.server.runner import ServerRunner, modern_error_data, serve_one
 from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
@@ -46,20 +47,9 @@ from mcp_types import (
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-log = logging.getLogger(__name__)
-
 TOOLS_CALL = "tools/call"
 CANCELLED = "notifications/cancelled"
 STDIO = TransportContext(kind="stdio", can_send_request=False)
-
-
-@dataclass(frozen=True)
-class Handshake:
-    """What the SDK's handshake-era connection knows of the client."""
-
-    protocol_version: str
-    client_info: Any
-    client_capabilities: Any
 
 
 class DirectCalls:
@@ -69,7 +59,7 @@ class DirectCalls:
         self.server = server
         self.answers: MemoryObjectSendStream[SessionMessage] | None = None
         self._offered: Mapping[str, Any] | None = None  # an accepted initialize's params
-        self._handshake: Handshake | None = None
+        self._handshake: ServerRunner[None] | None = None  # the kernel on the handshake's terms
         self._running: dict[RequestId, asyncio.Task[None]] = {}
 
     async def middleware(
@@ -83,13 +73,16 @@ class DirectCalls:
         elif (
             ctx.method == "notifications/initialized"
             and self._offered is not None
+            and self.answers is not None
             and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
         ):
-            self._handshake = Handshake(
+            connection = Connection.from_envelope(
                 ctx.protocol_version,
                 self._offered.get("clientInfo"),
                 self._offered.get("capabilities"),
+                outbound=Notifications(self.answers),
             )
+            self._handshake = ServerRunner(self.server._lowlevel_server, connection, None)
         return result
 
     def take(self, message: Any) -> bool:
@@ -116,58 +109,55 @@ class DirectCalls:
             or self.server._tool_manager.get_tool(params.get("name")) is None  # type: ignore[arg-type]
         ):
             return False
-        connection = self._connection_for(message, params)
-        if connection is None:
+        served = self._served(message, params, CallContext(request_id, Notifications(self.answers)))
+        if served is None:
             return False
-        answers = self.answers
-        task = asyncio.get_running_loop().create_task(
-            _answer(self.server, answers, request_id, params, connection)
-        )
+        task = asyncio.get_running_loop().create_task(_answer(self.answers, request_id, served))
         self._running[request_id] = task
         task.add_done_callback(lambda _: self._running.pop(request_id, None))
         return True
 
-    def _connection_for(self, message: dict[str, Any], params: dict[str, Any]) -> Connection | None:
-        """The connection the SDK's loop would serve this call on, or None to leave it to it."""
+    def _served(
+        self, message: dict[str, Any], params: dict[str, Any], context: CallContext
+    ) -> Callable[[], Awaitable[dict[str, Any]]] | None:
+        """How the kernel answers this call as the SDK's loop would serve it, or None to leave
+        it to that loop: a 2026 request on a connection made from its own envelope and closed
+        after it (``serve_one``), a handshake-era one on the handshake's connection."""
         meta = params.get("_meta")
-        if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:  # the 2026 era
+        if isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta:
             route = classify_inbound_request(message)
             if not isinstance(route, InboundModernRoute):
                 return None
-            found = (route.protocol_version, route.client_info, route.client_capabilities)
-        elif self._handshake is not None:
-            handshake = self._handshake
-            found = (
-                handshake.protocol_version,
-                handshake.client_info,
-                handshake.client_capabilities,
+            connection = Connection.from_envelope(
+                route.protocol_version,
+                route.client_info,
+                route.client_capabilities,
+                outbound=context.channel,
             )
-        else:
+            lowlevel = self.server._lowlevel_server
+            return partial(
+                serve_one,
+                lowlevel,
+                context,
+                TOOLS_CALL,
+                params,
+                connection=connection,
+                lifespan_state=None,
+            )
+        if self._handshake is None:
             return None
-        assert self.answers is not None
-        return Connection.from_envelope(*found, outbound=Notifications(self.answers))
+        return partial(self._handshake.on_request, context, TOOLS_CALL, params)
 
 
 async def _answer(
-    server: MCPServer[None],
     answers: MemoryObjectSendStream[SessionMessage],
     request_id: RequestId,
-    params: dict[str, Any],
-    connection: Connection,
+    served: Callable[[], Awaitable[dict[str, Any]]],
 ) -> None:
-    """Serve one tool call with the SDK's kernel and write its reply (or its error)."""
-    context = CallContext(request_id, Notifications(answers))
+    """Await the kernel's answer to one tool call and write its reply (or its error)."""
     try:
-        result = await serve_one(
-            server._lowlevel_server,
-            context,
-            TOOLS_CALL,
-            params,
-            connection=connection,
-            lifespan_state=None,
-        )
         reply: JSONRPCResponse | JSONRPCError = JSONRPCResponse(
-            jsonrpc="2.0", id=request_id, result=result
+            jsonrpc="2.0", id=request_id, result=await served()
         )
     except asyncio.CancelledError:
         return  # the client cancelled it: never answered
