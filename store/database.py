@@ -278,6 +278,8 @@ class GraphStore:
         # busy box): it would corrupt a command's --json output.
         self.conn.execute("SET enable_progress_bar = false")
         self._types: dict[str, list[str]] = {}
+        # transactions committed since the last checkpoint: each costs a restart its replay
+        self.commits_since_checkpoint = 0
         self.migrated_from = migrate(self.conn)
         self.serial = int(
             self.conn.execute("SELECT coalesce(max(serial), 0) FROM link_weights").fetchall()[0][0]
@@ -568,6 +570,7 @@ class GraphStore:
         try:
             yield
             self.conn.execute("COMMIT")
+            self.commits_since_checkpoint += 1
         except BaseException:
             try:
                 self.conn.execute("ROLLBACK")
@@ -883,6 +886,7 @@ class GraphStore:
     def checkpoint(self) -> None:
         self.flush()
         self.conn.execute("CHECKPOINT")
+        self.commits_since_checkpoint = 0
 
     def wal_bytes(self) -> int:
         """The size of the write-ahead log the next open replays (0 when there is none)."""

@@ -140,16 +140,18 @@ BLAS_THREADS = 1
 CHECKPOINT_CHECK_INTERVAL_S = 1.0
 KEY_ANN_CHECK_INTERVAL_S = 1.0  # a namespace grown past the threshold, a finished build
 IDLE_CHECKPOINT_AFTER_S = 5.0
-# A restart replays the write-ahead log written since the last checkpoint, at about this much
-# CPU per byte at most (a log of single remembers, ~1.8 kB and ~0.6 ms of replay each; a log of
-# batches replays ten times cheaper per byte), while a checkpoint's cost grows with the store
-# and hardly with the log (100k memories: ~15 ms of CPU after 100 batched memories or 1,000).
-# Steady writes never leave the graph idle, so the log is also checkpointed once replaying it
-# would cost what the last checkpoint cost, and never below WAL_CHECKPOINT_MIN_BYTES: at most
-# ~0.35 s of replay added to a restart, while checkpoints cost a batched memory ~0.015 ms of CPU
-# instead of ~0.15 ms at the 64 kB that a batch of 100 (~93 kB of log) filled every time.
-WAL_REPLAY_S_PER_BYTE = 0.35e-6
-WAL_CHECKPOINT_MIN_BYTES = 1024 * 1024
+# A restart replays DuckDB's write-ahead log written since the last checkpoint, at about this
+# much CPU per transaction and per byte (the write-behind's folds, 10k store, load ~30: 300
+# folds of one remember, 452 kB, 0.42 s; 30 folds of a batch of 100, 1.74 MB, 0.11 s), while a
+# checkpoint's cost grows with the store and hardly with the log (10k: ~16 ms, 1M: ~160-210 ms,
+# most of it the memories' primary-key index written again). Steady writes never leave the
+# graph idle, so the log is also checkpointed once replaying it would cost what the last
+# checkpoint cost, and never below WAL_REPLAY_MIN_S: at most ~0.35 s of replay added to a
+# restart. Counted in bytes alone (0.35 us a byte, a 1 MiB floor) a log of batch folds was
+# checkpointed every ~1,500 batched memories: ~0.1-0.14 ms of CPU a memory at 1M.
+WAL_REPLAY_S_PER_COMMIT = 1.4e-3
+WAL_REPLAY_S_PER_BYTE = 0.04e-6
+WAL_REPLAY_MIN_S = 0.35
 MAINTENANCE_INTERVAL_S = 3_600.0
 SLEEP_CHECK_INTERVAL_S = 60.0  # how often the schedule is looked at
 SECONDS_PER_HOUR = 3_600.0
@@ -220,7 +222,7 @@ class GraphService:
         self.reembed_backup: BackupJob | None = None
         self.last_write = 0.0
         self.dirty_since_checkpoint = False
-        self.wal_budget_bytes = WAL_CHECKPOINT_MIN_BYTES  # from the last checkpoint's cost
+        self.replay_budget_s = WAL_REPLAY_MIN_S  # the last checkpoint's cost, at least that
         self.ledger = idempotency.Ledger(self.store)
         self.quarantined: list[rows.Quarantined] = []
         self.journal = Journal(self.home, "graph")
@@ -388,26 +390,28 @@ class GraphService:
             else:
                 log.exception("logged writes could not reach the file; they stay logged")
 
+    def replay_s(self) -> float:
+        """What replaying DuckDB's write-ahead log would cost a restart now (an estimate)."""
+        return (
+            self.store.commits_since_checkpoint * WAL_REPLAY_S_PER_COMMIT
+            + self.store.wal_bytes() * WAL_REPLAY_S_PER_BYTE
+        )
+
     def checkpoint_due(self) -> None:
         """Checkpoint once idle after writes, or, busy or not, once replaying the write-ahead
-        log would cost what the last checkpoint did (``wal_budget_bytes``)."""
+        log would cost what the last checkpoint did (``replay_budget_s``)."""
         if any(job is not None and job.status == "running" for job in self.backups()):
             return  # a checkpoint would wait for (or fail beside) the backup's transaction
         self.flush_due()
         if self.store.pending:
             return  # no room on the disk for the logged writes, nor for a checkpoint
         idle = time.monotonic() - self.last_write >= IDLE_CHECKPOINT_AFTER_S
-        if (
-            self.dirty_since_checkpoint and idle
-        ) or self.store.wal_bytes() >= self.wal_budget_bytes:
+        if (self.dirty_since_checkpoint and idle) or self.replay_s() >= self.replay_budget_s:
             started = time.process_time()
             self.store.fold_link_weights()
             self.store.checkpoint()
             self.dirty_since_checkpoint = False
-            spent_s = time.process_time() - started
-            self.wal_budget_bytes = max(
-                WAL_CHECKPOINT_MIN_BYTES, int(spent_s / WAL_REPLAY_S_PER_BYTE)
-            )
+            self.replay_budget_s = max(WAL_REPLAY_MIN_S, time.process_time() - started)
 
     def maintenance(self) -> None:
         pruned = self.write(
