@@ -126,8 +126,6 @@ VARIANTS: dict[str, Variant] = {
     "key_max": Variant(scoring=Scoring(key_agg="max")),
     "seeds3": Variant(scoring=Scoring(seeds=3)),
     "no_fallback": Variant(scoring=Scoring(fallback=False)),
-    # the build before: a query with no lexical evidence gets the key path's pool only
-    "no_widen": Variant(scoring=Scoring(widen_max=0)),
     "key_x2": Variant(fusion=Fusion(key_weight=2.0)),
     "phrases_all_key_x2": Variant(
         scoring=Scoring(phrase_links="all"), fusion=Fusion(key_weight=2.0)
@@ -142,7 +140,6 @@ VARIANTS: dict[str, Variant] = {
     # the dense candidate leg (on: its memories appended to the reranker's pool, no fusion
     # vote): the product before it, and how else it could join
     "no_dense": Variant(scoring=Scoring(dense_leg=0)),
-    "no_dense_no_widen": Variant(scoring=Scoring(dense_leg=0, widen_max=0)),
     # ... its list one more ranked list of the graph's fusion too (the pool's cut, the seed)
     "dense_fused": Variant(scoring=Scoring(dense_fused=True)),
     # ... only as that list: what the fused pool cuts off is not proposed

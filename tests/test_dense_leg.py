@@ -100,18 +100,18 @@ def pooled(graph: GraphService, question: str) -> dict[str, dict[str, Any]]:
 
 
 def test_the_leg_proposes_what_no_key_and_no_word_reaches(graph: GraphService) -> None:
-    # a namespace too large to be handed to the reranker whole (widen_max 0), no fallback:
+    # no fallback:
     # the Korean question reaches no key and no word of the English store
-    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=0)
+    graph.scoring = Scoring(fallback=False, dense_leg=0)
     assert CAMPING not in pooled(graph, CAMPING_KO)
-    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=2)
+    graph.scoring = Scoring(fallback=False, dense_leg=2)
     found = pooled(graph, CAMPING_KO)
     assert found[CAMPING]["dense_rank"] == 1
     assert len(found) == 2  # as deep as the leg was asked to reach
 
 
 def test_the_leg_proposes_no_forgotten_memory(graph: GraphService) -> None:
-    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=4)
+    graph.scoring = Scoring(fallback=False, dense_leg=4)
     camping = next(m.id for m in graph.state.memories.values() if m.content == CAMPING)
     graph.forget({"memory_id": camping})
     assert CAMPING not in pooled(graph, CAMPING_KO)
@@ -119,7 +119,7 @@ def test_the_leg_proposes_no_forgotten_memory(graph: GraphService) -> None:
 
 def test_without_a_query_vector_the_leg_stands_aside(graph: GraphService) -> None:
     # the embedder down: recall runs on literal keys and BM25, the leg proposes nothing
-    graph.scoring = Scoring(widen_max=0, fallback=False, dense_leg=4)
+    graph.scoring = Scoring(fallback=False, dense_leg=4)
     found = graph.recall_candidates({"text": "camping", "hops": 0})["candidates"]
     assert {c["content"] for c in found} == {CAMPING}
     assert all(c["components"]["dense_rank"] is None for c in found)
@@ -145,7 +145,7 @@ def test_written_memories_wait_newest_first_and_a_restart_loads_their_codes(
     assert backlog["missing"] == len(texts)
     assert [m["head"] for m in backlog["memories"]] == texts[::-1][:2]  # newest first
     query = {"vector": vector(CAMPING_KO), "text": CAMPING_KO, "hops": 0}
-    graph.scoring = Scoring(widen_max=0, fallback=False)
+    graph.scoring = Scoring(fallback=False)
     assert graph.recall_candidates(query)["candidates"] == []  # nothing to propose yet
     while vectorise(graph):
         pass
@@ -156,7 +156,7 @@ def test_written_memories_wait_newest_first_and_a_restart_loads_their_codes(
     assert table_counts(tmp_path / GRAPH_FILE)["memory_vectors"] == len(texts)
     graph = open_graph(tmp_path)
     try:
-        graph.scoring = Scoring(widen_max=0, fallback=False)
+        graph.scoring = Scoring(fallback=False)
         assert graph.vector_backlog({})["missing"] == 0
         again = [c["memory_id"] for c in graph.recall_candidates(query)["candidates"]]
         assert again == proposed
@@ -180,14 +180,14 @@ def test_a_schema_7_file_migrates_and_its_memories_are_vectorised(tmp_path: Path
         assert graph.store.migrated_from == 7
         assert graph.vector_backlog({})["missing"] == 3
         assert vectorise(graph) == 3
-        graph.scoring = Scoring(widen_max=0, fallback=False)
+        graph.scoring = Scoring(fallback=False)
         assert pooled(graph, CAMPING_KO)[CAMPING]["dense_rank"] == 1
     finally:
         graph.close()
 
 
 def test_a_correction_replaces_the_vector_with_the_new_texts(graph: GraphService) -> None:
-    graph.scoring = Scoring(widen_max=0, fallback=False)
+    graph.scoring = Scoring(fallback=False)
     pottery = next(m.id for m in graph.state.memories.values() if m.content == POTTERY)
     graph.correct({**remember_body(CAMPING_TRIP, ["trip"]), "memory_id": pottery})
     # the old text is no longer proposed; the new one waits for its vector, then is

@@ -200,11 +200,11 @@ def test_the_querys_own_phrases_reach_keys_its_whole_vector_cannot(graph: GraphS
     found = graph.match_keys(body)["keys"]
     assert [(k["concept"], k["match_type"]) for k in found] == [("선거", "phrase")]
     assert found[0]["score"] > 0.8
-    # by default a phrase's key leads only through auto-keys' links (word-level keys); the
-    # small namespace is not handed whole to the reranker here (widen_max=0)
-    graph.scoring = Scoring(fallback=False, widen_max=0)
+    # by default a phrase's key leads only through auto-keys' links (word-level keys); no
+    # memory vector is made here, so the dense leg proposes nothing
+    graph.scoring = Scoring(fallback=False)
     assert graph.recall_candidates({**body, "text": question})["candidates"] == []
-    graph.scoring = Scoring(phrase_links="all", widen_max=0)
+    graph.scoring = Scoring(phrase_links="all")
     reached = graph.recall_candidates({**body, "text": question})["candidates"]
     assert [c["memory_id"] for c in reached] == [saved]
     assert reached[0]["components"]["key_link"] == 1.0  # an agent's key: a whole link

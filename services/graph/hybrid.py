@@ -19,12 +19,9 @@ themselves (the router reranks the pool and decides what to show), and each cand
    weight for one step), ``key_link`` / ``hop_link`` the share of an agent's link the
    evidence came through, ``hop_from`` the memory the hop stepped from (the router lifts a
    hop at most to just below it);
-4. widening — when the query's lexical legs found nothing in the store (no BM25 hit, no
-   literally named key: a question in another script, a paraphrase), every active memory of a
-   namespace small enough for the reranker to score within the search's budget joins the pool
-   with no evidence but the reranker's (``_unlexical_members``, ``WIDEN_MAX_MEMORIES``);
-   otherwise, when nothing matched at all, the members of the nearest keys below the
-   threshold, for the reranker to judge (``_nearest_key_members``);
+4. fallback — when nothing matched at all (no key, no BM25 hit, no memory vector near the
+   query's: none made yet), the members of the nearest keys below the threshold, for the
+   reranker to judge (``_nearest_key_members``);
 5. dense leg — the ``DENSE_DEPTH`` memories nearest the query by their own head's passage
    vector (``memory_vectors``), whatever words or keys they share, appended to the pool for
    the reranker to judge: no fusion vote, so the pool's cut and the hop's seed stay the
@@ -72,12 +69,6 @@ KEY_AGGREGATES = ("sum", "max")
 # auto-keys' (word-level keys extracted from text, for word-level matches), or "all".
 PHRASE_LINKS = ("auto", "all")
 PHRASE_KEYS_DEFAULT = 2  # nearest concept keys per query phrase
-# The most memories a namespace may hold for a query with no lexical evidence to be handed to
-# the reranker whole. A widened memory costs a search ~0.4 ms (its cached head's cosine, warmed
-# at write time, plus its candidate row; koblex's 652 statutes: p50 97 -> 354 ms, in process on
-# a loaded 2-core box), so 1,000 cost ~400 ms, a fifth of the hook's 2,000 ms deadline; a
-# larger namespace keeps the key path's pool.
-WIDEN_MAX_MEMORIES = 1_000
 # The dense leg is a candidate list like the lexicon's, so it is as deep (search.BM25_DEPTH);
 # it adds no term to the blend: the reranker's relevance is the same passage vector's cosine.
 DENSE_DEPTH = 50
@@ -112,8 +103,6 @@ class Scoring:
     * ``auto_hops`` — whether a step between two auto-keys' links is a hop.
     * ``named_hops`` — the seed also steps through the keys its text names.
     * ``fallback`` — when nothing matched, the members of the nearest keys below the threshold.
-    * ``widen_max`` — a namespace of at most this many memories is handed whole to the
-      reranker when the query's lexical legs found nothing (0: never).
     * ``dense_leg`` — how many memories nearest the query's vector by their own text vectors
       (``memory_vectors``) are proposed (0: none); ``dense_pooled`` — those the fused pool
       left out are handed to the reranker too; ``dense_fused`` — the leg's list counts in
@@ -128,7 +117,6 @@ class Scoring:
     auto_hops: bool = False
     named_hops: bool = True
     fallback: bool = True
-    widen_max: int = WIDEN_MAX_MEMORIES
     dense_leg: int = DENSE_DEPTH
     dense_pooled: bool = True
     dense_fused: bool = False
@@ -270,14 +258,9 @@ def recall_candidates(
         pooled = set(ranked)
         ranked += [memory_id for memory_id in dense_rank if memory_id not in pooled]
     near: dict[str, float] = {}
-    widened: list[str] = []
-    if not active_bm25 and not any(k["match_type"] in NAMED_MATCHES for k in keys):
-        widened = _unlexical_members(state, namespace, set(ranked), scoring.widen_max, now)
-    if not ranked and not widened and scoring.fallback:
+    if not ranked and scoring.fallback:
         near = _nearest_key_members(state, buffer, thresholds, match_body, pool, now)
         ranked = list(near)
-    widened_ids = set(widened)
-    ranked += widened
 
     candidates = []
     for memory_id in ranked:
@@ -310,7 +293,6 @@ def recall_candidates(
                     "hop_link": round(hop_link.get(memory_id, 0.0), SCORE_DIGITS),
                     "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
                     "near_key": near.get(memory_id),
-                    "widened": memory_id in widened_ids,
                 },
                 "matched_keys": via_keys.get(memory_id, []),
                 "about": agent_keys_text(state, memory_id),
@@ -377,31 +359,6 @@ def subject_of(state: GraphState, memory_id: str) -> str | None:
     return first_named(state.memories[memory_id].content, people)
 
 
-def _unlexical_members(
-    state: GraphState, namespace: str, pooled: set[str], most: int, now: float
-) -> list[str]:
-    """The namespace's other active memories, when it holds at most ``most``: candidates for
-    a query whose lexical legs found nothing in the store.
-
-    Memories carry no vectors, so what the graph hands the reranker is all the dense judge
-    sees; for a question in another script than the store the key path is per-word guesses
-    (koblex_crosslingual: "Person A" → 사람, 34 statutes), whose pool held the gold for at
-    most 0.611 of the questions' top 10; with the whole namespace the blend's recall@10 rose
-    0.478 → 0.524 (docs/history/recall-crosslingual-2026-12-02.md). These candidates carry no
-    graph evidence (``widened``): the reranker's relevance is all that places them, and the
-    anchor says what it says without them.
-    """
-    ids = state.namespace_ids(namespace)
-    if not most or state.active_in(namespace, now) > most:
-        return []
-    members = []
-    for memory_id in ids:
-        memory = state.memories.get(memory_id)
-        if memory_id not in pooled and memory is not None and memory.active(now):
-            members.append(memory_id)
-    return sorted(members)
-
-
 def _nearest_key_members(
     state: GraphState,
     buffer: RecallBuffer,
@@ -410,13 +367,13 @@ def _nearest_key_members(
     pool: int,
     now: float,
 ) -> dict[str, float]:
-    """Fallback when nothing matched (no key above the threshold, no BM25 term, so no hop):
-    the members of the query's nearest keys, below the threshold, by key cosine.
+    """Fallback when nothing matched (no key above the threshold, no BM25 term, so no hop,
+    and no memory vector near the query's: none made yet, the embedder down): the members of
+    the query's nearest keys, below the threshold, by key cosine.
 
-    Memories carry no vectors, so the reranker (the dense leg) can only judge what the graph
-    hands it; a query that shares no word and no key with the store — another language, a
-    paraphrase — would otherwise get nothing at all although the answer is there
-    (koblex_crosslingual: recall@10 0.004 against dense's 0.553). These candidates carry no
+    A query that shares no word and no key with the store — another language, a paraphrase —
+    would otherwise get nothing at all although the answer is there (koblex_crosslingual
+    without memory vectors: recall@10 0.004 against dense's 0.553). These candidates carry no
     graph evidence (``key_rank`` None, ``near_key`` = the key's cosine) and the anchor still
     says unanchored, so inject, which wants a graph connection, never surfaces them.
     """
