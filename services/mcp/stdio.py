@@ -14,7 +14,9 @@ each line it reads, and each reply's write and flush, to a worker thread and bac
 loaded machine every hand-off waits for that thread to be scheduled. While the server runs, fd
 1 points at stderr as the SDK arranges it (a library's stray print never reaches the wire). A
 file or a terminal is read and written through threads as before (the loop must not make a
-terminal non-blocking under its shell).
+terminal non-blocking under its shell). A tool call is taken off this loop and served by the
+SDK's request kernel in a task of its own (``direct.py``), past the SDK's streams and
+dispatcher.
 """
 
 from __future__ import annotations
@@ -241,8 +243,8 @@ class GuardedLines:
 
 
 async def serve(server: MCPServer[None]) -> None:
-    """``server`` over this process's stdin and stdout, behind the guard; its tool calls
-    answered on this loop once the handshake is done (``DirectCalls``)."""
+    """``server`` over this process's stdin and stdout, behind the guard; its tool calls are
+    served by the SDK's kernel from this loop (``DirectCalls``), the rest by the SDK's loop."""
     lowlevel = server._lowlevel_server
     direct = DirectCalls(server)
     lowlevel.middleware.append(direct.middleware)
