@@ -12,8 +12,8 @@ box too loaded for a supervised embedder to keep its heartbeats while it embeds 
 every query is *observed* once through an ``Inject`` in this process: the
 hybrid-search candidates of its namespace, their matched keys and the lexicon's coverage —
 exactly what the gates judge. In process, ``--scoring`` observes with the graph's scoring (and
-memory vectors) of a recall-ablation variant, e.g. ``dense_appended_bits``: the dense candidate
-leg on, before the product fills memory vectors itself. The observations are cached as JSON
+memory vectors) of a recall-ablation variant, e.g. ``no_dense``: the dense candidate leg off.
+The observations are cached as JSON
 (``--cache``, one file per benchmark), so a sweep over gate variants
 (``services.memory.inject.Gate``, swapped in-process: the wire carries no gate) costs no
 service call. The file's queries are scored
@@ -53,6 +53,7 @@ from keymem.services.evaluation.deployment import temporary_deployment
 from keymem.services.evaluation.loader import LoadedStore, default_key_mode, load
 from keymem.services.evaluation.progress import Progress
 from keymem.services.evaluation.runner import InjectResult
+from keymem.services.graph.memory_vectors import PRODUCT_CODE
 from keymem.services.memory.inject import TOP_K_DEFAULT, Gate, Inject, Observation, admit, judge
 from keymem.services.memory.search import GATED_FUSION, Search
 
@@ -176,10 +177,10 @@ def observe_file(
 
 def _score_as(running: Running, name: str) -> None:
     """The graph scores as the recall-ablation variant ``name`` does, with its memory
-    vectors filled when it runs the dense leg."""
+    vectors in another code than the product's made when it asks for one."""
     chosen = SEARCH_VARIANTS[name]
     running.graph.scoring = chosen.scoring
-    if chosen.scoring.dense_leg:
+    if chosen.scoring.dense_leg and chosen.vectors != PRODUCT_CODE:
         running.vectorise()
         running.graph.state.memory_vectors = running.vectors[chosen.vectors]
 
