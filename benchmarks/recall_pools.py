@@ -21,10 +21,10 @@ active members) and the benchmark ids it stands for — and the search's matched
 ``fuse`` re-fuses every dumped pool cut to ``--pool`` under the ablation's router-side
 variants (those that change only the ``Fusion``) with the product's own ``fuse_blend`` and
 ``select_evidence``, and prints the ablation's table (fit / held halves). The graph's first
-``--pool`` candidates and what joins past its cut (the dense leg's members, a widened
-namespace: ``pool_of``) are the pool the product would have had: a re-fusion reproduces the
-ablation's row of the variant the pools were dumped under. A graph-side variant
-(``Scoring``, a search option) cannot be re-fused: it changes which memories enter the pool.
+``--pool`` candidates and the dense leg's members past its cut (``pool_of``) are the pool
+the product would have had: a re-fusion reproduces the ablation's row of the variant the
+pools were dumped under. A graph-side variant (``Scoring``, a search option) cannot be
+re-fused: it changes which memories enter the pool.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from keymem.services.evaluation.loader import KEY_MODES, KeyMode, default_key_mo
 from keymem.services.evaluation.loader import load as load_store
 from keymem.services.evaluation.progress import Progress
 from keymem.services.graph.hybrid import Scoring
+from keymem.services.graph.memory_vectors import PRODUCT_CODE
 from keymem.services.graph.state import GraphState
 from keymem.services.memory import search as search_module
 from keymem.services.memory.search import Fusion, Relevance, Search, is_comparison
@@ -128,7 +129,7 @@ def dump(
     ):
         store = load_store(running.client, benchmark, mode, progress)
         running.warm([m.content for m in benchmark.memories], progress, None)
-        if chosen.scoring.dense_leg:
+        if chosen.vectors != PRODUCT_CODE:
             running.vectorise()
             running.graph.state.memory_vectors = running.vectors[chosen.vectors]
         running.graph.scoring = chosen.scoring
@@ -183,12 +184,9 @@ def router_side(variants: Mapping[str, ablation.Variant]) -> dict[str, Fusion]:
 
 def pool_of(row: Mapping[str, Any], pool: int) -> list[dict[str, Any]]:
     """The candidates the product's pool of ``pool`` would have held: the graph's first
-    ``pool``, then what joins past the cut — the dense leg's members (``dense_pooled``, in the
-    leg's order) and, when the query's pool was widened, every other candidate (the widened
-    namespace is whatever the graph's pool left out)."""
+    ``pool``, then the dense leg's members past that cut (``dense_pooled``, in the leg's
+    order)."""
     head, rest = list(row["pool"][:pool]), list(row["pool"][pool:])
-    if any(c["components"].get("widened") for c in row["pool"]):
-        return head + rest
     appended = [c for c in rest if c["components"].get("dense_rank") is not None]
     return head + sorted(appended, key=lambda c: int(c["components"]["dense_rank"]))
 
