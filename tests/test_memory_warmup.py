@@ -152,6 +152,23 @@ def test_a_reranker_that_does_not_embed_leaves_the_vectors_to_the_embedder(
     assert warmer.stats()["stored"] == len(TEXTS)
 
 
+def test_a_reranker_that_is_off_leaves_the_vectors_to_the_embedder(stack: InprocStack) -> None:
+    """KEYMEM_RERANK=false: nothing to warm, and the dense leg still gets its vectors."""
+    from keymem.services.embedder.service import make_service as embedder_service
+    from keymem.services.reranker.service import disabled_service
+    from keymem.services.reranker.settings import RerankerSettings
+
+    stack.add_worker(disabled_service(RerankerSettings()))
+    stack.add_worker(embedder_service(shared_embedder()))
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=8, poll_s=WAIT_S)
+    try:
+        warmer.start()
+        wait_for(lambda: missing(stack) == 0)
+    finally:
+        warmer.close()
+    assert warmer.stats() == {"sent": 5, "calls": 1, "stored": 5, "failed": 0}
+
+
 def test_a_failed_round_is_logged_and_its_memories_wait_for_the_next(
     stack: InprocStack, caplog: pytest.LogCaptureFixture
 ) -> None:

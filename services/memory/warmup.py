@@ -16,7 +16,8 @@ burst of writes the model and the cores stay with the writes, during a recall th
 does not wait behind a warm-up. A write tells the warmer to look (``written``); with nothing
 written it looks every ``BACKLOG_POLL_S`` (a start on an older file, an import). A reranker
 that reads passages otherwise (a cross-encoder) or is off answers without vectors: the
-embedder makes them then.
+embedder makes them then (a reranker that is only busy is asked again in the next round, so a
+loaded box does not do the work twice).
 
 Nothing is lost: the backlog is the graph's, so a memory whose vector was not made (a failed
 call, a restart) is simply still in it; failures are counted in ``stats`` and logged as
@@ -35,7 +36,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from keymem.protocol.client import Client
-from keymem.protocol.errors import KeymemError
+from keymem.protocol.errors import KeymemError, Unavailable
 from keymem.protocol.worker import Handler, Service
 
 log = logging.getLogger("keymem.memory.warmup")
@@ -206,8 +207,10 @@ class Warmer:
             self.calls += 1
         try:
             warmed = client.call("reranker", "warm", {"passages": heads, "vectors": True})
-        except KeymemError:  # off (KEYMEM_RERANK=false) or busy: the vectors still matter
-            warmed = {}
+        except Unavailable as exc:
+            if not exc.detail.get("disabled"):
+                raise  # busy: the round fails and is tried again, not done twice
+            warmed = {}  # off (KEYMEM_RERANK=false): the vectors still matter
         if "vectors" in warmed:
             return warmed["vectors"], str(warmed["fingerprint"])
         embedded = client.call("embedder", "embed", {"texts": heads, "kind": "passage"})
