@@ -83,10 +83,14 @@ def leaks(run_start: Census, file_start: Census, now: Census) -> list[str]:
     and the run's first), one line each; empty when nothing."""
     found = [f"process {_named(p)}" for p in now.processes]
     found += [f"thread {t!r}" for t in now.threads - file_start.threads]
+    # past a bound, only a file that grew the count more is named (not every file after it)
     start = run_start
-    if now.fds - start.fds > FD_GROWTH_BOUND:
+    if now.fds - start.fds > FD_GROWTH_BOUND and now.fds > file_start.fds:
         found.append(f"{now.fds} fds open (the run began with {start.fds})")
-    if now.zmq_sockets - start.zmq_sockets > ZMQ_SOCKET_GROWTH_BOUND:
+    if (
+        now.zmq_sockets - start.zmq_sockets > ZMQ_SOCKET_GROWTH_BOUND
+        and now.zmq_sockets > file_start.zmq_sockets
+    ):
         found.append(f"{now.zmq_sockets} zmq sockets open (the run began with {start.zmq_sockets})")
     return found
 
