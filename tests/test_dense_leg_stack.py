@@ -4,11 +4,16 @@ process killed between a write and its vector."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
+import psutil
+
 from keymem.protocol.client import Client
+from keymem.protocol.worker import HeartbeatPolicy
 from keymem.services.evaluation.loader import wait_for_vectors
 from keymem.services.memory.warmup import Warmer
+from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack
 from tests.full_stack import full_stack, shared_embedder, shared_reranker
 from tests.test_graph_durability import _start_graph, _wait_ready, router  # noqa: F401
@@ -54,7 +59,8 @@ def test_a_kill_9_between_a_write_and_its_vector_loses_neither(
     restart the memory is there and waiting, the idle-time pass makes its vector, and a
     second kill right after that keeps the vector too."""
     client = router.client(timeout_ms=5_000)
-    router.add_worker(shared_reranker())
+    # a model call outlasts the fast heartbeat on a loaded box: the memory service's liveness
+    router.add_worker(shared_reranker(), heartbeat=HeartbeatPolicy(100, ORCHESTRATION_LIVENESS))
     graph = _start_graph(short_home)
     warmer: Warmer | None = None
     try:
@@ -64,8 +70,7 @@ def test_a_kill_9_between_a_write_and_its_vector_loses_neither(
             "remember",
             remember_body(CAMPING, ["camping"], fingerprint=shared_embedder().fingerprint),
         )["saved"]
-        graph.send_signal(signal.SIGKILL)
-        graph.wait(10)
+        kill_9(graph)
         graph = _start_graph(short_home)
         _wait_ready(client, graph)
         backlog = client.call("graph", "vector_backlog", {"limit": 5})
@@ -74,8 +79,7 @@ def test_a_kill_9_between_a_write_and_its_vector_loses_neither(
         warmer.start()
         wait_for_vectors(client)
         warmer.close()
-        graph.send_signal(signal.SIGKILL)
-        graph.wait(10)
+        kill_9(graph)
         graph = _start_graph(short_home)
         _wait_ready(client, graph)
         assert client.call("graph", "vector_backlog", {})["missing"] == 0
@@ -86,6 +90,15 @@ def test_a_kill_9_between_a_write_and_its_vector_loses_neither(
         if graph.poll() is None:
             graph.terminate()
             graph.wait(10)
+
+
+def kill_9(graph: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the graph service and wait until its forked worker, which notices its parent
+    is gone and closes the file, has exited too."""
+    workers = psutil.Process(graph.pid).children(recursive=True)
+    graph.send_signal(signal.SIGKILL)
+    graph.wait(10)
+    psutil.wait_procs(workers, timeout=10)
 
 
 def proposed(client: Client) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from keymem.services.evaluation.loader import wait_for_vectors
 from tests.full_stack import FullStack, full_stack
 
 NEWTON = "Newton discovered gravity when an apple fell on his head"
@@ -277,7 +278,8 @@ def test_one_agent_key_is_joined_only_by_keys_the_text_names(tmp_path: Path) -> 
 
 def test_an_english_question_finds_a_korean_memory_no_key_names(tmp_path: Path) -> None:
     """No word of the question is in the store and the question's words land on the wrong
-    memories' keys (person → 사람): the small namespace is handed to the reranker whole."""
+    memories' keys (person → 사람): the memory's own text vector, made in the memory service's
+    idle time, proposes it (the dense leg)."""
     deposit = "임대인은 임대차가 끝나면 임차인에게 보증금을 즉시 반환하여야 한다."
     others = [
         "사람은 누구나 법 앞에 평등하다.",
@@ -291,6 +293,7 @@ def test_an_english_question_finds_a_korean_memory_no_key_names(tmp_path: Path) 
         for text in others:
             saved = running.memory("remember", {"content": text, "namespace": "law"})
             running.last_seq = int(saved["seq"])
+        wait_for_vectors(running.client)
         result = running.search(
             "When must a landlord give the deposit back to the person renting?", "law", top_k=3
         )
