@@ -254,23 +254,21 @@ def test_a_memory_in_another_script_is_admitted_through_meaning_at_its_own_floor
     statute["matched_keys"] = ["k-vote"]
     near = candidate("near", relevance=0.4, connected=False, content="국민은 투표할 권리를 가진다")
     near["components"]["near_key"] = 0.31  # a member of a key near the prompt's vector
-    whole = candidate("whole", relevance=0.4, connected=False, content="투표는 비밀로 한다")
-    whole["components"]["widened"] = True  # the small namespace handed to the reranker whole
     dense = candidate("dense", relevance=0.4, connected=False, content="만 18세 이상 투표")
     dense["components"]["dense_rank"] = 7  # its own text vector near the prompt's
-    pool = [statute, near, whole, dense]
-    coverage = {"statute": 0.0, "near": 0.0, "whole": 0.0, "dense": 0.0}
+    pool = [statute, near, dense]
+    coverage = {"statute": 0.0, "near": 0.0, "dense": 0.0}
     kept, _ = admit(prompt, pool, keys, coverage, Gate())
-    assert ids(kept) == ["statute", "near", "whole", "dense"]
+    assert ids(kept) == ["statute", "near", "dense"]
     kept, rejected = admit(prompt, pool, keys, coverage, Gate(cross_relevance=0.5))
-    assert kept == [] and rejected["below_floor"] == 4
+    assert kept == [] and rejected["below_floor"] == 3
     kept, rejected = admit(prompt, pool, keys, coverage, Gate(cross_script=False))
-    assert kept == [] and rejected == {**rejected, "low_coverage": 1, "bm25_only": 3}
+    assert kept == [] and rejected == {**rejected, "low_coverage": 1, "bm25_only": 2}
     # with the reranker degraded there is no relevance, and across scripts nothing else
     for memory in pool:
         memory["rerank_score"] = None
     kept, rejected = admit(prompt, pool, keys, coverage, Gate())
-    assert kept == [] and rejected["bm25_only"] == 3
+    assert kept == [] and rejected["bm25_only"] == 2
     # the same script: shared words are the evidence, and there are none
     same = candidate("same", relevance=0.4, content="The council meets on Mondays")
     kept, _ = admit(prompt, [same], keys, {"same": 0.0}, Gate())

@@ -262,17 +262,12 @@ def subject_of(content: str, keys: list[dict[str, Any]]) -> str | None:
 def crosses_scripts(prompt: str, candidate: dict[str, Any], keys: list[dict[str, Any]]) -> bool:
     """The prompt and the memory share no script, and the graph reached the memory through
     meaning: a key the prompt's own words landed on across languages (a ``phrase`` match), one
-    of the keys nearest the prompt's vector (the search's ``near_key`` fallback), the whole
-    small namespace the graph widened the pool to (``widened``), or the memory's own text
-    vector among the nearest the prompt's (the dense leg's ``dense_rank``)."""
+    of the keys nearest the prompt's vector (the search's ``near_key`` fallback), or the
+    memory's own text vector among the nearest the prompt's (the dense leg's ``dense_rank``)."""
     if scripts_of(prompt) & scripts_of(candidate["content"]):
         return False
     components = candidate.get("components") or {}
-    if (
-        components.get("near_key")
-        or components.get("widened")
-        or components.get("dense_rank") is not None
-    ):
+    if components.get("near_key") or components.get("dense_rank") is not None:
         return True
     crossing = {k["key_id"] for k in keys if k.get("match_type") in CROSS_SCRIPT_MATCHES}
     return not crossing.isdisjoint(candidate.get("matched_keys") or [])
