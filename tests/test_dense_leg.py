@@ -16,7 +16,12 @@ from keymem.protocol.errors import BadRequest, Conflict
 from keymem.services.graph import GraphService
 from keymem.services.graph.embedding import VECTOR_BACKLOG_MAX
 from keymem.services.graph.hybrid import Scoring
-from keymem.services.graph.memory_vectors import CODES, MemoryVectors
+from keymem.services.graph.memory_vectors import (
+    CODES,
+    COMPACT_MIN_ROWS,
+    MemoryVectors,
+    code_of,
+)
 from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
 from tests.vectors import FINGERPRINT, remember_body, vector, vectors
 
@@ -53,14 +58,37 @@ def test_removed_replaced_and_refused_memories_are_not_proposed() -> None:
     query = vector("a family trip to the mountains")
     store.remove("default", CAMPING)
     assert CAMPING not in store.nearest("default", query, 4, lambda _: True)
-    # a memory's vector replaced by another text's: it is found where its new text is
-    store.put("default", ADOPTION, vector(CAMPING))
-    assert store.nearest("default", query, 1, lambda _: True) == [ADOPTION]
+    # a new version of a memory (a correction: a new id) is found where its new text is
+    store.put("default", "corrected", vector(CAMPING))
+    assert store.nearest("default", query, 1, lambda _: True) == ["corrected"]
     # what the caller refuses (an inactive memory) is skipped, the next ones fill its place
-    assert store.nearest("default", query, 2, lambda m: m != ADOPTION)[0] != ADOPTION
-    assert len(store.nearest("default", query, 9, lambda _: True)) == 3
+    assert store.nearest("default", query, 2, lambda m: m != "corrected")[0] != "corrected"
+    assert len(store.nearest("default", query, 9, lambda _: True)) == 4
     assert store.nearest("other", query, 3, lambda _: True) == []
-    assert len(store) == 3
+    assert len(store) == 4
+
+
+def test_removed_rows_go_in_one_pass_and_are_never_proposed_meanwhile() -> None:
+    """A removal costs O(1): the row stays, skipped, until a quarter of the rows (at least
+    ``COMPACT_MIN_ROWS``) are removed; then one pass drops them all."""
+    rows = np.random.default_rng(3).standard_normal((300, 512)).astype(np.float32)
+    store = MemoryVectors("bits")
+    for at, row in enumerate(rows):
+        store.put_code("default", f"m{at}", code_of(row), 512)
+    space = store.namespaces["default"]
+    gone = [f"m{at}" for at in range(0, 300, 4)]  # 75: past a quarter of 300
+    for memory_id in gone[: COMPACT_MIN_ROWS - 1]:
+        store.remove("default", memory_id)
+    assert len(space.ids) == 300 and len(store) == 300 - (COMPACT_MIN_ROWS - 1)
+    for at in range(0, 300, 4)[: COMPACT_MIN_ROWS - 1]:
+        assert f"m{at}" not in store.nearest("default", rows[at], 5, lambda _: True)
+    for memory_id in gone[COMPACT_MIN_ROWS - 1 :]:
+        store.remove("default", memory_id)
+    assert len(space.ids) == len(store) == 300 - COMPACT_MIN_ROWS - (75 - COMPACT_MIN_ROWS)
+    assert not space.removed or len(space.removed) < COMPACT_MIN_ROWS
+    kept = [at for at in range(300) if at % 4]
+    for at in kept[:20]:  # each kept memory is still its own nearest
+        assert store.nearest("default", rows[at], 1, lambda _: True) == [f"m{at}"]
 
 
 @pytest.fixture

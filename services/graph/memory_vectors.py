@@ -15,8 +15,8 @@ Two codes (``CODES``):
   of the angle good enough to propose candidates. Rows are kept word-major, so a scan is eight
   contiguous XOR + popcount passes over 64-bit words.
 
-Rows are appended into spare capacity and removed by swapping the last row in (as the keys'
-``KeyIndex``), so writes cost O(dim). The graph keeps ``bits`` (``PRODUCT_CODE``): its codes
+Rows are appended into spare capacity, and removed rows dropped in bulk (``NamespaceVectors``),
+so writes cost O(dim). The graph keeps ``bits`` (``PRODUCT_CODE``): its codes
 are what the file stores (``code_of``) and what a start loads, one buffer per namespace
 (``load``); ``i8`` serves the experiments that compared the two (benchmarks/).
 """
@@ -28,6 +28,10 @@ from collections.abc import Callable
 import numpy as np
 
 INITIAL_CAPACITY = 64
+# Removed rows are dropped in one pass once they are this share (1/4) of a namespace's rows,
+# and at least this many: a pass is O(rows), so removals cost O(1) each in the long run.
+COMPACT_SHARE = 4
+COMPACT_MIN_ROWS = 64
 I8_MAX = 127
 SCAN_CHUNK_ROWS = 16_384  # i8 rows widened to float32 at a time (32 MB at 512-d)
 CODES = ("i8", "bits")
@@ -58,13 +62,16 @@ def code_of(vector: np.ndarray) -> bytes:
 
 
 class NamespaceVectors:
-    """One namespace's memory vectors in one code, with spare rows."""
+    """One namespace's memory vectors in one code, with spare rows. A memory is put once (the
+    graph's ids are never reused); a removed one keeps its row, skipped, until a quarter of
+    the rows are removed and one pass drops them: no map from memory to row, which at 1M
+    memories held more than the codes themselves."""
 
     def __init__(self, dim: int, code: str) -> None:
         self.dim = dim
         self.code = code
         self.ids: list[str] = []
-        self.pos: dict[str, int] = {}
+        self.removed: set[str] = set()  # rows still held, of memories taken out
         if code == "i8":
             self.rows = np.zeros((INITIAL_CAPACITY, dim), dtype=np.int8)
         else:  # word-major: one contiguous array of every row's w-th word
@@ -72,14 +79,13 @@ class NamespaceVectors:
         self.scales = np.zeros(INITIAL_CAPACITY, dtype=np.float32)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.ids) - len(self.removed)
 
     @classmethod
     def of_codes(cls, dim: int, ids: list[str], codes: np.ndarray) -> NamespaceVectors:
         """``bits`` rows from stored codes (one ``code_of`` row per id), in one copy."""
         space = cls(dim, "bits")
         space.ids = ids
-        space.pos = dict(zip(ids, range(len(ids)), strict=True))
         words = np.frombuffer(np.ascontiguousarray(codes), dtype=WORD_DTYPE)
         space.rows = np.ascontiguousarray(words.reshape(len(ids), -1).T, dtype=np.uint64)
         space.scales = np.zeros(len(ids), dtype=np.float32)
@@ -101,39 +107,33 @@ class NamespaceVectors:
         self.rows = np.pad(self.rows, pad)
         self.scales = np.pad(self.scales, (0, extra))
 
-    def _row_for(self, memory_id: str) -> int:
-        at = self.pos.get(memory_id)
-        if at is None:
-            at = len(self.ids)
-            if at == self.scales.shape[0]:
-                self._grow()
-            self.ids.append(memory_id)
-            self.pos[memory_id] = at
+    def _new_row(self, memory_id: str) -> int:
+        at = len(self.ids)
+        if at == self.scales.shape[0]:
+            self._grow()
+        self.ids.append(memory_id)
         return at
 
     def put(self, memory_id: str, vector: np.ndarray) -> None:
-        self._set(self._row_for(memory_id), vector)
+        self._set(self._new_row(memory_id), vector)
 
     def put_code(self, memory_id: str, code: bytes) -> None:
         """A stored ``bits`` code (``code_of``) as the memory's row."""
-        at = self._row_for(memory_id)  # may grow ``rows``: look them up after
+        at = self._new_row(memory_id)  # may grow ``rows``: look them up after
         self.rows[:, at] = np.frombuffer(code, dtype=WORD_DTYPE)
 
     def remove(self, memory_id: str) -> None:
-        at = self.pos.pop(memory_id, None)
-        if at is None:
-            return
-        last = len(self.ids) - 1
-        if at != last:
-            moved = self.ids[last]
-            self.ids[at] = moved
-            self.pos[moved] = at
-            if self.code == "i8":
-                self.rows[at] = self.rows[last]
-            else:
-                self.rows[:, at] = self.rows[:, last]
-            self.scales[at] = self.scales[last]
-        self.ids.pop()
+        """Take a memory that has a row out (its row is dropped with the next compaction)."""
+        self.removed.add(memory_id)
+        if len(self.removed) >= max(COMPACT_MIN_ROWS, len(self.ids) // COMPACT_SHARE):
+            self._compact()
+
+    def _compact(self) -> None:
+        kept = [at for at, memory_id in enumerate(self.ids) if memory_id not in self.removed]
+        self.ids = [self.ids[at] for at in kept]
+        self.rows = self.rows[kept] if self.code == "i8" else self.rows[:, kept]
+        self.scales = self.scales[kept]
+        self.removed.clear()
 
     def similarities(self, query: np.ndarray) -> np.ndarray:
         """Every row's similarity to the unit ``query``, higher nearer: the cosine (``i8``)
@@ -173,7 +173,7 @@ class MemoryVectors:
         return space
 
     def put(self, namespace: str, memory_id: str, vector: np.ndarray) -> None:
-        """``memory_id``'s unit vector (replacing the one it had)."""
+        """``memory_id``'s unit vector (a memory is put once)."""
         self._space(namespace, vector.shape[0]).put(memory_id, vector)
 
     def put_code(self, namespace: str, memory_id: str, code: bytes, dim: int) -> None:
@@ -190,6 +190,7 @@ class MemoryVectors:
         self.namespaces.clear()
 
     def remove(self, namespace: str, memory_id: str) -> None:
+        """Take out a memory that was put."""
         space = self.namespaces.get(namespace)
         if space is not None:
             space.remove(memory_id)
@@ -203,18 +204,20 @@ class MemoryVectors:
         if space is None or not len(space) or count <= 0 or query.shape[0] != space.dim:
             return []
         distance = -space.similarities(query)
-        ids = space.ids
+        ids, rows = space.ids, len(space.ids)  # removed rows are scanned, then skipped
         # the best few first; the rest only when ``keep`` refused too many of them
-        ask = min(len(space), 2 * count)
+        ask = min(rows, 2 * count)
         while True:
-            if ask < len(space):  # every row as near as the ask-th: ties cut by id, not by row
+            if ask < rows:  # every row as near as the ask-th: ties cut by id, not by row
                 bound = np.partition(distance, ask - 1)[ask - 1]
                 top = np.flatnonzero(distance <= bound).tolist()
             else:
-                top = list(range(len(space)))
+                top = list(range(rows))
             # ties by id: a store gives the same order however its rows were filled
             order = sorted(top, key=lambda at: (distance[at], ids[at]))
-            found = [ids[at] for at in order if keep(ids[at])][:count]
-            if len(found) == count or ask == len(space):
+            found = [ids[at] for at in order if ids[at] not in space.removed and keep(ids[at])][
+                :count
+            ]
+            if len(found) == count or ask == rows:
                 return found
-            ask = min(len(space), 4 * ask)
+            ask = min(rows, 4 * ask)

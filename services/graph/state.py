@@ -41,6 +41,7 @@ def clamp_depth(depth: float) -> float:
 
 
 STRONGEST_CACHED = 256
+MISSING = object()
 
 
 @dataclass(slots=True)
@@ -299,7 +300,8 @@ class GraphState:
             if not self.links.count_of_key(key_id):
                 orphaned.append(key_id)
         del self.memories[memory.id]
-        self._drop_vector(memory)
+        if was_active:
+            self._drop_vector(memory)
         self.changes.delete_memory(memory.id)
         for key_id in orphaned:
             self.delete_key(self.keys[key_id])
@@ -307,10 +309,11 @@ class GraphState:
 
     # -- memory vectors (the dense leg) -----------------------------------------------------
     def _drop_vector(self, memory: MemoryRecord) -> None:
-        """An inactive memory is never proposed: its code leaves the scan (its row in the
-        file goes with the memory, or stays with a superseded version, never loaded)."""
-        self.memory_vectors.remove(memory.namespace, memory.id)
-        self.unvectorised.pop(memory.id, None)
+        """An active memory leaving retrieval is never proposed again: its code leaves the
+        scan (its row in the file goes with the memory, or stays with a superseded version,
+        never loaded). An active memory has a code or waits in the backlog, never both."""
+        if self.unvectorised.pop(memory.id, MISSING) is MISSING and self.dim is not None:
+            self.memory_vectors.remove(memory.namespace, memory.id)
 
     def put_memory_vector(self, memory_id: str, vector: np.ndarray, fingerprint: str) -> bool:
         """Store an active memory's vector from the recorded embedder; False (nothing changes)
