@@ -143,8 +143,8 @@ IDLE_CHECKPOINT_AFTER_S = 5.0
 # A restart replays DuckDB's write-ahead log written since the last checkpoint, at about this
 # much CPU per transaction and per byte (the write-behind's folds, 10k store, load ~30: 300
 # folds of one remember, 452 kB, 0.42 s; 30 folds of a batch of 100, 1.74 MB, 0.11 s), while a
-# checkpoint's cost grows with the store and hardly with the log (10k: ~10-30 ms, 1M: ~55-80 ms
-# at load 5-17, most of it the memories' primary-key index written again). Steady writes never
+# checkpoint's cost grows with the store and hardly with the log (10k: ~10-30 ms, 1M: ~40-80 ms
+# at load 2-17, most of it the memories' primary-key index written again). Steady writes never
 # leave the graph idle, so the log is also checkpointed once replaying it would cost what the
 # last checkpoint cost, and never below WAL_REPLAY_MIN_S: at most ~0.35 s of replay added to a
 # restart. Counted in bytes alone (0.35 us a byte, a 1 MiB floor) a log of batch folds was
