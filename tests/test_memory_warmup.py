@@ -145,6 +145,7 @@ def test_a_reranker_that_does_not_embed_leaves_the_vectors_to_the_embedder(
     warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=8, poll_s=WAIT_S)
     try:
         warmer.start()
+        warmer.written()  # as a write would: no first poll to wait for
         wait_for(lambda: missing(stack) == 0)
     finally:
         warmer.close()
@@ -163,6 +164,7 @@ def test_a_reranker_that_is_off_leaves_the_vectors_to_the_embedder(stack: Inproc
     warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=8, poll_s=WAIT_S)
     try:
         warmer.start()
+        warmer.written()  # as a write would: no first poll to wait for
         wait_for(lambda: missing(stack) == 0)
     finally:
         warmer.close()

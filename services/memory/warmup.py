@@ -14,7 +14,8 @@ box: 5.2 vs 2.7 ms for a ~110-character memory) — and only once no request of 
 service (a write, a recall, an inject) has been in flight for ``WARM_WINDOW_S``: during a
 burst of writes the model and the cores stay with the writes, during a recall the recall
 does not wait behind a warm-up. A write tells the warmer to look (``written``); with nothing
-written it looks every ``BACKLOG_POLL_S`` (a start on an older file, an import). A reranker
+written it looks every ``BACKLOG_POLL_S`` (a start on an older file, an import), the first
+time one poll after it starts. A reranker
 that reads passages otherwise (a cross-encoder) or is off answers without vectors: the
 embedder makes them then (a reranker that is only busy is asked again in the next round, so a
 loaded box does not do the work twice).
@@ -79,7 +80,9 @@ class Warmer:
         self._thread: threading.Thread | None = None
         self._in_flight = 0  # requests of the served service being handled now
         self._active_at = time.monotonic()  # when one last ended or a write was announced
-        self._look_at = time.monotonic()  # when the backlog is next worth a look
+        # when the backlog is next worth a look: at start, one poll later (the services a
+        # deployment starts beside the router are not all live yet), or at the first write
+        self._look_at = time.monotonic() + poll_s
         self.sent = 0  # passages the reranker (or the embedder) was asked to embed
         self.calls = 0
         self.stored = 0  # memory vectors the graph took
