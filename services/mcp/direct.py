@@ -203,7 +203,7 @@ class CallContext:
     async def send_raw_request(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
     ) -> dict[str, Any]:
-        raise NoBackChannelError(method)
+        return await self.channel.send_raw_request(method, params, opts)
 
     async def notify(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
