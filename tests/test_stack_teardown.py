@@ -21,5 +21,8 @@ def test_a_worker_that_never_registers_is_stopped_with_the_stack() -> None:
         InprocStack(heartbeat=FAST_HEARTBEAT) as stack,
     ):
         stack.broker.stop()  # the router is gone: the worker can never register
+        router = next(t for t in threading.enumerate() if t.name == "router")
+        router.join(timeout=10)  # stop() only asks; a live loop would still take the worker
+        assert not router.is_alive()
         stack.add_worker(Service("orphan"))
     assert not [t for t in threading.enumerate() if t.name.startswith("orphan")]
