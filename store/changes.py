@@ -1,9 +1,11 @@
-"""A unit of work: what one acknowledged write changed, flushed in one DuckDB transaction.
+"""A unit of work: what one acknowledged write changed.
 
-The service mutates its in-memory records directly and marks here what it touched; the store
-then writes exactly those rows (new rows inserted, touched rows updated, deleted rows removed)
-and appends the change-feed events, all before COMMIT. Only after the commit does the service
-answer, so an acknowledged write is always on disk (invariant 1).
+The service mutates its in-memory records directly and marks here what it touched. The write
+is answered once its ``Changes`` is appended to the graph's write-behind log and fdatasync'ed
+(store/writelog.py, encoded by store/logformat.py), so an acknowledged write is always on disk
+(invariant 1); the store later folds the logged units into DuckDB in one transaction, writing
+exactly those rows (new rows inserted, touched rows updated, deleted rows removed) and the
+change-feed events.
 """
 
 from __future__ import annotations
