@@ -41,7 +41,6 @@ def clamp_depth(depth: float) -> float:
 
 
 STRONGEST_CACHED = 256
-MISSING = object()
 
 
 @dataclass(slots=True)
@@ -312,7 +311,9 @@ class GraphState:
         """An active memory leaving retrieval is never proposed again: its code leaves the
         scan (its row in the file goes with the memory, or stays with a superseded version,
         never loaded). An active memory has a code or waits in the backlog, never both."""
-        if self.unvectorised.pop(memory.id, MISSING) is MISSING and self.dim is not None:
+        if memory.id in self.unvectorised:
+            del self.unvectorised[memory.id]
+        elif self.dim is not None:
             self.memory_vectors.remove(memory.namespace, memory.id)
 
     def put_memory_vector(self, memory_id: str, vector: np.ndarray, fingerprint: str) -> bool:
