@@ -4,11 +4,13 @@ Every scorer labels its numbers with a ``score_kind``: a cross-encoder logit (un
 to +10) and an embedding cosine (-1..1) must never be compared or gated with one threshold.
 The offline default embeds the query and passages with the configured embedding model (USE-m
 unless told otherwise) and scores by cosine; passage vectors are cached, because the same
-memories come back in pool after pool.
+memories come back in pool after pool, and kept on disk (``passages.PassageStore``), because
+a restart would otherwise make every pool cold again.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from typing import Protocol
@@ -18,6 +20,9 @@ import numpy as np
 from keymem.protocol.limits import PASSAGE_HEAD_CHARS
 from keymem.services.embedder.backends import EmbeddingBackend, Encoded, Kind, fingerprint
 from keymem.services.embedder.cache import Cached, VectorCache
+from keymem.services.reranker.passages import PassageStore
+
+log = logging.getLogger("keymem.reranker")
 
 
 class Scorer(Protocol):
@@ -116,13 +121,17 @@ class EmbeddingCosineScorer:
     score_kind = "embedding_cosine"
     max_chars = COSINE_READ_CHARS
 
-    def __init__(self, backend: EmbeddingBackend, cache_entries: int) -> None:
+    def __init__(
+        self, backend: EmbeddingBackend, cache_entries: int, store: PassageStore | None = None
+    ) -> None:
         self.backend = backend if isinstance(backend, RecentQueries) else RecentQueries(backend)
         self.model = fingerprint(backend)
         self.cache = VectorCache(cache_entries)
+        self.store = store
 
     def _rows(self, texts: list[str]) -> tuple[dict[str, Cached], int]:
-        """A cached vector for every text, embedding the missing ones in one call."""
+        """A vector for every text: from the cache, else the store, else embedded (the missing
+        ones in one call, then kept in both); and how many were embedded."""
         rows: dict[str, Cached] = {}
         missing: dict[str, None] = {}
         for text in texts:
@@ -131,14 +140,46 @@ class EmbeddingCosineScorer:
                 rows[text] = found
             else:
                 missing[text] = None
+        for text, entry in self._stored(list(missing)).items():
+            rows[text] = entry
+            self.cache.put("passage", text, entry)
+            del missing[text]
         if missing:
             fresh = list(missing)
             encoded = self.backend.encode(fresh, "passage")
+            # what the store keeps, so a vector scores the same embedded now or read back
+            vectors = encoded.vectors.astype(np.float16).astype(np.float32)
+            embedded = {}
             for i, text in enumerate(fresh):
-                entry = Cached(encoded.vectors[i].copy(), i in encoded.truncated)
-                rows[text] = entry
-                self.cache.put("passage", text, entry)
+                embedded[text] = rows[text] = Cached(vectors[i], i in encoded.truncated)
+                self.cache.put("passage", text, embedded[text])
+            self._keep(embedded)
         return rows, len(missing)
+
+    def _stored(self, texts: list[str]) -> dict[str, Cached]:
+        store = self.store
+        if store is None or not texts:
+            return {}
+        try:
+            return store.get_many(texts)
+        except OSError as exc:
+            self._drop_store(store, exc)
+            return {}
+
+    def _keep(self, embedded: dict[str, Cached]) -> None:
+        store = self.store
+        if store is None:
+            return
+        try:
+            store.add(embedded)
+        except OSError as exc:
+            self._drop_store(store, exc)
+
+    def _drop_store(self, store: PassageStore, exc: OSError) -> None:
+        """A store that fails (a full disk, a removed directory) is left: scoring goes on."""
+        log.warning("passage store left after an error, vectors kept in memory only: %s", exc)
+        store.close()
+        self.store = None
 
     def score(self, query: str, passages: list[str]) -> tuple[list[float], set[int]]:
         """A passage scores as its best window read (``read_windows``)."""

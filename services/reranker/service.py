@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from keymem.protocol.errors import BadRequest, Unavailable
 from keymem.protocol.limits import RERANK_MAX_PASSAGES, RERANK_QUERY_MAX_CHARS
 from keymem.protocol.worker import Service
 from keymem.services.config import Settings
-from keymem.services.embedder.backends import EmbeddingBackend, load_backend
+from keymem.services.embedder.backends import EmbeddingBackend, fingerprint, load_backend
 from keymem.services.embedder.requests import check_text, check_texts, cut, require_map
 from keymem.services.embedder.settings import EmbedderSettings
 from keymem.services.reranker.gate import Gate
+from keymem.services.reranker.passages import PassageStore, store_dir
 from keymem.services.reranker.scorers import EmbeddingCosineScorer, Scorer
 from keymem.services.reranker.settings import RerankerSettings
 
 log = logging.getLogger("keymem.reranker")
+
+# Under KEYMEM_HOME, beside the USE-m start-up cache (cache/usem3)
+PASSAGES_DIR = Path("cache") / "passages"
 
 # Passages per request: a search's pool (64 by default; larger pools come in pieces), bounded
 # so one call stays far inside the heartbeat window even with nothing cached.
@@ -107,7 +112,24 @@ def load_scorer(
         return load_cross_encoder(config.model, config.model_path, settings.home, config.threads)
     if backend is None:
         backend = load_backend(EmbedderSettings.from_config(settings.config), settings.home)
-    return EmbeddingCosineScorer(backend, config.cache_entries)
+    return EmbeddingCosineScorer(
+        backend, config.cache_entries, open_store(settings.home, backend, config)
+    )
+
+
+def open_store(
+    home: Path, backend: EmbeddingBackend, config: RerankerSettings
+) -> PassageStore | None:
+    """The passage vectors kept in ``home`` for this model; none with the cache off
+    (``KEYMEM_RERANK_CACHE=0``) or when the directory cannot be used (said in the log)."""
+    if config.cache_entries <= 0:
+        return None
+    directory = store_dir(home / PASSAGES_DIR, fingerprint(backend))
+    try:
+        return PassageStore(directory, backend.dim)
+    except OSError as exc:
+        log.warning("no passage store at %s, vectors kept in memory only: %s", directory, exc)
+        return None
 
 
 def make_service(reranker: Reranker) -> Service:
