@@ -1,9 +1,13 @@
 """The runtime every service runs on: register with the router, serve methods by name.
 
-One thread owns the sockets and runs handlers one at a time. That is deliberate: heartbeats
-are sent from the same loop that serves requests, so a worker stuck in a GIL-holding handler
-stops heartbeating and the router routes around it (libzmq's own heartbeats would keep
-answering from its I/O thread and hide the hang).
+One thread owns the sockets and runs handlers one at a time. Heartbeats are sent from that
+serving loop and, while a handler runs, by the worker's pulse thread, which takes the backend
+socket only for that handler's duration. The pulse beats only until the running request's
+deadline, and only when it gets the GIL: a long handler keeps its worker alive while its caller
+still waits, and a worker that is really stuck (a handler holding the GIL in native code, a
+stopped or wedged process, a handler still running past its deadline) stops heartbeating, and
+the router routes around it. libzmq's own heartbeats are not used: they would keep answering
+from its I/O thread and hide every one of those hangs.
 
 Batch methods (``Service.method(name, batch=True)``) exist for model services, where one call
 on 32 inputs costs little more than one call on a single input. Each wake-up drains what is
@@ -25,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import zmq
@@ -50,6 +55,9 @@ DEFAULT_MAX_BATCH = 64
 DEFAULT_MAX_BATCH_BYTES = 256 * 1024
 # How often the loop wakes to notice a stop request when nothing arrives.
 STOP_CHECK_MS = 50
+# The pulse thread looks this often (a share of the heartbeat interval) while no handler runs,
+# so a handler that starts just after a beat has its next one at most 1.5 intervals later.
+PULSE_IDLE_SHARE = 0.5
 RECONNECT_DELAY_MS = 100
 
 
@@ -204,6 +212,15 @@ class Worker:
         self._poller = zmq.Poller()
         self._router_seen_ms = 0
         self._next_beat_ms = 0
+        # While a handler runs: its request's deadline. The pulse thread may use the backend
+        # socket only while this is set, under ``_pulse_lock`` (the serving thread clears it
+        # under the lock before touching the socket again).
+        self._handler_deadline_ms: int | None = None
+        self._pulse_lock = threading.Lock()
+        self._ended = threading.Event()
+        self._pulse = threading.Thread(
+            target=self._run_pulse, name=f"{service.name}-pulse", daemon=True
+        )
         self.ready = threading.Event()  # set once the sockets are up and registration is sent
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -218,6 +235,7 @@ class Worker:
             self.direct_endpoint = self._direct.getsockopt_string(zmq.LAST_ENDPOINT)
             self._poller.register(self._direct, zmq.POLLIN)
         self._connect()
+        self._pulse.start()
         self.ready.set()
         try:
             while not self.stop_event.is_set():
@@ -286,6 +304,9 @@ class Worker:
         self._backend_monitor = None
 
     def _shutdown(self) -> None:
+        self._ended.set()
+        if self._pulse.is_alive():
+            self._pulse.join()
         self._close_backend_monitor()
         if self._backend is not None:
             try:
@@ -315,6 +336,31 @@ class Worker:
         elif now >= self._next_beat_ms:
             self._send_backend(envelope.control(envelope.HEARTBEAT, pack(self.describe_stats())))
             self._next_beat_ms = now + self.heartbeat.interval_ms
+
+    def _run_pulse(self) -> None:
+        idle_wait_ms = self.heartbeat.interval_ms * PULSE_IDLE_SHARE
+        wait_ms = idle_wait_ms
+        while not self._ended.wait(wait_ms / 1000):
+            with self._pulse_lock:
+                now = envelope.now_ms()
+                deadline_ms = self._handler_deadline_ms
+                if deadline_ms is None or now >= deadline_ms:
+                    wait_ms = idle_wait_ms
+                    continue
+                if now >= self._next_beat_ms:
+                    self._send_backend(envelope.control(envelope.HEARTBEAT))
+                    self._next_beat_ms = now + self.heartbeat.interval_ms
+                wait_ms = max(1, min(self._next_beat_ms, deadline_ms) - now)
+
+    def _handle(self, deadline_ms: int, call: Callable[[], Any]) -> Any:
+        """Run a handler with the pulse beating for it until ``deadline_ms``."""
+        with self._pulse_lock:
+            self._handler_deadline_ms = deadline_ms
+        try:
+            return call()
+        finally:
+            with self._pulse_lock:
+                self._handler_deadline_ms = None
 
     def _backend_pending(self) -> bool:
         """Messages from the router wait unread: after a long handler the router only *looks*
@@ -438,8 +484,10 @@ class Worker:
                 self._reply_batch_item(request, item, exc, started)
         if not live:
             return
+        # the batch serves its callers until the last of them stops waiting
+        deadline_ms = max(request.deadline_ms for request, _, _ in live)
         try:
-            results = method.handler([body for _, _, body in live])
+            results = self._handle(deadline_ms, partial(method.handler, [b for _, _, b in live]))
             if not isinstance(results, list) or len(results) != len(live):
                 raise InternalError(
                     f"{self.service.name}.{name} returned {type(results).__name__} "
@@ -452,7 +500,9 @@ class Worker:
                 # Isolate the culprit: every body gets its own call and its own outcome.
                 for request, item, body in live:
                     try:
-                        outcome: Any = method.call_one(body)
+                        outcome: Any = self._handle(
+                            request.deadline_ms, partial(method.call_one, body)
+                        )
                     except Exception as exc:
                         outcome = self._failure(name, exc)
                     self._reply_batch_item(request, item, outcome, time.perf_counter())
@@ -490,7 +540,9 @@ class Worker:
         error_code: str | None = None
         deadline_token = _deadline_ms.set(request.deadline_ms)
         try:
-            result = self._dispatch(request.method, unpack(request.body))
+            body = unpack(request.body)
+            call = partial(self._dispatch, request.method, body)
+            result = self._handle(request.deadline_ms, call)
             reply = envelope.Reply(request.request_id, envelope.STATUS_OK, pack(result))
         except KeymemError as exc:
             error_code = exc.code.value
