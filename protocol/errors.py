@@ -123,3 +123,21 @@ def error_from_wire(code: str, body: Any) -> KeymemError:
     if cls is None:
         return InternalError(f"peer sent unknown error code {code!r}: {message}", detail)
     return cls(message, detail)
+
+
+def outcome_to_wire(outcome: Any) -> dict[str, Any]:
+    """One item's outcome in a reply that answers several items each on its own: its result,
+    or its typed error (``outcome_from_wire`` reads it back)."""
+    if isinstance(outcome, KeymemError):
+        return {"error": {"code": outcome.code.value, **outcome.to_wire()}}
+    return {"result": outcome}
+
+
+def outcome_from_wire(item: Any) -> Any:
+    """An item's result, or the typed error it failed with, as ``outcome_to_wire`` sent it."""
+    if isinstance(item, dict) and "result" in item:
+        return item["result"]
+    error = item.get("error") if isinstance(item, dict) else None
+    if not isinstance(error, dict):
+        return InternalError(f"an item's outcome is neither a result nor an error: {item!r:.200}")
+    return error_from_wire(str(error.get("code")), error)

@@ -29,6 +29,7 @@ from keymem.protocol.errors import (
     NotFound,
     TooLarge,
     Unavailable,
+    outcome_to_wire,
 )
 from keymem.protocol.fields import body_of
 from keymem.protocol.limits import BATCH_MAX_ITEMS
@@ -75,6 +76,7 @@ Prepare = Callable[[Any], Action]
 # still safe to repeat, so it is registered as idempotent below.
 WRITE_METHODS = (
     "remember",
+    "remember_each",
     "remember_batch",
     "correct",
     "forget",
@@ -94,6 +96,7 @@ WRITE_METHODS = (
 # everything already queued for one of these methods to a single handler call.
 GROUP_COMMITTED = (
     "remember",
+    "remember_each",
     "remember_batch",
     "correct",
     "forget",
@@ -328,6 +331,29 @@ class GraphService:
             return self.write_group(prepare, bodies, method)
 
         return handle
+
+    def remember_each(self, bodies: list[Any]) -> list[Any]:
+        """Requests that each carry several remembers (``items``), every item answered on its
+        own as a lone ``remember`` would be (its result or its typed error, its idempotency
+        key in the same ledger), all of them committed in one transaction: the writes of
+        concurrent callers that a front end sent together (services/mcp/coalesce.py)."""
+        spans: list[tuple[int, int] | KeymemError] = []
+        items: list[Any] = []
+        for raw in bodies:
+            try:
+                given = _items_of(body_of(raw))
+            except KeymemError as exc:
+                spans.append(exc)
+                continue
+            spans.append((len(items), len(given)))
+            items.extend(given)
+        outcomes = self.write_group(self.prepare_remember, items, "remember") if items else []
+        return [
+            span
+            if isinstance(span, KeymemError)
+            else {"results": [outcome_to_wire(o) for o in outcomes[span[0] : sum(span)]]}
+            for span in spans
+        ]
 
     def write(self, prepare: Prepare, body: Any, journal_as: str | None = None) -> dict[str, Any]:
         (result,) = self.write_group(prepare, [body], journal_as=journal_as)
@@ -795,6 +821,16 @@ class GraphService:
                 job.cancel()
 
 
+def _items_of(body: dict[str, Any]) -> list[Any]:
+    """A ``remember_each`` request's items: 1 to ``BATCH_MAX_ITEMS`` remember bodies."""
+    items = body.get("items")
+    if not isinstance(items, list) or not items:
+        raise BadRequest("items must be a non-empty list")
+    if len(items) > BATCH_MAX_ITEMS:
+        raise TooLarge(f"at most {BATCH_MAX_ITEMS} items per request")
+    return items
+
+
 def build(settings: Settings) -> Service:
     return preload(settings)()
 
@@ -848,7 +884,9 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
         if name in GROUP_COMMITTED:
             service.add(
                 name,
-                graph.group_handler(getattr(graph, f"prepare_{name}"), name),
+                graph.remember_each
+                if name == "remember_each"
+                else graph.group_handler(getattr(graph, f"prepare_{name}"), name),
                 batch=True,
                 max_batch=GROUP_MAX_REQUESTS,
                 max_batch_bytes=GROUP_MAX_BYTES,

@@ -27,6 +27,7 @@ from keymem.protocol.async_client import AsyncClient
 from keymem.protocol.client import with_idempotency_key
 from keymem.protocol.errors import ErrorCode, KeymemError
 from keymem.services.config import ALL_PROGRAMS
+from keymem.services.mcp.coalesce import Remembers
 from keymem.services.mcp.startup import Startup, StartupFailed
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class MemoryBackend:
         self.startup = startup  # None once it has ended (or when nothing starts the services)
         self.launch_error: str | None = None
         self._client: AsyncClient | None = None
+        self._remembers: Remembers | None = None
 
     @property
     def client(self) -> AsyncClient:
@@ -65,6 +67,13 @@ class MemoryBackend:
         if self._client is None:
             self._client = AsyncClient(self.endpoint, timeout_ms=self.timeout_ms)
         return self._client
+
+    @property
+    def remembers(self) -> Remembers:
+        """Concurrent remembers sent together (coalesce.py), on ``client``."""
+        if self._remembers is None:
+            self._remembers = Remembers(self.client)
+        return self._remembers
 
     async def call(
         self, method: str, body: dict[str, Any], *, timeout_ms: int | None = None
@@ -83,6 +92,8 @@ class MemoryBackend:
             body = with_idempotency_key(body)
         left_ms = max(1, int((deadline - time.monotonic()) * 1000))
         try:
+            if method == "remember":
+                return await self.remembers.remember(body, deadline)
             return await self.client.call("memory", method, body, timeout_ms=left_ms, retry=True)
         except KeymemError as exc:
             raise ToolError(self._describe(method, exc)) from exc
@@ -148,3 +159,4 @@ class MemoryBackend:
         if self._client is not None:
             await self._client.close()
             self._client = None
+            self._remembers = None

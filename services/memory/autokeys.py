@@ -49,9 +49,18 @@ class AutoKeys:
 
     def complete(self, items: list[Any]) -> list[Any]:
         """``items`` with the lexicon's candidates as keys where an item has none."""
+        completed = self.complete_each(items)
+        for item in completed:
+            if isinstance(item, KeymemError):
+                raise item
+        return completed
+
+    def complete_each(self, items: list[Any]) -> list[Any]:
+        """``complete`` item by item: a keyless item whose keys could not be extracted becomes
+        its own ``unavailable``, the others are completed."""
         wanting = [i for i, item in enumerate(items) if keyless(item)]
         if not wanting:
-            return items
+            return list(items)
         calls = [
             ("lexicon", "extract_keys", {"text": items[i]["content"], "limit": EXTRACT_LIMIT})
             for i in wanting
@@ -59,11 +68,11 @@ class AutoKeys:
         outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
         completed = list(items)
         for i, extracted in zip(wanting, outcomes, strict=True):
-            if isinstance(extracted, KeymemError):
-                raise Unavailable(
-                    f"no keys were given and none could be extracted: {extracted.message}"
-                )
-            completed[i] = with_candidates(items[i], extracted["keys"])
+            completed[i] = (
+                Unavailable(f"no keys were given and none could be extracted: {extracted.message}")
+                if isinstance(extracted, KeymemError)
+                else with_candidates(items[i], extracted["keys"])
+            )
         return completed
 
 

@@ -13,8 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from keymem.protocol.client import with_idempotency_key
-from keymem.protocol.errors import BadRequest, KeymemError, Unavailable
-from keymem.protocol.limits import DEFAULT_BUDGET_MS
+from keymem.protocol.errors import (
+    BadRequest,
+    KeymemError,
+    TooLarge,
+    Unavailable,
+    outcome_from_wire,
+    outcome_to_wire,
+)
+from keymem.protocol.limits import BATCH_MAX_ITEMS, DEFAULT_BUDGET_MS
 from keymem.protocol.worker import Service, remaining_ms
 from keymem.services import config as cfg
 from keymem.services.config import Config, load
@@ -97,7 +104,7 @@ class MemoryAPI:
         return np.concatenate([o["vectors"] for o in outcomes]), fingerprints.pop()
 
     def key_vectors(
-        self, groups: list[tuple[Any, list[str]]], answered: Any = None
+        self, groups: list[tuple[Any, list[str]]], answered: list[Any] | None = None
     ) -> tuple[list[Any], str | None]:
         """One float32 matrix per ``(namespace, key texts)`` group, and the space it is in.
 
@@ -107,8 +114,8 @@ class MemoryAPI:
         are never mixed (nor rows of two widths stacked): when the embedder's fingerprint is
         not the store's, every key is embedded and the graph refuses the write by its space,
         as it did before. A failed lookup just means every key is embedded. ``answered``: the
-        graph's lookup for a single group's texts, already made (a remember it refused for
-        keys it does not hold).
+        graph's lookup for each group's texts, already made (remembers it refused for keys it
+        does not hold).
         """
         import numpy as np
 
@@ -118,7 +125,7 @@ class MemoryAPI:
                 wanted.setdefault(namespace, []).extend(texts)
         lookups = [(ns, list(dict.fromkeys(texts))) for ns, texts in wanted.items()]
         if answered is not None:
-            lookups, outcomes = [(ns, texts) for ns, texts in groups], [answered]
+            lookups, outcomes = [(ns, texts) for ns, texts in groups], answered
         else:
             outcomes = self.client.call_many(
                 [("graph", "held_vectors", {"keys": t, "namespace": ns}) for ns, t in lookups],
@@ -170,7 +177,9 @@ class MemoryAPI:
             return item
         if not usable:
             return {**item, "keys": usable}
-        (vectors,), fingerprint = self.key_vectors([(item.get("namespace"), usable)], answered)
+        (vectors,), fingerprint = self.key_vectors(
+            [(item.get("namespace"), usable)], None if answered is None else [answered]
+        )
         return {**item, "keys": usable, "key_vectors": vectors, **fingerprinted(fingerprint)}
 
     # -- writes that need vectors ----------------------------------------------------------
@@ -195,6 +204,63 @@ class MemoryAPI:
                 raise
             stamped = self._with_vectors(body, keys_required=True, answered=refused.detail)
             return self._write("remember", stamped)
+
+    def remember_each(self, body: Any) -> dict[str, Any]:
+        """Several remembers, each answered as a lone ``remember`` would be (its result or
+        its typed error, under its own idempotency key), in one graph trip when the graph
+        holds their keys, two when some need vectors: the concurrent calls of one MCP server
+        sent together (services/mcp/coalesce.py). ``seq`` is the newest item's, for the
+        horizon."""
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list) or not items:
+            raise BadRequest("items must be a non-empty list")
+        if len(items) > BATCH_MAX_ITEMS:
+            raise TooLarge(f"at most {BATCH_MAX_ITEMS} items per request")
+        outcomes = self.autokeys.complete_each(items)
+        # Keyed items go without vectors first; the rest (malformed, keyless, carrying their
+        # own vectors) take the lone path, which names their problem or embeds them.
+        trip = []
+        for i, item in enumerate(outcomes):
+            if isinstance(item, KeymemError):
+                continue
+            if usable_keys(item) and "key_vectors" not in item:
+                trip.append(i)
+            else:
+                outcomes[i] = self._outcome(self._remember, item)
+        if trip:
+            sent = [{**outcomes[i], "keys": usable_keys(outcomes[i])} for i in trip]
+            replies = self._write_each(sent)
+            unheld = [
+                (i, item, reply.detail)
+                for i, item, reply in zip(trip, sent, replies, strict=True)
+                if isinstance(reply, BadRequest) and reply.detail.get("unheld_keys")
+            ]
+            outcomes = _placed(outcomes, trip, replies)
+            if unheld:
+                matrices, fingerprint = self.key_vectors(
+                    [(item.get("namespace"), item["keys"]) for _, item, _ in unheld],
+                    [detail for _, _, detail in unheld],
+                )
+                stamped = [
+                    {**item, "key_vectors": vectors, **fingerprinted(fingerprint)}
+                    for (_, item, _), vectors in zip(unheld, matrices, strict=True)
+                ]
+                outcomes = _placed(outcomes, [i for i, _, _ in unheld], self._write_each(stamped))
+        self.warmer.written()
+        seqs = [o["seq"] for o in outcomes if isinstance(o, dict) and isinstance(o.get("seq"), int)]
+        return {"results": [outcome_to_wire(o) for o in outcomes], "seq": max(seqs, default=0)}
+
+    def _write_each(self, items: list[Any]) -> list[Any]:
+        """The graph's outcome for each item (a result or a ``KeymemError``), in one request."""
+        reply = self._write("remember_each", {"items": [with_idempotency_key(i) for i in items]})
+        return [outcome_from_wire(item) for item in reply["results"]]
+
+    @staticmethod
+    def _outcome(write: Any, item: Any) -> Any:
+        try:
+            return write(item)
+        except KeymemError as exc:
+            return exc
 
     def correct(self, body: Any) -> Any:
         stamped = self._with_vectors(body, keys_required=False)
@@ -256,6 +322,14 @@ class MemoryAPI:
 
         handler.__name__ = method
         return handler
+
+
+def _placed(outcomes: list[Any], positions: list[int], replies: list[Any]) -> list[Any]:
+    """``outcomes`` with ``replies`` put in at ``positions``."""
+    placed = list(outcomes)
+    for position, reply in zip(positions, replies, strict=True):
+        placed[position] = reply
+    return placed
 
 
 def usable_keys(item: Any) -> list[str] | None:
@@ -324,6 +398,7 @@ def make_service(
     )
     service.add("inject", journaled(journal, "inject", learner.inject), idempotent=True)
     service.add("remember", track(api.remember))
+    service.add("remember_each", track(api.remember_each))
     service.add("remember_batch", track(api.remember_batch))
     service.add("correct", track(api.correct))
     service.add("read_memory", track(learner.read_memory))
