@@ -271,6 +271,16 @@ class GraphStore:
         except duckdb.IOException as exc:
             raise StoreLocked(f"cannot open {path}: {exc}") from exc
         self.closed = False
+        # A failed open lets go of the file: DuckDB admits one read-write opener, and a held
+        # connection would refuse every later open of this process and of any other.
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.conn.close)
+            self._open(undo)
+            undo.pop_all()
+
+    def _open(self, undo: contextlib.ExitStack) -> None:
+        """Configure and migrate the file, then fold in what its write-ahead log holds
+        (``undo`` closes what this opens if a later step fails)."""
         # DuckDB caches table data up to its memory limit (80% of RAM by default); the graph
         # keeps its own copy in Python, so the cache only needs to serve writes and backups.
         self.conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
@@ -290,7 +300,8 @@ class GraphStore:
         if "epoch" not in meta:
             self.set_meta({"epoch": uuid.uuid4().hex, "created_at": str(time.time())})
             meta = self.read_meta()
-        self.log = WriteLog(log_path(path), meta["epoch"])
+        self.log = WriteLog(log_path(self.path), meta["epoch"])
+        undo.callback(self.log.close)
         self.pending = self.log.read(int(meta.get(APPLIED_META, "0") or 0))
         self._fold_logged()
 

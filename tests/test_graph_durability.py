@@ -15,16 +15,23 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import numpy as np
+import psutil
 import pytest
 
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
-from keymem.protocol.errors import KeymemError
+from keymem.protocol.errors import Conflict, KeymemError
 from keymem.services.stack import InprocStack
+from keymem.store.database import GraphStore
+from keymem.store.schema import SCHEMA_VERSION
+from keymem.store.writelog import HEADER, UnreadableLog, log_path
 from tests.conftest import FAST_HEARTBEAT
 
 ACKS_BEFORE_KILL = 150
@@ -188,3 +195,36 @@ def test_backup_and_export_go_through_the_running_service(
     finally:
         graph.terminate()
         graph.wait(10)
+
+
+def _newer_schema(path: Path) -> None:
+    conn = duckdb.connect(str(path))
+    conn.execute(
+        "UPDATE meta SET value = ? WHERE name = 'schema_version'", [str(SCHEMA_VERSION + 1)]
+    )
+    conn.close()
+
+
+def _unreadable_log(path: Path) -> None:
+    payload = bytes([99]) + b"a record of a format this keymem does not know"
+    with log_path(path).open("ab") as log:
+        log.write(HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
+
+
+@pytest.mark.parametrize(
+    ("damage", "error"), [(_newer_schema, Conflict), (_unreadable_log, UnreadableLog)]
+)
+def test_a_failed_open_leaves_the_file_to_the_next_opener(
+    tmp_path: Path, damage: Any, error: type[KeymemError]
+) -> None:
+    """Both fail after DuckDB's connect: the store must let go of the file and its log."""
+    path = tmp_path / "graph.duckdb"
+    GraphStore(path).close()
+    damage(path)
+    with pytest.raises(error) as failed:  # its traceback keeps the half-opened store alive
+        GraphStore(path)
+    held = [f.path for f in psutil.Process().open_files() if f.path.startswith(str(tmp_path))]
+    assert held == [], failed.value
+    opener = "import duckdb, sys; duckdb.connect(sys.argv[1]).close()"
+    subprocess.run([sys.executable, "-c", opener, str(path)], check=True, timeout=60)
+    duckdb.connect(str(path), read_only=True).close()  # and this process, as `keymem doctor`
