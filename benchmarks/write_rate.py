@@ -12,6 +12,9 @@ cache, so a 1M store needs no first index per run) it starts the real deployment
 - ``remember`` from one sequential client (remembers/s, p50), 3-6 keys drawn Zipf-like from the
   store's vocabulary (``benchmarks.graph_bench.Synthetic``), so most keys already exist;
 - ``remember_batch`` of ``--batch-size`` from the same client (memories/s);
+- with ``--in-flight K ...``, ``--calls`` remembers from the same session with K calls in
+  flight at once for each K (a host's parallel tool calls; the server sends the calls that
+  arrive while one is on its way together: services/mcp/coalesce.py);
 - for each phase, the CPU every process of the deployment spent per memory written (the MCP
   server, the router with the memory service, the graph, the models, the lexicon), so a loaded
   box's wall time can be read as the CPU it stands for.
@@ -116,16 +119,29 @@ def _cpu_ms_per(before: dict[str, float], after: dict[str, float], count: int) -
 
 
 async def _phase(
-    processes: list[psutil.Process], memories: int, calls: list[Callable[[], Awaitable[float]]]
+    processes: list[psutil.Process],
+    memories: int,
+    calls: list[Callable[[], Awaitable[float]]],
+    in_flight: int = 1,
 ) -> dict[str, Any]:
-    """Run ``calls`` one after another; rate, p50 and each program's CPU ms per memory."""
+    """Run ``calls`` with ``in_flight`` of them at once on the one session (1: one after
+    another); rate, p50 and each program's CPU ms per memory."""
     before = _cpu_s(processes)
     load = os.getloadavg()[0]
-    seconds = [await call() for call in calls]
+    pending = iter(calls)
+    seconds: list[float] = []
+
+    async def lane() -> None:
+        for call in pending:  # the lanes share one iterator: each call is made once
+            seconds.append(await call())
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(in_flight)))
+    wall = time.perf_counter() - started
     await asyncio.sleep(SETTLE_S)
     after = _cpu_s(processes)
     return {
-        "per_s": round(memories / sum(seconds), 1),
+        "per_s": round(memories / wall, 1),
         "call_p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 1),
         "cpu_ms_per_memory": _cpu_ms_per(before, after, memories),
         "load_average": [round(load, 1), round(os.getloadavg()[0], 1)],
@@ -204,14 +220,19 @@ def _hops(deployment: BenchHome, data: Synthetic, calls: int) -> dict[str, Any]:
 
 
 async def _measure_mcp(
-    deployment: BenchHome, data: Synthetic, calls: int, batches: int, batch_size: int
+    deployment: BenchHome,
+    data: Synthetic,
+    calls: int,
+    batches: int,
+    batch_size: int,
+    in_flight: list[int],
 ) -> dict[str, Any]:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "keymem.services.cli", "mcp"], env=deployment.env
     )
     items = [
         {k: v for k, v in data.item().items() if k != "key_vectors"}
-        for _ in range(calls + batches * batch_size)
+        for _ in range(calls * (1 + len(in_flight)) + batches * batch_size)
     ]
     with tempfile.TemporaryFile("w+") as errlog:
         async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
@@ -235,7 +256,14 @@ async def _measure_mcp(
                 batches * batch_size,
                 [batch(calls + i * batch_size) for i in range(batches)],
             )
-    return {"remember": single, f"remember_batch_{batch_size}": batched}
+            concurrent = {}
+            start = calls + batches * batch_size
+            for k in in_flight:
+                lot = items[start : start + calls]
+                start += calls
+                calls_k = [remember(item) for item in lot]
+                concurrent[f"remember_in_flight_{k}"] = await _phase(processes, calls, calls_k, k)
+    return {"remember": single, f"remember_batch_{batch_size}": batched, **concurrent}
 
 
 def measure(
@@ -246,6 +274,7 @@ def measure(
     batch_size: int,
     during_index: bool,
     hops: int,
+    in_flight: list[int],
 ) -> dict[str, Any]:
     with bench_home("km-wr-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
@@ -266,7 +295,8 @@ def measure(
         data = Synthetic(size, seed=size + 17)  # another stream than the build's
         if hops:
             report["hops"] = _hops(deployment, data, hops)
-        report.update(asyncio.run(_measure_mcp(deployment, data, calls, batches, batch_size)))
+        measured = _measure_mcp(deployment, data, calls, batches, batch_size, in_flight)
+        report.update(asyncio.run(measured))
     return report
 
 
@@ -369,6 +399,13 @@ def main() -> int:
     parser.add_argument(
         "--hops", type=int, default=0, help="first, N calls of each hop of one remember"
     )
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        nargs="*",
+        default=[],
+        help="then --calls remembers with K calls in flight on the one session, per K",
+    )
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args()
     rows = []
@@ -386,6 +423,7 @@ def main() -> int:
                     args.batch_size,
                     args.during_index,
                     args.hops,
+                    args.in_flight,
                 )
             )
         print(json.dumps(rows[-1]), flush=True)
