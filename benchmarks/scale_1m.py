@@ -13,7 +13,8 @@ change feed), and measures:
 - hybrid search (`memory.search`, rerank on) p50/p99 warm, and the lexicon's own query time;
 - the hook round trip p50/p95 (spawned as a host does);
 - the MCP tools over stdio (`keymem mcp` spawned by the SDK's client): `recall` p50, and
-  durable `remember` from one sequential client (memories/s) and `remember_batch` of 100;
+  durable `remember` from one sequential client (memories/s), the same client with 8 calls in
+  flight at once, and `remember_batch` of 100;
 - memory per process (RSS and PSS), the DuckDB file size;
 - a lexicon worker's restart (kill -9 to every document indexed again, from its cache);
 - `keymem down` then `keymem up` to ready, and to the lexicon serving every document.
@@ -65,6 +66,9 @@ import matplotlib.pyplot as plt  # after the backend is chosen
 
 UP_TIMEOUT_S = "1800"
 MCP_BATCH = 100
+# Remember calls one MCP session keeps in flight for the concurrent row: an agent saving a
+# turn's facts in parallel tool calls (services/mcp/coalesce.py sends them together).
+MCP_IN_FLIGHT = 8
 MCP_STDERR_TAIL_CHARS = 2_000
 LEXICON_QUERIES = 300
 POLL_S = 0.05
@@ -135,7 +139,7 @@ async def _mcp(deployment: BenchHome, data: Synthetic, calls: int, out: dict[str
     queries = [data.query() for _ in range(calls)]
     items = [
         {k: v for k, v in data.item().items() if k != "key_vectors"}
-        for _ in range(calls + MCP_BATCH * 3)
+        for _ in range(2 * calls + MCP_BATCH * 3)
     ]
     with tempfile.TemporaryFile("w+") as errlog:
         try:
@@ -173,6 +177,19 @@ async def _mcp_session(
         remember = [await timed("remember", item) for item in items[:calls]]
         out["remember_1_client_per_s"] = round(len(remember) / sum(remember), 1)
         out["remember_p50_ms"] = _pct([s * 1000 for s in remember], 50)
+        # the same client with MCP_IN_FLIGHT calls at once (a host's parallel tool calls)
+        pending = iter(items[calls + MCP_BATCH * 3 :])
+        in_flight: list[float] = []
+
+        async def lane() -> None:
+            for item in pending:  # the lanes share one iterator: each item is sent once
+                in_flight.append(await timed("remember", item))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(MCP_IN_FLIGHT)))
+        wall = time.perf_counter() - started
+        out[f"remember_in_flight_{MCP_IN_FLIGHT}_per_s"] = round(len(in_flight) / wall, 1)
+        out[f"remember_in_flight_{MCP_IN_FLIGHT}_p50_ms"] = _pct([s * 1000 for s in in_flight], 50)
         batches = [
             await timed("remember_batch", {"items": items[calls + i : calls + i + MCP_BATCH]})
             for i in range(0, MCP_BATCH * 3, MCP_BATCH)
@@ -307,6 +324,11 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("hook p95 ms", "ms", lambda r: r["hook"]["p95_ms"]),
     ("MCP recall p50 ms", "ms", lambda r: r["mcp"]["recall"]["p50_ms"]),
     ("MCP remember, 1 client /s", "/s", lambda r: r["mcp"]["remember_1_client_per_s"]),
+    (
+        f"MCP remember, 1 client, {MCP_IN_FLIGHT} in flight /s",
+        "/s",
+        lambda r: r["mcp"][f"remember_in_flight_{MCP_IN_FLIGHT}_per_s"],
+    ),
     ("MCP remember_batch 100 /s", "/s", lambda r: r["mcp"]["remember_batch_100_per_s"]),
     ("lexicon query p50 ms", "ms", lambda r: r["lexicon_query"]["p50_ms"]),
     ("first remember s", "s", lambda r: r["first_remember_s"]),
