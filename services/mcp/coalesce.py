@@ -45,33 +45,48 @@ class Remembers:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
         self._queue: list[_Waiting] = []
-        self._trip: asyncio.Task[None] | None = None
+        self._busy = False  # a trip is on its way
+        self._sending: asyncio.Task[None] | None = None  # the trip of waiting calls, held
 
     async def remember(self, body: dict[str, Any], deadline: float) -> Any:
         """The memory service's reply to ``body`` (a ``KeymemError`` is raised), by
         ``deadline`` (``time.monotonic()``)."""
+        if not self._busy:  # nothing on its way: this call is the trip, sent at once
+            self._busy = True
+            try:
+                (outcome,) = await self._outcomes([body], deadline)
+            finally:
+                self._next_trip()
+            if isinstance(outcome, KeymemError):
+                raise outcome
+            return outcome
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append(_Waiting(body, deadline, answer))
-        if self._trip is None:
-            self._trip = asyncio.create_task(self._send())
         try:
             return await asyncio.wait_for(answer, max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise DeadlineExceeded("remember was not answered within its deadline") from None
 
+    def _next_trip(self) -> None:
+        """After a trip: the calls that arrived meanwhile go in the next one, else none is
+        on its way."""
+        if self._queue:
+            self._sending = asyncio.get_running_loop().create_task(self._send())
+        else:
+            self._busy, self._sending = False, None
+
     async def _send(self) -> None:
-        """Trips until no call waits: each takes every call that is still waiting."""
+        """One trip with every call still waiting (up to ``BATCH_MAX_ITEMS``), then the next."""
         try:
-            while self._queue:
-                trip = [w for w in self._queue[:BATCH_MAX_ITEMS] if not w.answer.done()]
-                del self._queue[:BATCH_MAX_ITEMS]
-                if trip:
-                    await self._carry(trip)
+            trip = [w for w in self._queue[:BATCH_MAX_ITEMS] if not w.answer.done()]
+            del self._queue[:BATCH_MAX_ITEMS]
+            if trip:
+                await self._carry(trip)
         finally:
-            self._trip = None
+            self._next_trip()
 
     async def _carry(self, trip: list[_Waiting]) -> None:
-        outcomes = await self._outcomes(trip)
+        outcomes = await self._outcomes([w.body for w in trip], max(w.deadline for w in trip))
         for waiting, outcome in zip(trip, outcomes, strict=True):
             if waiting.answer.done():
                 continue  # its caller stopped waiting (deadline or cancellation)
@@ -80,27 +95,25 @@ class Remembers:
             else:
                 waiting.answer.set_result(outcome)
 
-    async def _outcomes(self, trip: list[_Waiting]) -> list[Any]:
-        """Each call's reply or typed error: one ``remember``, or one ``remember_each``."""
-        left_ms = max(1, int((max(w.deadline for w in trip) - time.monotonic()) * 1000))
+    async def _outcomes(self, bodies: list[dict[str, Any]], deadline: float) -> list[Any]:
+        """Each body's reply or typed error: one ``remember``, or one ``remember_each``."""
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
         try:
-            if len(trip) == 1:
-                only = trip[0].body
+            if len(bodies) == 1:
                 return [
                     await self.client.call(
-                        "memory", "remember", only, timeout_ms=left_ms, retry=True
+                        "memory", "remember", bodies[0], timeout_ms=left_ms, retry=True
                     )
                 ]
-            items = {"items": [w.body for w in trip]}
             reply = await self.client.call(
-                "memory", "remember_each", items, timeout_ms=left_ms, retry=True
+                "memory", "remember_each", {"items": bodies}, timeout_ms=left_ms, retry=True
             )
             results = reply["results"]
-            if len(results) != len(trip):
-                raise ValueError(f"{len(results)} outcomes for {len(trip)} items")
+            if len(results) != len(bodies):
+                raise ValueError(f"{len(results)} outcomes for {len(bodies)} items")
             return [outcome_from_wire(item) for item in results]
         except KeymemError as exc:
-            return [exc] * len(trip)
+            return [exc] * len(bodies)
         except Exception as exc:  # a reply of another shape: every caller is told, none waits
             log.exception("memory.remember_each replied in an unexpected shape")
-            return [InternalError(f"remember: {type(exc).__name__}: {exc}")] * len(trip)
+            return [InternalError(f"remember: {type(exc).__name__}: {exc}")] * len(bodies)
