@@ -392,7 +392,7 @@ RERANK_CACHE = setting(
     "KEYMEM_RERANK_CACHE",
     integer(0),
     40_000,
-    "passage vectors cached by the cosine default, in entries; 0 disables it",
+    "passage vectors cached by the cosine default, in entries; 0 disables it and its copy on disk",
     ("reranker",),
 )
 SHARED_MODEL = setting(
