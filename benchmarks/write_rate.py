@@ -168,6 +168,11 @@ def _hop(processes: list[psutil.Process], calls: list[Callable[[], Any]]) -> dic
     }
 
 
+def _memory_requests(router: Client) -> int:
+    """The requests the router has passed to the ``memory`` service so far."""
+    return int(router.call("router", "stats")["services"]["memory"]["requests"])
+
+
 def _idle_cpu(processes: list[psutil.Process]) -> dict[str, float]:
     """Each program's CPU ms per second with no request: subtract it times a hop's seconds."""
     before = _cpu_s(processes)
@@ -258,11 +263,15 @@ async def _measure_mcp(
             )
             concurrent = {}
             start = calls + batches * batch_size
-            for k in in_flight:
-                lot = items[start : start + calls]
-                start += calls
-                calls_k = [remember(item) for item in lot]
-                concurrent[f"remember_in_flight_{k}"] = await _phase(processes, calls, calls_k, k)
+            with Client(ipc_endpoints(deployment.home).frontend) as router:
+                for k in in_flight:
+                    lot = items[start : start + calls]
+                    start += calls
+                    sent = _memory_requests(router)
+                    phase = await _phase(processes, calls, [remember(i) for i in lot], k)
+                    # how many trips the server's calls took (coalesce.py)
+                    phase["memory_requests"] = _memory_requests(router) - sent
+                    concurrent[f"remember_in_flight_{k}"] = phase
     return {"remember": single, f"remember_batch_{batch_size}": batched, **concurrent}
 
 
