@@ -16,6 +16,7 @@ import pytest
 
 from keymem.protocol.worker import HeartbeatPolicy, Service
 from keymem.services import graph
+from keymem.services.memory import service as memory
 from keymem.services.memory.warmup import Warmer
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
 from keymem.services.stack import InprocStack
@@ -27,6 +28,7 @@ CLIENTS: dict[int, Any] = {}
 # The stack's embedder's: the memories' vectors must come from the graph's recorded embedder.
 FINGERPRINT = shared_embedder().fingerprint
 TEXTS = ["one fact", "two facts", "three facts", "four facts", "five facts"]
+BURST_GAP_S = 2.0  # longer than any pause of the burst test's client, even on a loaded box
 
 
 class RecordingReranker:
@@ -114,7 +116,9 @@ def test_no_model_call_while_a_request_is_in_flight_then_newest_first(
     newest first (the memories an agent is likeliest to ask about next), in groups."""
     reranker = RecordingReranker()
     stack.add_worker(reranker.service())
-    warmer = Warmer(stack.endpoints.frontend, window_s=0.05, per_call=2, poll_s=WAIT_S)
+    warmer = Warmer(
+        stack.endpoints.frontend, window_s=0.05, burst_gap_s=0.0, per_call=2, poll_s=WAIT_S
+    )
     held = HeldService(warmer)
     try:
         reading = held.start(stack)
@@ -133,6 +137,39 @@ def test_no_model_call_while_a_request_is_in_flight_then_newest_first(
     assert warmer.stats() == {"sent": 5, "calls": 3, "stored": 5, "failed": 0}
 
 
+def test_a_burst_of_writes_keeps_the_model_until_the_writes_pause(
+    stack: InprocStack, tmp_path: Path
+) -> None:
+    """Batches through the memory service whose pauses outlast the idle window (a loaded
+    box's client) but not the burst's gap: no warm-up between them; once they stop, every
+    memory gets its vector."""
+    from keymem.services.embedder.service import make_service as embedder_service
+
+    reranker = RecordingReranker()
+    stack.add_worker(reranker.service())
+    stack.add_worker(embedder_service(shared_embedder()))
+    warmer = Warmer(stack.endpoints.frontend, window_s=0.05, burst_gap_s=BURST_GAP_S, poll_s=WAIT_S)
+    service = memory.make_service(
+        stack.endpoints.frontend, config=stack.settings(tmp_path).config, warmer=warmer
+    )
+    stack.add_worker(service, heartbeat=HeartbeatPolicy(100, ORCHESTRATION_LIVENESS))
+    client = stack.client(timeout_ms=int(WAIT_S * 1000))
+    batches, size = 4, 5
+    try:
+        for batch in range(batches):
+            items = [
+                {"content": f"burst {batch} fact {i}", "keys": [f"burst {batch}"]}
+                for i in range(size)
+            ]
+            client.call("memory", "remember_batch", {"items": items})
+            time.sleep(4 * warmer.window_s)  # a pause the window alone would warm in
+        assert reranker.calls == []
+        wait_for(lambda: missing(stack) == 0)
+    finally:
+        warmer.close()
+    assert warmer.stats()["stored"] == len(TEXTS) + batches * size
+
+
 def test_a_reranker_that_does_not_embed_leaves_the_vectors_to_the_embedder(
     stack: InprocStack,
 ) -> None:
@@ -142,7 +179,9 @@ def test_a_reranker_that_does_not_embed_leaves_the_vectors_to_the_embedder(
     reranker = RecordingReranker(embeds=False)
     stack.add_worker(reranker.service())
     stack.add_worker(embedder_service(shared_embedder()))
-    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=8, poll_s=WAIT_S)
+    warmer = Warmer(
+        stack.endpoints.frontend, window_s=0.0, burst_gap_s=0.0, per_call=8, poll_s=WAIT_S
+    )
     try:
         warmer.start()
         warmer.written()  # as a write would: no first poll to wait for
@@ -161,7 +200,9 @@ def test_a_reranker_that_is_off_leaves_the_vectors_to_the_embedder(stack: Inproc
 
     stack.add_worker(disabled_service(RerankerSettings()))
     stack.add_worker(embedder_service(shared_embedder()))
-    warmer = Warmer(stack.endpoints.frontend, window_s=0.0, per_call=8, poll_s=WAIT_S)
+    warmer = Warmer(
+        stack.endpoints.frontend, window_s=0.0, burst_gap_s=0.0, per_call=8, poll_s=WAIT_S
+    )
     try:
         warmer.start()
         warmer.written()  # as a write would: no first poll to wait for

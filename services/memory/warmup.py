@@ -11,9 +11,10 @@ embedder), newest first (the memories an agent is likeliest to ask about next), 
 ``WARM_PASSAGES_PER_CALL`` at a time as one ``reranker.warm`` with ``vectors`` — one passage
 at a time costs the model about twice the CPU per passage that a group does (USE-m on this
 box: 5.2 vs 2.7 ms for a ~110-character memory) — and only once no request of the memory
-service (a write, a recall, an inject) has been in flight for ``WARM_WINDOW_S``: during a
-burst of writes the model and the cores stay with the writes, during a recall the recall
-does not wait behind a warm-up. A write tells the warmer to look (``written``); with nothing
+service (a write, a recall, an inject) has been in flight for ``WARM_WINDOW_S``, nor a write
+for ``WRITE_BURST_GAP_S``: during a burst of writes the model and the cores stay with the
+writes, during a recall the recall does not wait behind a warm-up. A write tells the warmer to
+look (``written``); with nothing
 written it looks every ``BACKLOG_POLL_S`` (a start on an older file, an import), the first
 time one poll after it starts. A reranker
 that reads passages otherwise (a cross-encoder) or is off answers without vectors: the
@@ -43,9 +44,16 @@ from keymem.protocol.worker import Handler, Service
 log = logging.getLogger("keymem.memory.warmup")
 
 # How long the memory service must have had no request in flight before the warm-up takes the
-# model (seconds): longer than the pause between one client's back-to-back calls (a few ms of
-# MCP and router hops), short enough that a memory is warm well before an agent's next turn.
+# model (seconds): longer than the pause between one client's back-to-back reads on a quiet box
+# (a few ms of MCP and router hops), short enough not to hold the backlog up.
 WARM_WINDOW_S = 0.2
+# How long after the last write the warm-up still waits (seconds). One client's back-to-back
+# writes are one burst: the pause between two of them is the client's and the front end's
+# handling of the previous call (a batch of 100: ~70 ms of CPU on a quiet box, 0.2-0.46 s
+# measured at load 22, docs/history/batch-rate-2026-12-02e.md), longer than WARM_WINDOW_S on
+# a loaded box, where a warm round in each pause took a fifth of the burst's CPU. A memory is
+# still warm about a second after the burst, before an agent's next turn.
+WRITE_BURST_GAP_S = 1.0
 # Passages per reranker call: each call is a fraction of a second of model time, so a recall
 # arriving during one waits little; between calls the warmer looks again whether it is idle.
 WARM_PASSAGES_PER_CALL = 16
@@ -68,11 +76,13 @@ class Warmer:
         router_endpoint: str,
         *,
         window_s: float = WARM_WINDOW_S,
+        burst_gap_s: float = WRITE_BURST_GAP_S,
         per_call: int = WARM_PASSAGES_PER_CALL,
         poll_s: float = BACKLOG_POLL_S,
     ) -> None:
         self.router_endpoint = router_endpoint
         self.window_s = window_s
+        self.burst_gap_s = burst_gap_s
         self.per_call = per_call
         self.poll_s = poll_s
         self._ready = threading.Condition()
@@ -80,6 +90,7 @@ class Warmer:
         self._thread: threading.Thread | None = None
         self._in_flight = 0  # requests of the served service being handled now
         self._active_at = time.monotonic()  # when one last ended or a write was announced
+        self._written_at = time.monotonic() - burst_gap_s  # when a write was last announced
         # when the backlog is next worth a look: at start, one poll later (the services a
         # deployment starts beside the router are not all live yet), or at the first write
         self._look_at = time.monotonic() + poll_s
@@ -91,9 +102,10 @@ class Warmer:
         self._logged_at = -LOG_INTERVAL_S
 
     def written(self) -> None:
-        """A write was acknowledged: look at the backlog in the next idle window."""
+        """A write was acknowledged: look at the backlog once the writes pause for
+        ``burst_gap_s``."""
         with self._ready:
-            self._look_at = self._active_at = time.monotonic()
+            self._look_at = self._active_at = self._written_at = time.monotonic()
             self._ready.notify()
 
     def start(self) -> None:
@@ -153,15 +165,22 @@ class Warmer:
             }
 
     def _idle(self) -> bool:
-        """Wait until the backlog is worth a look and the service has been idle for the
-        window; False when stopping."""
+        """Wait until the backlog is worth a look, the service has been idle for the window
+        and the writes have paused for the burst's gap; False when stopping."""
         with self._ready:
             while not self._stopping:
                 now = time.monotonic()
                 if self._in_flight:
                     self._ready.wait()
                     continue
-                left = max(self._look_at, self._active_at + self.window_s) - now
+                left = (
+                    max(
+                        self._look_at,
+                        self._active_at + self.window_s,
+                        self._written_at + self.burst_gap_s,
+                    )
+                    - now
+                )
                 if left <= 0:
                     return True
                 self._ready.wait(left)
