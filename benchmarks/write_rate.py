@@ -125,7 +125,9 @@ async def _phase(
     in_flight: int = 1,
 ) -> dict[str, Any]:
     """Run ``calls`` with ``in_flight`` of them at once on the one session (1: one after
-    another); rate, p50 and each program's CPU ms per memory."""
+    another); rate, p50 and each program's CPU ms per memory: over the calls and the settling
+    after them (what the writes cost in all, the idle-time passage vectors of memories without
+    one included), and over the calls alone."""
     before = _cpu_s(processes)
     load = os.getloadavg()[0]
     pending = iter(calls)
@@ -138,12 +140,14 @@ async def _phase(
     started = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(in_flight)))
     wall = time.perf_counter() - started
+    during = _cpu_s(processes)
     await asyncio.sleep(SETTLE_S)
     after = _cpu_s(processes)
     return {
         "per_s": round(memories / wall, 1),
         "call_p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 1),
         "cpu_ms_per_memory": _cpu_ms_per(before, after, memories),
+        "cpu_ms_per_memory_calls": _cpu_ms_per(before, during, memories),
         "load_average": [round(load, 1), round(os.getloadavg()[0], 1)],
     }
 
