@@ -1,13 +1,14 @@
 """The MCP front end alone over real stdio: CPU of the ``keymem mcp`` server per ``remember``.
 
-    python -m benchmarks.mcp_stdio [--calls 300] [--rounds 8] [--tree NAME=DIR ...]
+    python -m benchmarks.mcp_stdio [--calls 300] [--rounds 8] [--tree NAME=DIR ...] [--in-flight K]
 
-A real broker (ipc, in this process) with a ``memory`` service that answers ``remember`` at
-once stands in for the services, so what is measured is the server's own work: the stdio
-transport, the SDK's JSON-RPC and validation, keymem's tool layer and its one router call. Each
-``--tree`` is a directory holding a ``keymem`` package (a worktree's root linked as
-``DIR/keymem``); the server of each runs with it first on ``PYTHONPATH``, alternating round by
-round, so trees compare at the same load. Without ``--tree`` the installed keymem runs.
+A real broker (ipc, in this process) with a ``memory`` service that answers ``remember`` (and
+``remember_each``) at once stands in for the services, so what is measured is the server's own
+work: the stdio transport, the SDK's JSON-RPC and validation, keymem's tool layer and its
+router calls. Each ``--tree`` is a directory holding a ``keymem`` package (a worktree's root
+linked as ``DIR/keymem``); the server of each runs with it first on ``PYTHONPATH``, alternating
+round by round, so trees compare at the same load. Without ``--tree`` the installed keymem runs.
+``--in-flight K`` keeps K calls in flight on the session (a host's parallel tool calls).
 """
 
 from __future__ import annotations
@@ -53,13 +54,21 @@ anyio.run(serve, server)
 """
 
 
+SAVED = {"saved": "m" * 12, "seq": 1}
+
+
 def stub_memory() -> Service:
     service = Service("memory")
-    service.add("remember", lambda body: {"saved": "m" * 26, "seq": 1})
+    service.add("remember", lambda body: SAVED)
+    service.add(
+        "remember_each", lambda body: {"results": [{"result": SAVED} for _ in body["items"]]}
+    )
     return service
 
 
-async def one_server(frontend: str, pythonpath: str | None, calls: int) -> dict[str, float]:
+async def one_server(
+    frontend: str, pythonpath: str | None, calls: int, in_flight: int = 1
+) -> dict[str, float]:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
@@ -69,13 +78,18 @@ async def one_server(frontend: str, pythonpath: str | None, calls: int) -> dict[
             await mcp.call_tool("remember", ARGUMENTS)
         (server,) = [p for p in psutil.Process().children() if "-c" in p.cmdline()]
         before = server.cpu_times()
-        seconds = []
-        for _ in range(calls):
-            started = time.perf_counter()
-            result = await mcp.call_tool("remember", ARGUMENTS)
-            seconds.append(time.perf_counter() - started)
-            if result.is_error:
-                raise RuntimeError(f"remember: {result.content}")
+        seconds: list[float] = []
+        pending = iter(range(calls))
+
+        async def lane() -> None:
+            for _ in pending:  # the lanes share one iterator: ``calls`` calls in all
+                started = time.perf_counter()
+                result = await mcp.call_tool("remember", ARGUMENTS)
+                seconds.append(time.perf_counter() - started)
+                if result.is_error:
+                    raise RuntimeError(f"remember: {result.content}")
+
+        await asyncio.gather(*(lane() for _ in range(in_flight)))
         after = server.cpu_times()
     cpu_s = after.user + after.system - before.user - before.system
     return {
@@ -90,6 +104,9 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--tree", action="append", default=[], help="NAME=DIR, repeatable")
+    parser.add_argument(
+        "--in-flight", type=int, default=1, help="calls in flight at once on the one session"
+    )
     args = parser.parse_args()
     trees: list[tuple[str, str | None]] = [
         (name, path) for name, _, path in (spec.partition("=") for spec in args.tree)
@@ -103,7 +120,8 @@ def main() -> int:
             stack.add_worker(stub_memory())
             for round_ in range(args.rounds):
                 for name, path in trees:
-                    row = asyncio.run(one_server(endpoints.frontend, path, args.calls))
+                    served = one_server(endpoints.frontend, path, args.calls, args.in_flight)
+                    row = asyncio.run(served)
                     rows.append({"round": round_, "tree": name, **row})
                     print(rows[-1], flush=True)
     finally:
