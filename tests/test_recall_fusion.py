@@ -16,6 +16,7 @@ from keymem.services.memory.search import (
     SearchRequest,
     fuse_blend,
     min_max,
+    select_evidence,
 )
 
 
@@ -249,3 +250,27 @@ def test_a_memory_about_another_person_gets_no_key_or_hop_evidence() -> None:
     # inject's search keeps it: the gate judges whom a memory is about itself, and its premise
     # check needs to see another person's memory of the asked fact
     assert order(fuse_blend(pool, None, GATED_FUSION, persons)) == order(before)
+
+
+def reached(name: str, *key_ids: str) -> dict[str, Any]:
+    """A candidate and the matched keys that reached it."""
+    return {**candidate(name), "matched_keys": list(key_ids)}
+
+
+def key(key_id: str, match_type: str) -> dict[str, Any]:
+    """A matched key as the graph reports it; every match but ``semantic`` is ``literal``."""
+    return {"key_id": key_id, "match_type": match_type, "literal": match_type != "semantic"}
+
+
+def test_a_comparison_puts_each_named_entitys_best_memory_first() -> None:
+    ranked = [reached("best"), reached("tea", "k-tea"), reached("ber", "k-ber")]
+    keys = [key("k-tea", "concept"), key("k-ber", "alias")]
+    assert order(select_evidence(ranked, keys, 2)) == ["tea", "ber", "best"]
+
+
+def test_keys_a_questions_words_only_lie_near_name_nothing_to_compare() -> None:
+    # "May Person A or Person B ...": across scripts each English word meets some Korean
+    # one-word auto-key (a ``phrase`` match); those are no entities, the blend's order stands
+    ranked = [reached("best"), reached("w1", "k-1"), reached("w2", "k-2")]
+    keys = [key("k-1", "phrase"), key("k-2", "phrase")]
+    assert order(select_evidence(ranked, keys, 2)) == ["best", "w1", "w2"]

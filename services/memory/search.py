@@ -580,8 +580,13 @@ def _link_share(parts: dict[str, Any], name: str, fusion: Fusion) -> float:
 def select_evidence(
     candidates: list[dict[str, Any]], keys: list[dict[str, Any]], top_k: int
 ) -> list[dict[str, Any]]:
-    """Put the best candidate of each literally named entity first, then the rest in order."""
-    named = [k["key_id"] for k in keys if k.get("literal")]
+    """Put the best candidate of each named entity first, then the rest in order.
+
+    Named: a key whose concept or alias the query spells out (``NAMED_MATCHES``). A key one
+    of the query's words merely lies near (``phrase``) names nothing: across scripts each
+    English word of a question meets a Korean one-word auto-key, and "Person A or Person B"
+    put those words' memories above the blend's best."""
+    named = [k["key_id"] for k in keys if k.get("match_type") in NAMED_MATCHES]
     if len(named) < 2:
         return candidates
     chosen: list[dict[str, Any]] = []
