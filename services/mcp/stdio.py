@@ -85,6 +85,8 @@ def judged(line: str) -> tuple[JSONRPCError | None, Any]:
         message = None
     except ValueError:
         return None, None  # not JSON: the SDK reports that itself
+    if message is not None and _openers(line) <= MESSAGE_MAX_DEPTH:
+        return None, message  # no deeper than its brackets: the walk is not needed
     depth = MESSAGE_MAX_DEPTH + 1 if message is None else depth_of(message, MESSAGE_MAX_DEPTH)
     if depth <= MESSAGE_MAX_DEPTH:
         return None, message
@@ -95,6 +97,11 @@ def judged(line: str) -> tuple[JSONRPCError | None, Any]:
         f"source nested at most {FREE_FORM_MAX_DEPTH} levels",
     )
     return refusal, None
+
+
+def _openers(line: str) -> int:
+    """How many ``{`` and ``[`` the line holds: a bound on the depth of what it parses to."""
+    return line.count("{") + line.count("[")
 
 
 @dataclass(frozen=True)
