@@ -12,7 +12,8 @@ Appends take an exclusive ``flock`` on the index, so several processes (reranker
 one home) may share the directory; each sees the others' rows at its next start. A crash
 between the two appends leaves vectors without digests: the next append, or the next start,
 cuts both files back to the rows they share. Nothing here is ever needed for correctness: any
-failure to read or write leaves the scorer embedding as it would without the store.
+failure to read or write leaves the scorer embedding as it would without the store. Like the
+LRU in front of it, one store is used from its worker's serving thread only.
 """
 
 from __future__ import annotations
