@@ -12,6 +12,11 @@ cache, so a 1M store needs no first index per run) it starts the real deployment
 - ``remember`` from one sequential client (remembers/s, p50), 3-6 keys drawn Zipf-like from the
   store's vocabulary (``benchmarks.graph_bench.Synthetic``), so most keys already exist;
 - ``remember_batch`` of ``--batch-size`` from the same client (memories/s);
+- with ``--raw-client``, the sequential and in-flight remember phases again from a plain
+  JSON-RPC client (``RawSession``: lines on the server's pipes, the handshake era a host such
+  as Claude Code speaks), so the server's rate shows without the SDK client's CPU in this
+  process — a host's client is its own process (Claude Code runs node), the SDK's rows stay
+  the issue's figure;
 - with ``--in-flight K ...``, ``--calls`` remembers from the same session with K calls in
   flight at once for each K (a host's parallel tool calls; the server sends the calls that
   arrive while one is on its way together: services/mcp/coalesce.py);
@@ -54,7 +59,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +80,10 @@ from keymem.services.graph import service as graph_service
 from keymem.store.database import graph_path
 
 UP_TIMEOUT_S = "1800"
+# The raw client's handshake: the newest handshake-era version, as Claude Code and Codex speak.
+RAW_PROTOCOL = "2025-11-25"
+RAW_CLIENT = {"name": "write_rate-raw", "version": "1"}
+RAW_LINE_LIMIT_BYTES = 16 * 1024 * 1024  # a reply line the raw client reads whole
 LIVENESS = "30"  # heartbeat intervals: a re-embedding's long calls at start
 COUNTS_TIMEOUT_MS = 60_000  # one pass over every memory
 SETTLE_S = 3.0  # after a phase: the lexicon and the reranker finish what it gave them
@@ -121,7 +130,7 @@ def _cpu_ms_per(before: dict[str, float], after: dict[str, float], count: int) -
 async def _phase(
     processes: list[psutil.Process],
     memories: int,
-    calls: list[Callable[[], Awaitable[float]]],
+    calls: Sequence[Callable[[], Awaitable[float]]],
     in_flight: int = 1,
 ) -> dict[str, Any]:
     """Run ``calls`` with ``in_flight`` of them at once on the one session (1: one after
@@ -279,6 +288,98 @@ async def _measure_mcp(
     return {"remember": single, f"remember_batch_{batch_size}": batched, **concurrent}
 
 
+class RawSession:
+    """``keymem mcp`` spoken to in plain JSON-RPC lines, as a host that is its own process
+    would (the handshake era Claude Code and Codex use): what the server costs without the
+    SDK's client in the benchmark's process."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.ids = iter(range(1, 1 << 62))
+        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def start(cls, env: dict[str, str], errlog: Any) -> RawSession:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "keymem.services.cli",
+            "mcp",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=errlog,
+            env=env,
+            limit=RAW_LINE_LIMIT_BYTES,
+        )
+        session = cls(process)
+        hello = {"protocolVersion": RAW_PROTOCOL, "capabilities": {}, "clientInfo": RAW_CLIENT}
+        await session.request("initialize", hello)
+        session._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return session
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message).encode() + b"\n")
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        while line := await self.process.stdout.readline():
+            message = json.loads(line)
+            waiting = self.waiting.pop(message.get("id"), None)
+            if waiting is not None:
+                waiting.set_result(message)
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = next(self.ids)
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiting[request_id] = answer
+        self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        reply = await answer
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error']}")
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    async def tool(self, name: str, arguments: dict[str, Any]) -> float:
+        """Seconds one tool call took; a tool error ends the measurement."""
+        started = time.perf_counter()
+        result = await self.request("tools/call", {"name": name, "arguments": arguments})
+        if result.get("isError"):
+            raise RuntimeError(f"{name}: {result['content']}")
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        await self.process.wait()
+        self.reader.cancel()
+
+
+async def _measure_raw(
+    deployment: BenchHome, data: Synthetic, calls: int, in_flight: list[int]
+) -> dict[str, Any]:
+    """The remember phases again from ``RawSession`` instead of the SDK's client."""
+    items = [
+        {k: v for k, v in data.item().items() if k != "key_vectors"}
+        for _ in range(calls * (1 + len(in_flight)) + 1)
+    ]
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryFile("w+") as errlog:
+        session = await RawSession.start(deployment.env, errlog)
+        try:
+            await session.tool("remember", items.pop())
+            server = psutil.Process(session.process.pid)
+            processes = _programs(deployment, server)
+            for k in [1, *in_flight]:
+                lot, items = items[:calls], items[calls:]
+                calls_k = [functools.partial(session.tool, "remember", item) for item in lot]
+                report[f"raw_remember_in_flight_{k}"] = await _phase(processes, calls, calls_k, k)
+        finally:
+            await session.close()
+    return report
+
+
 def measure(
     size: int,
     store: Path,
@@ -288,6 +389,7 @@ def measure(
     during_index: bool,
     hops: int,
     in_flight: list[int],
+    raw_client: bool,
 ) -> dict[str, Any]:
     with bench_home("km-wr-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
@@ -310,6 +412,8 @@ def measure(
             report["hops"] = _hops(deployment, data, hops)
         measured = _measure_mcp(deployment, data, calls, batches, batch_size, in_flight)
         report.update(asyncio.run(measured))
+        if raw_client:
+            report.update(asyncio.run(_measure_raw(deployment, data, calls, in_flight)))
     return report
 
 
@@ -419,6 +523,11 @@ def main() -> int:
         default=[],
         help="then --calls remembers with K calls in flight on the one session, per K",
     )
+    parser.add_argument(
+        "--raw-client",
+        action="store_true",
+        help="then the remember phases again from a plain JSON-RPC client instead of the SDK's",
+    )
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args()
     rows = []
@@ -437,6 +546,7 @@ def main() -> int:
                     args.during_index,
                     args.hops,
                     args.in_flight,
+                    args.raw_client,
                 )
             )
         print(json.dumps(rows[-1]), flush=True)
