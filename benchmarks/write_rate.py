@@ -186,6 +186,21 @@ def _memory_requests(router: Client) -> int:
     return int(router.call("router", "stats")["services"]["memory"]["requests"])
 
 
+async def _counted(
+    deployment: BenchHome,
+    processes: list[psutil.Process],
+    calls: Sequence[Callable[[], Awaitable[float]]],
+    in_flight: int,
+) -> dict[str, Any]:
+    """``_phase`` of one remember per call, with the memory requests the calls took (the MCP
+    server's trips: services/mcp/coalesce.py)."""
+    with Client(ipc_endpoints(deployment.home).frontend) as router:
+        sent = _memory_requests(router)
+        phase = await _phase(processes, len(calls), calls, in_flight)
+        phase["memory_requests"] = _memory_requests(router) - sent
+    return phase
+
+
 def _idle_cpu(processes: list[psutil.Process]) -> dict[str, float]:
     """Each program's CPU ms per second with no request: subtract it times a hop's seconds."""
     before = _cpu_s(processes)
@@ -276,15 +291,11 @@ async def _measure_mcp(
             )
             concurrent = {}
             start = calls + batches * batch_size
-            with Client(ipc_endpoints(deployment.home).frontend) as router:
-                for k in in_flight:
-                    lot = items[start : start + calls]
-                    start += calls
-                    sent = _memory_requests(router)
-                    phase = await _phase(processes, calls, [remember(i) for i in lot], k)
-                    # how many trips the server's calls took (coalesce.py)
-                    phase["memory_requests"] = _memory_requests(router) - sent
-                    concurrent[f"remember_in_flight_{k}"] = phase
+            for k in in_flight:
+                lot = items[start : start + calls]
+                start += calls
+                phase = await _counted(deployment, processes, [remember(i) for i in lot], k)
+                concurrent[f"remember_in_flight_{k}"] = phase
     return {"remember": single, f"remember_batch_{batch_size}": batched, **concurrent}
 
 
@@ -374,7 +385,9 @@ async def _measure_raw(
             for k in [1, *in_flight]:
                 lot, items = items[:calls], items[calls:]
                 calls_k = [functools.partial(session.tool, "remember", item) for item in lot]
-                report[f"raw_remember_in_flight_{k}"] = await _phase(processes, calls, calls_k, k)
+                report[f"raw_remember_in_flight_{k}"] = await _counted(
+                    deployment, processes, calls_k, k
+                )
         finally:
             await session.close()
     return report
