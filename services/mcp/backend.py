@@ -1,9 +1,10 @@
 """The MCP server's one road to keymem: the router's ``memory`` service, errors translated.
 
 Every tool goes through ``MemoryBackend.ask``: one request to the router (concurrent
-``remember`` calls share one: coalesce.py), the reply validated into the tool's output model, and any failure turned into a ``ToolError`` whose text an agent
-can act on (the SDK returns it as an ``is_error`` result; the server never crashes). Failures
-of keymem itself (unavailable, timeout, internal) also name the logs to read.
+``remember`` calls share one: coalesce.py), the reply validated into the tool's output model,
+and any failure turned into a ``ToolError`` whose text an agent can act on (the SDK returns it
+as an ``is_error`` result; the server never crashes). Failures of keymem itself (unavailable,
+timeout, internal) also name the logs to read.
 
 The services start in the background (``startup.py``): a call first waits for that start-up
 within its own deadline, and says the services are still starting if the deadline comes first.
