@@ -55,9 +55,6 @@ DEFAULT_MAX_BATCH = 64
 DEFAULT_MAX_BATCH_BYTES = 256 * 1024
 # How often the loop wakes to notice a stop request when nothing arrives.
 STOP_CHECK_MS = 50
-# The pulse thread looks this often (a share of the heartbeat interval) while no handler runs,
-# so a handler that starts just after a beat has its next one at most 1.5 intervals later.
-PULSE_IDLE_SHARE = 0.5
 RECONNECT_DELAY_MS = 100
 
 
@@ -338,19 +335,23 @@ class Worker:
             self._next_beat_ms = now + self.heartbeat.interval_ms
 
     def _run_pulse(self) -> None:
-        idle_wait_ms = self.heartbeat.interval_ms * PULSE_IDLE_SHARE
-        wait_ms = idle_wait_ms
+        """Wake when the next heartbeat is due (whoever sent the last one), and send it if a
+        handler runs within its deadline: a beat is never more than about one interval late,
+        and an idle worker's pulse wakes once an interval."""
+        interval_ms = self.heartbeat.interval_ms
+        wait_ms = interval_ms
         while not self._ended.wait(wait_ms / 1000):
             with self._pulse_lock:
                 now = envelope.now_ms()
                 deadline_ms = self._handler_deadline_ms
-                if deadline_ms is None or now >= deadline_ms:
-                    wait_ms = idle_wait_ms
-                    continue
-                if now >= self._next_beat_ms:
+                serving = deadline_ms is not None and now < deadline_ms
+                if serving and now >= self._next_beat_ms:
                     self._send_backend(envelope.control(envelope.HEARTBEAT))
-                    self._next_beat_ms = now + self.heartbeat.interval_ms
-                wait_ms = max(1, min(self._next_beat_ms, deadline_ms) - now)
+                    self._next_beat_ms = now + interval_ms
+                due_ms = self._next_beat_ms - now
+                # overdue and not ours to send (the loop is about to, or the request is past
+                # its deadline): look again an interval later
+                wait_ms = due_ms if due_ms > 0 else interval_ms
 
     def _handle(self, deadline_ms: int, call: Callable[[], Any]) -> Any:
         """Run a handler with the pulse beating for it until ``deadline_ms``."""
