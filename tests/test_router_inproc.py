@@ -190,7 +190,7 @@ def test_a_hung_worker_is_detected_and_routed_around(stack: InprocStack) -> None
     """A handler still running past its request's deadline is hung: its worker stops
     heartbeating then and is dropped while it still spins (a long handler within its deadline
     keeps its worker: tests/test_worker_liveness.py)."""
-    hang_s, deadline_ms = 2.0, 400
+    hang_s, deadline_ms = 4.0, 400
     hung = stack.add_worker(tagged_service("a", hang_s=hang_s))
     stack.add_worker(tagged_service("b"))
     outcome: dict[str, Any] = {}
@@ -209,7 +209,8 @@ def test_a_hung_worker_is_detected_and_routed_around(stack: InprocStack) -> None
     client = stack.client()
     answers = {client.call("svc", "whoami", timeout_ms=2_000) for _ in range(20)}
     assert answers == {"b"}
-    # dropped a heartbeat expiry (0.3 s) after the deadline, well before the spin ends
+    # dropped after the deadline and a heartbeat expiry (0.3 s), before the spin ends: the
+    # spinning handler shares this interpreter's GIL with the router, so the drop can lag
     while len(client.call("router", "stats")["services"]["svc"]["workers"]) == 2:
         assert time.monotonic() - started < hang_s, "the hung worker was never dropped"
         time.sleep(0.02)
