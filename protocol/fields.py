@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from keymem.protocol.errors import BadRequest, TooLarge
+from keymem.protocol.limits import BATCH_MAX_ITEMS
 
 
 def body_of(raw: Any) -> dict[str, Any]:
@@ -20,6 +21,16 @@ def body_of(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise BadRequest(f"body must be a map, got {type(raw).__name__}")
     return raw
+
+
+def batch_items(body: dict[str, Any]) -> list[Any]:
+    """A batch request's ``items``: 1 to ``BATCH_MAX_ITEMS`` of them."""
+    items = body.get("items")
+    if not isinstance(items, list) or not items:
+        raise BadRequest("items must be a non-empty list")
+    if len(items) > BATCH_MAX_ITEMS:
+        raise TooLarge(f"at most {BATCH_MAX_ITEMS} items per batch")
+    return items
 
 
 # Free-form objects (a memory's ``source``, tuning maps) are nested at most this deep: their

@@ -27,12 +27,10 @@ from keymem.protocol.errors import (
     InternalError,
     KeymemError,
     NotFound,
-    TooLarge,
     Unavailable,
     outcome_to_wire,
 )
-from keymem.protocol.fields import body_of
-from keymem.protocol.limits import BATCH_MAX_ITEMS
+from keymem.protocol.fields import batch_items, body_of
 from keymem.protocol.worker import Service
 from keymem.services import config as cfg
 from keymem.services import journal
@@ -341,7 +339,7 @@ class GraphService:
         items: list[Any] = []
         for raw in bodies:
             try:
-                given = _items_of(body_of(raw))
+                given = batch_items(body_of(raw))
             except KeymemError as exc:
                 spans.append(exc)
                 continue
@@ -564,11 +562,7 @@ class GraphService:
     def prepare_remember_batch(self, raw: Any) -> Action:
         body = body_of(raw)
         claimed = embedding.check_write_fingerprint(self.state, body)
-        items_raw = body.get("items")
-        if not isinstance(items_raw, list) or not items_raw:
-            raise BadRequest("items must be a non-empty list")
-        if len(items_raw) > BATCH_MAX_ITEMS:
-            raise TooLarge(f"at most {BATCH_MAX_ITEMS} items per batch")
+        items_raw = batch_items(body)
         dim = self.state.dim
         items = []
         for position, item_raw in enumerate(items_raw):
@@ -819,16 +813,6 @@ class GraphService:
             if job is not None and job.status == "running":
                 log.warning("stopping: abandoning the backup to %s", job.path)
                 job.cancel()
-
-
-def _items_of(body: dict[str, Any]) -> list[Any]:
-    """A ``remember_each`` request's items: 1 to ``BATCH_MAX_ITEMS`` remember bodies."""
-    items = body.get("items")
-    if not isinstance(items, list) or not items:
-        raise BadRequest("items must be a non-empty list")
-    if len(items) > BATCH_MAX_ITEMS:
-        raise TooLarge(f"at most {BATCH_MAX_ITEMS} items per request")
-    return items
 
 
 def build(settings: Settings) -> Service:

@@ -16,12 +16,12 @@ from keymem.protocol.client import with_idempotency_key
 from keymem.protocol.errors import (
     BadRequest,
     KeymemError,
-    TooLarge,
     Unavailable,
     outcome_from_wire,
     outcome_to_wire,
 )
-from keymem.protocol.limits import BATCH_MAX_ITEMS, DEFAULT_BUDGET_MS
+from keymem.protocol.fields import batch_items, body_of
+from keymem.protocol.limits import DEFAULT_BUDGET_MS
 from keymem.protocol.worker import Service, remaining_ms
 from keymem.services import config as cfg
 from keymem.services.config import Config, load
@@ -211,11 +211,7 @@ class MemoryAPI:
         holds their keys, two when some need vectors: the concurrent calls of one MCP server
         sent together (services/mcp/coalesce.py). ``seq`` is the newest item's, for the
         horizon."""
-        items = body.get("items") if isinstance(body, dict) else None
-        if not isinstance(items, list) or not items:
-            raise BadRequest("items must be a non-empty list")
-        if len(items) > BATCH_MAX_ITEMS:
-            raise TooLarge(f"at most {BATCH_MAX_ITEMS} items per request")
+        items = batch_items(body_of(body))
         outcomes = self.autokeys.complete_each(items)
         # Keyed items go without vectors first; the rest (malformed, keyless, carrying their
         # own vectors) take the lone path, which names their problem or embeds them.
