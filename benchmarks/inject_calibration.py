@@ -23,7 +23,10 @@ with the eval's own tally (``services.evaluation.runner.InjectResult``), so "shi
 A variant ``NAME@K`` shows K memories instead of the hook's default. Under the table, the first
 variant's gold is traced per question type: shown, admitted but below the K shown, the whole
 prompt silenced by the premise check, rejected by a gate (the first gold candidate's own
-verdict) or not among search's candidates; and the share of shown memories that are gold.
+verdict) or not among search's candidates; and the share of shown memories that are gold. The
+unanswerable queries are traced the same way, by what kept them silent: the premise check,
+every candidate rejected (search's first candidate's own verdict), no candidate at all — or
+nothing (a wrong memory "shown").
 
 To show over-fitting before a held-out run does, every table has three column groups: all
 queries, half A and half B (a query's half is fixed by a hash of its id). Fit a setting on one
@@ -243,20 +246,41 @@ def fate(query: Query, seen: Observation, store: LoadedStore, gate: Gate, top_k:
         return "shown" if ranks[0] < top_k else "admitted, not shown"
     if not admitted and rejected["premise_elsewhere"]:
         return "prompt silenced: premise"
-    _, own = admit(query.query, golden[:1], seen.keys, seen.coverage, gate, seen.subjects)
+    return _verdict(query, golden[0], seen, gate)
+
+
+def silence(query: Query, seen: Observation, gate: Gate) -> str:
+    """What kept an unanswerable query's prompt silent: the premise check, every candidate
+    rejected (search's first candidate's own verdict), no candidates — or nothing ("shown")."""
+    if not seen.candidates:
+        return "not a candidate"
+    admitted, rejected = judge(query.query, [seen], gate, len(seen.candidates))
+    if admitted:
+        return "shown"
+    if rejected["premise_elsewhere"]:
+        return "prompt silenced: premise"
+    return _verdict(query, seen.candidates[0], seen, gate)
+
+
+def _verdict(query: Query, candidate: dict[str, Any], seen: Observation, gate: Gate) -> str:
+    """The gate that rejects ``candidate`` judged on its own."""
+    _, own = admit(query.query, [candidate], seen.keys, seen.coverage, gate, seen.subjects)
     return "rejected: " + next((reason for reason, n in own.items() if n), "?")
 
 
 def fates(benchmark: Benchmark, recorded: Mapping[str, Any], gate: Gate, top_k: int) -> str:
-    """Per question type, the share of answerable queries by where their gold went, and the
-    share of shown memories that are gold (``precision``)."""
+    """Per question type, the share of queries by where their gold went (``fate``) — for the
+    unanswerable ones (``gold: []``), by what kept them silent (``silence``: "shown" is a
+    wrong memory shown) —, and the share of shown memories that are gold (``precision``)."""
     store = LoadedStore([], benchmark_ids=recorded["benchmark_ids"])
     counts: dict[str, Counter[str]] = {}
     shown = hits = 0
     for query, raw in zip(benchmark.queries, recorded["observations"], strict=True):
-        if not query.answerable:
-            continue
         seen = Observation(**raw)
+        if not query.answerable:
+            silent = counts.setdefault(f"{query.type} (gold: [])", Counter())
+            silent[silence(query, seen, gate)] += 1
+            continue
         counts.setdefault(query.type, Counter())[fate(query, seen, store, gate, top_k)] += 1
         for chosen in judge(query.query, [seen], gate, top_k)[0]:
             shown += 1
@@ -309,10 +333,9 @@ def calibrate(
         f"{len(benchmark.queries) - answerable} with gold: []; observed in "
         f"{recorded['seconds']:.0f} s)\n" + table(per_variant)
     )
-    if answerable:
-        report += f"\n\nWhere the gold goes ({names[0]}):\n" + fates(
-            benchmark, recorded, *variant(names[0])
-        )
+    report += f"\n\nWhere the gold goes, what keeps a prompt silent ({names[0]}):\n" + fates(
+        benchmark, recorded, *variant(names[0])
+    )
     return report
 
 

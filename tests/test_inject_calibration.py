@@ -1,0 +1,84 @@
+"""The inject calibration's trace: what kept each unanswerable prompt silent, next to where each
+answerable question's gold went (hand-made observations; the observing itself runs the real
+stack in ``python -m benchmarks.inject_calibration``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.inject_calibration import fates, silence
+from keymem.services.evaluation.dataset import Benchmark, Query
+from keymem.services.memory.inject import Gate, Observation
+
+MELANIE = {
+    "key_id": "k-melanie",
+    "concept": "Melanie",
+    "aliases": [],
+    "key_type": "name",
+    "match_type": "concept",
+}
+CAROLINE = {**MELANIE, "key_id": "k-caroline", "concept": "Caroline"}
+
+
+def candidate(memory_id: str, content: str, key: str) -> dict[str, Any]:
+    return {
+        "memory_id": memory_id,
+        "content": content,
+        "matched_keys": [key],
+        "components": {"key_rank": 1, "literal": True, "hop": 0},
+        "rerank_score": 0.5,
+        "rerank_kind": "embedding_cosine",
+        "score": 1.0,
+    }
+
+
+RACE = candidate("race", "Melanie ran a charity race and realised self-care matters.", "k-melanie")
+PAINTS = candidate("paints", "Caroline paints sunsets.", "k-caroline")
+
+
+def observation(*candidates: dict[str, Any], coverage: dict[str, float]) -> Observation:
+    return Observation(
+        "conv",
+        list(candidates),
+        [MELANIE, CAROLINE],
+        coverage=coverage,
+        subjects={"race": "k-melanie", "paints": "k-caroline"},
+    )
+
+
+def query(qid: str, text: str, gold: tuple[str, ...] = ()) -> Query:
+    kind = "single-hop" if gold else "adversarial"
+    return Query(qid, text, gold, False, kind, None, "conv")
+
+
+SWAPPED = query("q1", "What did Caroline realise after her charity race?")
+ASKED = query("q2", "What did Melanie realise after the charity race?", ("b-race",))
+
+
+def test_an_unanswerable_prompt_is_traced_by_what_kept_it_silent() -> None:
+    # another person's memory holds every asked word, Caroline's none: the premise check
+    swapped = observation(RACE, PAINTS, coverage={"race": 1.0, "paints": 0.0})
+    assert silence(SWAPPED, swapped, Gate()) == "prompt silenced: premise"
+    assert silence(SWAPPED, swapped, Gate(premise=False)) == "rejected: other_entity"
+    # Caroline's own memory holds what is asked: nothing keeps the prompt silent
+    held = observation(PAINTS, coverage={"paints": 1.0})
+    assert silence(SWAPPED, held, Gate()) == "shown"
+    assert silence(SWAPPED, observation(coverage={}), Gate()) == "not a candidate"
+
+
+def test_the_trace_table_has_a_row_for_the_unanswerable_beside_the_answerable() -> None:
+    seen = observation(RACE, PAINTS, coverage={"race": 1.0, "paints": 0.0})
+    benchmark = Benchmark("trace", "pooled", (), (SWAPPED, ASKED))
+    recorded = {
+        "benchmark_ids": {"race": ["b-race"], "paints": ["b-paints"]},
+        "observations": [vars(seen), vars(seen)],
+    }
+    rows = fates(benchmark, recorded, Gate(), 2).splitlines()
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    table = {
+        cells[0]: dict(zip(header[1:], cells[1:], strict=True))
+        for cells in ([c.strip() for c in line.strip("|").split("|")] for line in rows[2:4])
+    }
+    assert table["adversarial (gold: [])"]["prompt silenced: premise"] == "1.000"
+    assert table["single-hop"]["shown"] == "1.000"
+    assert rows[-1] == "precision (gold among shown memories): 1.000"
