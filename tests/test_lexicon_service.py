@@ -653,3 +653,44 @@ def test_a_stop_during_the_first_save_waits_for_it_and_maps_nothing(
     second = start_lexicon()
     assert second.lexicon.cache_state["loaded"] is True
     assert second.lexicon.cache_state["documents"] == 500
+
+
+def _stream(feed: FeedDouble, seconds: float, start: int) -> None:
+    """One writer's back-to-back writes: one every 0.05 s for ``seconds``."""
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        feed.put(f"w{start:04d}", f"부산 출장 {start}")
+        start += 1
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("journal_bound", [False, True])
+def test_a_cache_save_waits_for_the_writes_to_pause_unless_the_journal_is_long(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    monkeypatch: pytest.MonkeyPatch,
+    journal_bound: bool,
+) -> None:
+    """A save (at 1M a 170 MB file written and fsynced) is not made in the middle of a burst
+    of writes, even when the interval since the last one has passed: it comes once the feed
+    stands still. A writer that never pauses still gets one when the journal a restart would
+    replay reaches its bound."""
+    monkeypatch.setattr(service_module, "CACHE_SAVE_INTERVAL_S", 0.05)
+    if journal_bound:
+        monkeypatch.setattr(service_module, "JOURNAL_MAX_RECORDS", 10)
+    for i in range(50):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    running = start_lexicon()
+    first = feed.seq
+    wait_until(lambda: running.lexicon.cache_state.get("saved_seq") == first, "the first save")
+    _stream(feed, 2.0, 0)
+    saved = running.lexicon.cache_state.get("saved_seq")
+    if journal_bound:
+        assert saved is not None and saved > first  # the bound forced a save mid-burst
+    else:
+        assert saved == first
+    wait_until(
+        lambda: running.lexicon.cache_state.get("saved_seq") == feed.seq, "the save once still"
+    )
+    assert_mirrors(running, feed.docs)

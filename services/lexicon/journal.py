@@ -69,6 +69,9 @@ class Journal:
         self.path = directory / JOURNAL_FILE
         self.old = directory / f"{JOURNAL_FILE}.old"
         self._out: IO[bytes] | None = None
+        # records since the last rotate (or replayed at load): what a restart after the
+        # save in flight would replay
+        self.records = 0
 
     @property
     def active(self) -> bool:
@@ -85,6 +88,7 @@ class Journal:
                 self.path.replace(self.old)
             self._out = open(self.path, "wb")  # noqa: SIM115 - appended to until the next rotate
             self._write({"epoch": epoch, "seq": seq})
+            self.records = 0
         except OSError as exc:
             self._failed(exc)
 
@@ -131,6 +135,7 @@ class Journal:
         body = msgpack.packb(record, use_bin_type=True)
         try:
             self._out.write(_FRAME.pack(len(body), zlib.crc32(body)) + body)
+            self.records += 1
         except OSError as exc:
             self._failed(exc)
 
@@ -152,6 +157,7 @@ class Journal:
         ``index``; the seq reached and the records applied. Journaling then continues in the
         current file if the chain reached it, else it is off until the next save."""
         seq, applied, reached_current = self._follow(index, epoch, seq)
+        self.records = applied
         if reached_current:
             try:
                 self._out = open(self.path, "ab")  # noqa: SIM115 - appended to until rotate

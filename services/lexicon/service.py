@@ -54,6 +54,14 @@ IDLE_POLL_S = 0.1
 IDLE_POLL_MAX_S = 2.0
 RETRY_AFTER_S = 1.0  # after the graph was unreachable
 CACHE_SAVE_INTERVAL_S = 30.0  # between saves while the journal holds the changes since
+# ... and then only once the feed has stood still this long (the writes paused; one client's
+# back-to-back batches leave < 0.5 s between them, docs/history/batch-rate-2026-12-02e.md):
+# at 1M a save is ~0.5 s of CPU and a 170 MB file written and fsynced, which a burst of
+# writes would otherwise carry, its durable appends' fsyncs queued behind it
+SAVE_WHEN_STILL_S = 1.0
+# ... or once the journal holds this many records whatever the writes do: a restart replays
+# them at ~0.1 ms each (3 s), as many as 30 s of writes at the 1,000/s goal
+JOURNAL_MAX_RECORDS = 30_000
 CACHE_RETRY_S = 5.0  # after a failed save of a state nothing on disk holds
 
 
@@ -98,7 +106,7 @@ class Lexicon:
         )
         self._next_poll = 0.0
         self._idle_poll_s = IDLE_POLL_S
-        self._last_save = time.monotonic()
+        self._last_save = self._moved_at = time.monotonic()
         self._failed_at: float | None = None  # the last save's failure, if it failed
         self._saver: threading.Thread | None = None
         # the saved cache, mapped by the saver, that replaces a heap-built index (a first
@@ -160,7 +168,11 @@ class Lexicon:
             return False
         if not self.covered:  # only this process holds the index: save it at once
             return self._failed_at is None or now - self._failed_at >= CACHE_RETRY_S
-        return now - self._last_save >= CACHE_SAVE_INTERVAL_S
+        if now - self._last_save < CACHE_SAVE_INTERVAL_S:
+            return False
+        return (
+            now - self._moved_at >= SAVE_WHEN_STILL_S or self.journal.records >= JOURNAL_MAX_RECORDS
+        )
 
     def save_cache(self, *, wait: bool = False) -> None:
         """Write the cache if the index changed and is consistent.
@@ -264,6 +276,8 @@ class Lexicon:
             seq = follower.seq
             follower.tick(self.slice_s)
             moved = follower.busy or follower.seq != seq
+            if moved:
+                self._moved_at = now
             self._idle_poll_s = (
                 IDLE_POLL_S if moved else min(2 * self._idle_poll_s, IDLE_POLL_MAX_S)
             )
