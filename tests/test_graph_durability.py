@@ -39,6 +39,7 @@ from keymem.services.stack import InprocStack
 from keymem.store.database import GraphStore
 from keymem.store.schema import SCHEMA_VERSION
 from keymem.store.writelog import HEADER, UnreadableLog, log_path
+from tests.graph_helpers import GRAPH_FILE, damage_file, open_graph
 
 ACKS_BEFORE_KILL = 150
 # A graph start costs a few seconds of CPU; what it gets of a loaded box's is not ours to know.
@@ -251,3 +252,17 @@ def test_a_failed_open_leaves_the_file_to_the_next_opener(
     opener = "import duckdb, sys; duckdb.connect(sys.argv[1]).close()"
     subprocess.run([sys.executable, "-c", opener, str(path)], check=True, timeout=60)
     duckdb.connect(str(path), read_only=True).close()  # and this process, as `keymem doctor`
+
+
+def test_a_failed_start_of_the_graph_service_lets_go_of_its_store(tmp_path: Path) -> None:
+    """The store opens and the service's load then fails (a damaged meta row): the service
+    closes the store it opened, so this process can repair the file and start again."""
+    path = tmp_path / GRAPH_FILE
+    open_graph(tmp_path).close()
+    damage_file(path, [("INSERT INTO meta VALUES ('dim', 'not a number')", [])])
+    with pytest.raises(ValueError, match="not a number") as failed:
+        open_graph(tmp_path)
+    held = [f.path for f in psutil.Process().open_files() if f.path.startswith(str(tmp_path))]
+    assert held == [], failed.value
+    damage_file(path, [("DELETE FROM meta WHERE name = 'dim'", [])])
+    open_graph(tmp_path).close()

@@ -11,6 +11,7 @@ rebuilt from the file and the log, so memory never runs ahead of disk. It stays 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import logging
@@ -214,7 +215,6 @@ class GraphService:
         self.started_at = time.time()
         self.sleep_pass: sleep.SleepPass | None = None
         self.key_profile = key_profile or KeyProfile()
-        self.store = GraphStore(path)
         self.buffer = RecallBuffer()
         # recall's scoring; the recall ablation swaps it in process (never on the wire)
         self.scoring = hybrid.Scoring()
@@ -224,23 +224,29 @@ class GraphService:
         self.last_write = 0.0
         self.dirty_since_checkpoint = False
         self.replay_budget_s = WAL_REPLAY_MIN_S  # the last checkpoint's cost, at least that
-        self.ledger = idempotency.Ledger(self.store)
         self.quarantined: list[rows.Quarantined] = []
         self.journal = Journal(self.home, "graph")
-        started = time.perf_counter()
-        self.state = self._load_state()
-        self.load_seconds = time.perf_counter() - started
-        log.info(
-            "graph loaded %d keys, %d memories in %.2f s",
-            len(self.state.keys),
-            len(self.state.memories),
-            self.load_seconds,
-        )
-        self.key_ann_tick()  # a large namespace's index starts loading now, in the background
-        try:
-            self.sweep()
-        except Unavailable:
-            log.warning("expired memories stay until the disk has room to delete them")
+        self.store = GraphStore(path)
+        # a start that fails from here on (a damaged row, no memory for the load) lets go of
+        # the file and its log, for the next opener in this process (benchmarks, tests)
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.store.close)
+            self.ledger = idempotency.Ledger(self.store)
+            started = time.perf_counter()
+            self.state = self._load_state()
+            self.load_seconds = time.perf_counter() - started
+            log.info(
+                "graph loaded %d keys, %d memories in %.2f s",
+                len(self.state.keys),
+                len(self.state.memories),
+                self.load_seconds,
+            )
+            self.key_ann_tick()  # a large namespace's index starts loading in the background
+            try:
+                self.sweep()
+            except Unavailable:
+                log.warning("expired memories stay until the disk has room to delete them")
+            undo.pop_all()
 
     # -- the unit of work ------------------------------------------------------------------
     def write_group(
