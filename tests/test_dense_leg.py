@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from keymem.protocol.errors import BadRequest, Conflict
-from keymem.protocol.limits import KEYS_PER_MEMORY_MAX, PASSAGE_HEAD_CHARS
 from keymem.services.graph import GraphService
 from keymem.services.graph.embedding import VECTOR_BACKLOG_MAX
 from keymem.services.graph.hybrid import Scoring
@@ -172,8 +171,7 @@ def test_written_memories_wait_newest_first_and_a_restart_loads_their_codes(
         graph.remember(remember_body(text, ["shopping"], fingerprint=FINGERPRINT))
     backlog = graph.vector_backlog({"limit": 2})
     assert backlog["missing"] == len(texts)
-    # newest first, each read as its writer named it (its key over its text)
-    assert [m["head"] for m in backlog["memories"]] == [f"shopping\n{t}" for t in texts[::-1][:2]]
+    assert [m["head"] for m in backlog["memories"]] == texts[::-1][:2]  # newest first
     query = {"vector": vector(CAMPING_KO), "text": CAMPING_KO, "hops": 0}
     graph.scoring = Scoring(fallback=False)
     assert graph.recall_candidates(query)["candidates"] == []  # nothing to propose yet
@@ -190,29 +188,6 @@ def test_written_memories_wait_newest_first_and_a_restart_loads_their_codes(
         assert graph.vector_backlog({})["missing"] == 0
         again = [c["memory_id"] for c in graph.recall_candidates(query)["candidates"]]
         assert again == proposed
-    finally:
-        graph.close()
-
-
-def test_a_memory_vector_reads_its_writers_keys_never_auto_keys_and_keeps_the_content(
-    tmp_path: Path,
-) -> None:
-    """The dense leg's vector is made of the memory as its writer named it: the keys an agent
-    or a title gave it (sorted, as the reranker reads them) over its content; auto-keys are
-    words of the text already and add nothing; a writer's long key list never takes more than
-    a quarter of the head, so the content stays in what the vector reads."""
-    graph = open_graph(tmp_path)
-    try:
-        graph.remember(remember_body(PAINTS, ["watercolour", "art"], fingerprint=FINGERPRINT))
-        auto = remember_body(CAMPING, ["camping"], fingerprint=FINGERPRINT)
-        graph.remember({**auto, "auto_keys": ["camping"]})
-        many = [f"topic number {i} of a long list" for i in range(KEYS_PER_MEMORY_MAX)]
-        graph.remember(remember_body(POTTERY, many, fingerprint=FINGERPRINT))
-        heads = [m["head"] for m in graph.vector_backlog({"limit": 3})["memories"]]
-        assert heads[2] == f"art; watercolour\n{PAINTS}"
-        assert heads[1] == CAMPING
-        assert heads[0].endswith(f"\n{POTTERY}")
-        assert len(heads[0]) - len(POTTERY) - 1 == PASSAGE_HEAD_CHARS // 4
     finally:
         graph.close()
 

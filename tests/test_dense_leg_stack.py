@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import psutil
-import pytest
 
 from keymem.protocol.client import Client
 from keymem.protocol.worker import HeartbeatPolicy
@@ -107,25 +106,3 @@ def proposed(client: Client) -> list[str]:
     body = {"vector": vector(CAMPING_KO), "text": CAMPING_KO, "hops": 0, "bm25": []}
     found = client.call("graph", "recall_candidates", body)["candidates"]
     return [c["memory_id"] for c in found if c["components"]["dense_rank"] is not None]
-
-
-def test_a_keyed_memory_is_read_as_its_writer_named_it_from_the_warm_cache(
-    tmp_path: Path,
-) -> None:
-    """The reranker reads an agent-keyed memory as its keys over its text (what a title over a
-    document gives a flat index): a terse text its keys explain ranks by both. The idle-time
-    pass warmed exactly that text, so the search embeds no passage of it anew."""
-    content = "It opens at nine and closes at six on weekdays."
-    with full_stack(tmp_path) as keymem:
-        keymem.remember(content, ["Riverside library", "opening hours"])
-        wait_for_vectors(keymem.client)
-        named = f"Riverside library; opening hours\n{content}"
-        warmed = keymem.client.call("reranker", "warm", {"passages": [named]})
-        assert warmed["cached"] == 0  # nothing new: the warm-up embedded this very text
-        query = "When does the Riverside library open?"
-        found = keymem.search(query, top_k=1)["memories"]
-        assert [m["content"] for m in found] == [content]
-        scored = keymem.client.call("reranker", "score", {"query": query, "passages": [named]})
-        assert found[0]["rerank_score"] == pytest.approx(scored["scores"][0], abs=1e-3)
-        bare = keymem.client.call("reranker", "score", {"query": query, "passages": [content]})
-        assert scored["scores"][0] > bare["scores"][0] + 0.05

@@ -19,7 +19,6 @@ import numpy as np
 from keymem.protocol.errors import BadRequest, Conflict, NotFound
 from keymem.protocol.fields import body_of, opt_int
 from keymem.protocol.limits import BATCH_MAX_ITEMS, KEYS_PER_MEMORY_MAX, PASSAGE_HEAD_CHARS
-from keymem.services.graph.hybrid import agent_keys_text, named_text
 from keymem.services.graph.keyindex import KeyIndex
 from keymem.services.graph.requests import id_list, namespace_of, opt_str, req_str
 from keymem.services.graph.state import GraphState
@@ -169,17 +168,17 @@ VECTOR_BACKLOG_MAX = 64
 
 
 def vector_backlog(state: GraphState, raw: Any) -> dict[str, Any]:
-    """The newest ``limit`` active memories without a vector (their ids and heads: the head of
-    the text the reranker reads of them, ``named_text``), and how many are waiting in all: the
-    memory service's idle-time pass embeds them (services/memory/warmup.py), ``keymem eval``
-    waits for ``missing`` 0."""
+    """The newest ``limit`` active memories without a vector (their ids and heads, the text
+    the vector is made of), and how many are waiting in all: the memory service's idle-time
+    pass embeds them (services/memory/warmup.py), ``keymem eval`` waits for ``missing`` 0."""
     limit = opt_int(body_of(raw), "limit", 0, 0, VECTOR_BACKLOG_MAX)
     waiting: list[dict[str, str]] = []
     for memory_id in reversed(state.unvectorised):
         if len(waiting) >= limit:
             break
-        text = named_text(agent_keys_text(state, memory_id), state.memories[memory_id].content)
-        waiting.append({"memory_id": memory_id, "head": text[:PASSAGE_HEAD_CHARS]})
+        waiting.append(
+            {"memory_id": memory_id, "head": state.memories[memory_id].content[:PASSAGE_HEAD_CHARS]}
+        )
     return {
         "missing": len(state.unvectorised),
         "fingerprint": state.fingerprint,

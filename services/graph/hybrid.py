@@ -40,7 +40,7 @@ import numpy as np
 
 from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, only_fields, opt_int
-from keymem.protocol.limits import PASSAGE_HEAD_CHARS, POOL_DEFAULT, POOL_MAX
+from keymem.protocol.limits import POOL_DEFAULT, POOL_MAX
 from keymem.services.graph import matching
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.profile import Thresholds
@@ -309,10 +309,6 @@ def recall_candidates(
 
 
 ABOUT_SEPARATOR = "; "
-# The most of a memory's passage head (``PASSAGE_HEAD_CHARS``) its name may take: a title or
-# an agent's keys are a few words (the dev files' longest, 169 characters), and the content
-# keeps at least three quarters of what the reranker's cosine and the dense leg read.
-NAME_MAX_CHARS = PASSAGE_HEAD_CHARS // 4
 
 
 def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
@@ -320,23 +316,13 @@ def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
     router's reranker judges them as a second reading of the memory. A title or an agent's
     keys say what a memory is about in a few words, where a passage's cosine is diluted by
     everything else it says. Auto-keys and learned links are left out: auto-keys are words
-    of the text itself (no second reading), a learned link is a guess from traffic. In
-    sorted order: the store does not keep the order a writer gave its keys, and the text must
-    read the same after a restart (its passage vector is cached and kept by its text)."""
-    concepts = sorted(
+    of the text itself (no second reading), a learned link is a guess from traffic."""
+    concepts = [
         state.keys[key_id].concept
         for key_id, link in state.mem_links[memory_id].items()
         if not link.auto and not link.learned
-    )
+    ]
     return ABOUT_SEPARATOR.join(concepts) or None
-
-
-def named_text(about: str | None, content: str) -> str:
-    """A memory as its writer named it: its ``about`` (at most ``NAME_MAX_CHARS``) on the
-    first line, then its content, as a flat index reads a document's title with its text
-    (services/evaluation/dataset.py). What the reranker reads of a candidate and what its
-    dense-leg vector is made of; a memory with auto-keys only reads its content alone."""
-    return f"{about[:NAME_MAX_CHARS]}\n{content}" if about else content
 
 
 def _dense_members(

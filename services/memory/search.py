@@ -48,7 +48,7 @@ from keymem.protocol.limits import (
     RERANK_MAX_PASSAGES,
 )
 from keymem.protocol.worker import remaining_ms
-from keymem.services.graph.hybrid import NAMED_MATCHES, named_text
+from keymem.services.graph.hybrid import NAMED_MATCHES
 from keymem.services.graph.matching import PHRASES_MAX
 from keymem.services.graph.text import normalize_namespace
 
@@ -349,12 +349,10 @@ class Search:
         self, query: str, pools: list[list[dict[str, Any]]], degraded: dict[str, str]
     ) -> list[Relevance | None]:
         """The reranker's score of every candidate of every pool against the query (parallel
-        calls, at most ``RERANK_MAX_PASSAGES`` passages each): of its text as its writer named
-        it (``named_text``: its ``about`` over its content, the head its dense-leg vector and
-        the warm passage cache hold), and of its ``about`` alone (``Fusion.about``) in the same
-        calls; all None if it is down."""
+        calls, at most ``RERANK_MAX_PASSAGES`` passages each), and of every candidate's
+        ``about`` (``Fusion.about``) in the same calls; all None if it is down."""
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
-        contents = [named_text(c.get("about"), c["content"]) for pool in pools for c in pool]
+        contents = [c["content"] for pool in pools for c in pool]
         abouts = [c.get("about") for pool in pools for c in pool] if self.fusion.about else []
         read_about = [i for i, about in enumerate(abouts) if about]
         passages = contents + [abouts[i] for i in read_about]
