@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -213,19 +213,25 @@ def variant(spec: str) -> tuple[Gate, int]:
     return VARIANTS[name], int(k) if k else TOP_K_DEFAULT
 
 
+Chooser = Callable[[Query, Observation], list[dict[str, Any]]]
+
+
+def shown_by(gate: Gate, top_k: int) -> Chooser:
+    """What inject shows under ``gate``, ``top_k`` memories at most."""
+    return lambda query, seen: judge(query.query, [seen], gate, top_k)[0]
+
+
 def score(
-    benchmark: Benchmark, recorded: Mapping[str, Any], gate: Gate, top_k: int
+    benchmark: Benchmark, recorded: Mapping[str, Any], choose: Chooser
 ) -> dict[str, InjectResult]:
-    """The eval's inject tally under ``gate`` showing ``top_k``, for all queries and for each
-    half."""
+    """The eval's inject tally of what ``choose`` shows, for all queries and for each half."""
     store = LoadedStore([], benchmark_ids=recorded["benchmark_ids"])
     results: dict[str, InjectResult] = {}
     for group in ("all", *HALVES):
         members = [q for q in benchmark.queries if group in ("all", half_of(q))]
         results[group] = InjectResult(sum(1 for q in members if not q.answerable))
     for query, raw in zip(benchmark.queries, recorded["observations"], strict=True):
-        seen = Observation(**raw)
-        chosen, _ = judge(query.query, [seen], gate, top_k)
+        chosen = choose(query, Observation(**raw))
         shown = store.to_benchmark([c["memory_id"] for c in chosen])
         results["all"].record(query, shown)
         results[half_of(query)].record(query, shown)
@@ -326,7 +332,7 @@ def calibrate(
 ) -> str:
     benchmark = _benchmark(path, limit)
     recorded = observations(path, cache, limit, Progress(sys.stderr), placement)
-    per_variant = {name: score(benchmark, recorded, *variant(name)) for name in names}
+    per_variant = {name: score(benchmark, recorded, shown_by(*variant(name))) for name in names}
     answerable = sum(1 for q in benchmark.queries if q.answerable)
     report = (
         f"## {path.name} (--keys {recorded['keys']}; {answerable} answerable, "

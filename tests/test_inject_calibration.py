@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.inject_calibration import fates, silence
+from benchmarks.inject_signals import ENTITIES, ENTITIES_PREMISE, about_named, floored
 from keymem.services.evaluation.dataset import Benchmark, Query
 from keymem.services.memory.inject import Gate, Observation
 
@@ -82,3 +83,20 @@ def test_the_trace_table_has_a_row_for_the_unanswerable_beside_the_answerable() 
     assert table["adversarial (gold: [])"]["prompt silenced: premise"] == "1.000"
     assert table["single-hop"]["shown"] == "1.000"
     assert rows[-1] == "precision (gold among shown memories): 1.000"
+
+
+def test_a_signal_floor_judges_the_named_ones_memories_and_the_others_still_compete() -> None:
+    seen = observation(RACE, PAINTS, coverage={"race": 1.0, "paints": 0.4})
+    benchmark = Benchmark("trace", "pooled", (), (SWAPPED, ASKED))
+    mine = about_named(benchmark, [seen, seen])
+    assert mine == {"q1": frozenset({"paints"}), "q2": frozenset({"race"})}
+
+    def shown(gate: Gate, floor: float, asked: Query) -> list[str]:
+        choose = floored(gate, (("coverage", floor),), mine)
+        return [c["memory_id"] for c in choose(asked, seen)]
+
+    assert shown(ENTITIES, 0.3, SWAPPED) == ["paints"]
+    assert shown(ENTITIES, 0.5, SWAPPED) == []
+    # Melanie's memory is not the named one's, so no floor drops it: it out-covers Caroline's
+    assert shown(ENTITIES_PREMISE, 0.3, SWAPPED) == []
+    assert shown(ENTITIES_PREMISE, 0.3, ASKED) == ["race"]
