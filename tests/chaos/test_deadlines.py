@@ -20,7 +20,7 @@ import pytest
 from keymem.protocol.async_client import AsyncClient
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import Endpoints, ipc_endpoints, prepare_run_dir
-from keymem.protocol.errors import Unavailable, is_transient
+from keymem.protocol.errors import DeadlineExceeded, Unavailable, is_transient
 from keymem.protocol.worker import HeartbeatPolicy, Service, Worker
 from keymem.services.router.broker import Broker
 from tests.conftest import FAST_HEARTBEAT
@@ -33,6 +33,11 @@ SLOW_HANDLER_HEARTBEAT = HeartbeatPolicy(interval_ms=100, liveness=20)
 REGISTER_AGAIN_S = 0.5
 # How long a caller may wait past the moment its router died before it hears of it.
 NOTICE_S = 0.5
+# More calls than a socket's send queue holds (zmq's default high-water mark: 1,000 messages),
+# each with a short deadline: all of them have ended well within QUEUED_CALLS_END_S.
+QUEUED_CALLS = 1_500
+QUEUED_CALL_TIMEOUT_MS = 300
+QUEUED_CALLS_END_S = 5.0
 
 
 class Router:
@@ -150,6 +155,25 @@ def test_the_async_client_ends_or_repeats_its_calls_when_the_router_dies(router:
     outcomes, _ = asyncio.run(scenario())
     assert outcomes[0] == outcomes[2] == "done"
     assert all(isinstance(o, Unavailable) for o in outcomes[1::2])
+
+
+def test_async_calls_past_a_full_send_queue_end_by_their_deadline(short_home: Path) -> None:
+    """No router listening: the socket's send queue fills, and a call that finds it full is
+    told at once (transient ``unavailable``) instead of waiting for room with no deadline;
+    the queued ones end at theirs."""
+    endpoints = ipc_endpoints(short_home)
+    prepare_run_dir(endpoints)
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(endpoints.frontend, timeout_ms=QUEUED_CALL_TIMEOUT_MS) as client:
+            calls = [client.call("svc", "slow") for _ in range(QUEUED_CALLS)]
+            return await asyncio.wait_for(
+                asyncio.gather(*calls, return_exceptions=True), QUEUED_CALLS_END_S
+            )
+
+    outcomes = asyncio.run(scenario())
+    assert any(isinstance(o, Unavailable) for o in outcomes)
+    assert all(isinstance(o, Unavailable | DeadlineExceeded) for o in outcomes)
 
 
 class _Background:
