@@ -19,6 +19,13 @@ from keymem.protocol.worker import HeartbeatPolicy, Service, Worker
 TAG = "process"
 
 
+def spin_for(seconds: float) -> None:
+    """Pure-Python work on the serving thread: it takes the GIL whenever it can."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def service() -> Service:
     svc = Service("svc")
     # dlopen(NULL): the process's own symbols, libc's usleep among them. A PyDLL call keeps
@@ -28,6 +35,16 @@ def service() -> Service:
     @svc.method()
     def hold_gil(body: Any) -> str:
         libc.usleep(int(float(body) * 1e6))
+        return TAG
+
+    @svc.method(idempotent=True)
+    def whoami(body: Any) -> str:
+        return TAG
+
+    @svc.method()
+    def spin(body: Any) -> str:
+        # the pulse gets the GIL here: this worker is hung only once past its deadline
+        spin_for(float(body))
         return TAG
 
     @svc.method(idempotent=True)

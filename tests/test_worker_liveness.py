@@ -5,7 +5,8 @@ The in-process cases run a 1.5 s expiry: the tests' usual 0.3 s is shorter than 
 (a test at nice 10 beside nice-0 work) may stall a process whose spinning handler holds the
 GIL when it is descheduled (0.9 s failed 1 run in 6 so), and a handler that outlasts two
 expiries shows the same thing. What stops a whole interpreter (a handler holding
-the GIL, SIGSTOP) runs in a worker process of its own (liveness_worker.py).
+the GIL, SIGSTOP) or starves it (a handler spinning past its deadline) runs in a worker process
+of its own (liveness_worker.py).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Any
 import pytest
 
 from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
-from keymem.protocol.errors import Unavailable
+from keymem.protocol.errors import DeadlineExceeded, Unavailable
 from keymem.protocol.worker import HeartbeatPolicy, Service
+from keymem.services.router.broker import WorkerRecord
 from keymem.services.stack import InprocStack
 from tests.conftest import FAST_HEARTBEAT
+from tests.liveness_worker import spin_for
 
 IN_PROCESS_HEARTBEAT = HeartbeatPolicy(interval_ms=500, liveness=3)
 LONG_S = 3.2  # over two expiries of the in-process heartbeat
@@ -38,19 +41,12 @@ PROCESS_START_S = 30.0
 REPO = Path(__file__).resolve().parent.parent
 
 
-def spin(seconds: float) -> None:
-    """Pure-Python work on the serving thread: it takes the GIL whenever it can."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 def long_service(tag: str) -> Service:
     service = Service("svc")
 
     @service.method()
     def spinning(body: Any) -> str:
-        spin(float(body))
+        spin_for(float(body))
         return tag
 
     @service.method()
@@ -60,7 +56,7 @@ def long_service(tag: str) -> Service:
 
     @service.method(batch=True)
     def spinning_batch(bodies: list[Any]) -> list[str]:
-        spin(float(max(bodies)))
+        spin_for(float(max(bodies)))
         return [tag] * len(bodies)
 
     return service
@@ -76,6 +72,20 @@ def test_a_request_longer_than_the_heartbeat_expiry_keeps_its_worker(method: str
         assert client.call("svc", method, LONG_S) == "a"
         assert running.worker.registrations == 1
         assert identity in stack.broker.workers
+
+
+def elsewhere_service() -> Service:
+    """An in-process worker of ``svc`` beside the process, answering at once."""
+    service = Service("svc")
+    for name in ("whoami", "sleep_idempotent"):
+        service.add(name, lambda body: "elsewhere", idempotent=True)
+    return service
+
+
+def process_record(stack: InprocStack, process: subprocess.Popen[bytes]) -> WorkerRecord | None:
+    """The router's record of the worker process, while it is registered."""
+    found = [w for w in list(stack.broker.workers.values()) if w.pid == process.pid]
+    return found[0] if found else None
 
 
 @contextlib.contextmanager
@@ -94,7 +104,7 @@ def worker_process(stack: InprocStack) -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen([sys.executable, "-m", "tests.liveness_worker", *args], cwd=REPO)
     try:
         give_up = time.monotonic() + PROCESS_START_S
-        while not any(w.pid == process.pid for w in list(stack.broker.workers.values())):
+        while process_record(stack, process) is None:
             assert process.poll() is None, "the worker process exited"
             assert time.monotonic() < give_up, "the worker process never registered"
             time.sleep(0.02)
@@ -123,9 +133,7 @@ def test_a_stopped_worker_process_is_declared_dead_and_its_request_retried_elsew
     short_home: Path,
 ) -> None:
     with stack_over_ipc(short_home) as stack, worker_process(stack) as process:
-        elsewhere = Service("svc")
-        elsewhere.add("sleep_idempotent", lambda body: "elsewhere", idempotent=True)
-        stack.add_worker(elsewhere)
+        stack.add_worker(elsewhere_service())
         client = stack.client(timeout_ms=30_000)
         outcome: dict[str, Any] = {}
 
@@ -140,3 +148,40 @@ def test_a_stopped_worker_process_is_declared_dead_and_its_request_retried_elsew
         caller.join(HOLD_S * 2)
         assert outcome.get("reply") == "elsewhere"
         assert time.monotonic() - started < HOLD_S
+
+
+def test_a_hung_worker_is_detected_and_routed_around(short_home: Path) -> None:
+    """A handler still running past its request's deadline is hung: its worker stops
+    heartbeating then, is dropped one expiry later while it still spins, calls go to another
+    worker meanwhile, and once unstuck it registers again. In a process of its own: a spinning
+    handler in the test's process shares the router's GIL and CPU, so when the router drops it
+    measures that starved interpreter, not the router (in process CI saw 2.0 s for ~0.7 s)."""
+    deadline_ms = 400
+    with stack_over_ipc(short_home) as stack, worker_process(stack) as process:
+        stack.add_worker(elsewhere_service(), heartbeat=PROCESS_HEARTBEAT)
+        client = stack.client()
+        outcome: dict[str, Any] = {}
+
+        def call_spin() -> None:
+            try:
+                outcome["spin"] = client.call("svc", "spin", HOLD_S, timeout_ms=deadline_ms)
+            except Exception as exc:
+                outcome["spin"] = exc
+
+        spinner = threading.Thread(target=call_spin)
+        started = time.monotonic()
+        spinner.start()  # to the process: the least loaded worker, registered first
+        while not (record := process_record(stack, process)) or not record.in_flight:
+            assert time.monotonic() - started < HOLD_S, "the spin never reached the process"
+            time.sleep(0.005)
+        other = stack.client()
+        assert {other.call("svc", "whoami") for _ in range(5)} == {"elsewhere"}
+        while process_record(stack, process) is not None:
+            assert time.monotonic() - started < HOLD_S, "the hung worker was never dropped"
+            time.sleep(0.01)
+        spinner.join(HOLD_S)
+        assert isinstance(outcome["spin"], DeadlineExceeded)
+        give_up = time.monotonic() + PROCESS_START_S
+        while process_record(stack, process) is None:
+            assert time.monotonic() < give_up, "the recovered worker never registered again"
+            time.sleep(0.05)

@@ -134,6 +134,9 @@ class Broker:
         self._deadlines: list[tuple[int, bytes]] = []
         self._tokens = itertools.count(1)
         self._next_beat_ms = 0
+        # No worker expires before this (a lower bound: heartbeats only move expiries later),
+        # so the broker looks for dead workers when one may be due, not only on its own beat.
+        self._next_expiry_ms = 0
         self._access_generation = 0
 
     def stop(self) -> None:
@@ -193,7 +196,7 @@ class Broker:
 
     def _poll_timeout_ms(self) -> int:
         now = envelope.now_ms()
-        wake = min(self._next_beat_ms, now + STOP_CHECK_MS)
+        wake = min(self._next_beat_ms, self._next_expiry_ms + 1, now + STOP_CHECK_MS)
         if self._deadlines:
             wake = min(wake, self._deadlines[0][0])
         return max(0, wake - now)
@@ -223,19 +226,27 @@ class Broker:
                 self._answer_error(
                     token, DeadlineExceeded(f"no reply from {pending.request.service} in time")
                 )
+        if now > self._next_expiry_ms:
+            self._drop_expired(now)
         if now >= self._next_beat_ms:
             self._refresh_access()
-            for worker in list(self.workers.values()):
-                if now > worker.expires_at_ms:
-                    log.warning(
-                        "%s worker pid %s missed heartbeats; dropping it",
-                        worker.service,
-                        worker.pid,
-                    )
-                    self._drop_worker(worker.identity, "stopped answering heartbeats")
-                else:
-                    self._send_worker(worker.identity, envelope.control(envelope.HEARTBEAT))
+            for identity in list(self.workers):
+                self._send_worker(identity, envelope.control(envelope.HEARTBEAT))
             self._next_beat_ms = now + self.heartbeat.interval_ms
+
+    def _drop_expired(self, now: int) -> None:
+        """Drop the workers silent past their expiry: one expiry after the last message, not
+        up to an interval later at the broker's next beat."""
+        for worker in list(self.workers.values()):
+            if now > worker.expires_at_ms:
+                log.warning(
+                    "%s worker pid %s missed heartbeats; dropping it", worker.service, worker.pid
+                )
+                self._drop_worker(worker.identity, "stopped answering heartbeats")
+        self._next_expiry_ms = min(
+            (w.expires_at_ms for w in self.workers.values()),
+            default=now + self.heartbeat.expiry_ms,
+        )
 
     def _refresh_access(self) -> None:
         """Read access.json again if it changed; drop the workers whose key lost the right."""
@@ -410,6 +421,7 @@ class Broker:
         )
         self.workers[identity] = worker
         record.workers[identity] = worker
+        self._next_expiry_ms = min(self._next_expiry_ms, worker.expires_at_ms)
         where = f" from {principal.address} ({principal.name})" if principal else ""
         log.info("%s worker pid %s%s registered (capacity %d)", service, pid, where, capacity)
         self._drain_queue(record)
