@@ -8,6 +8,7 @@ real graph service. Kiwi is loaded once per process (``shared_tokenizer``).
 from __future__ import annotations
 
 import mmap
+import os
 import random
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest, TooLarge
 from keymem.protocol.worker import Service
 from keymem.services.lexicon import cache
@@ -655,12 +657,15 @@ def test_a_stop_during_the_first_save_waits_for_it_and_maps_nothing(
     assert second.lexicon.cache_state["documents"] == 500
 
 
-def _stream(feed: FeedDouble, seconds: float, start: int) -> None:
-    """One writer's back-to-back writes: one every 0.05 s for ``seconds``."""
+def _stream(client: Client, feed: FeedDouble, seconds: float) -> None:
+    """One writer's back-to-back writes, one every 0.05 s for ``seconds``, each read back at
+    once (a read-your-writes search applies the feed in the request, not the sync timer)."""
     ends = time.monotonic() + seconds
+    written = 0
     while time.monotonic() < ends:
-        feed.put(f"w{start:04d}", f"부산 출장 {start}")
-        start += 1
+        seq = feed.put(f"w{written:04d}", f"출장 {written}")
+        search_reply(client, {"query": f"출장 {written}", "namespace": "ns", "min_seq": seq})
+        written += 1
         time.sleep(0.05)
 
 
@@ -675,16 +680,20 @@ def test_a_cache_save_waits_for_the_writes_to_pause_unless_the_journal_is_long(
     """A save (at 1M a 170 MB file written and fsynced) is not made in the middle of a burst
     of writes, even when the interval since the last one has passed: it comes once the feed
     stands still. A writer that never pauses still gets one when the journal a restart would
-    replay reaches its bound."""
+    replay reaches its bound. The writes are applied by their reads (read-your-writes), not
+    the sync timer's polls, which are slowed down here: either way the feed moved."""
     monkeypatch.setattr(service_module, "CACHE_SAVE_INTERVAL_S", 0.05)
+    monkeypatch.setattr(service_module, "IDLE_POLL_S", 5.0)
+    monkeypatch.setattr(service_module, "IDLE_POLL_MAX_S", 5.0)
     if journal_bound:
         monkeypatch.setattr(service_module, "JOURNAL_MAX_RECORDS", 10)
     for i in range(50):
         feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    client = stack.client()
     running = start_lexicon()
     first = feed.seq
     wait_until(lambda: running.lexicon.cache_state.get("saved_seq") == first, "the first save")
-    _stream(feed, 2.0, 0)
+    _stream(client, feed, 2.0)
     saved = running.lexicon.cache_state.get("saved_seq")
     if journal_bound:
         assert saved is not None and saved > first  # the bound forced a save mid-burst
@@ -694,3 +703,28 @@ def test_a_cache_save_waits_for_the_writes_to_pause_unless_the_journal_is_long(
         lambda: running.lexicon.cache_state.get("saved_seq") == feed.seq, "the save once still"
     )
     assert_mirrors(running, feed.docs)
+
+
+def test_the_background_save_runs_nicer_than_the_serving_thread(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A save that a burst of writes meets (it started in a pause) yields the cores to them."""
+    serving = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's: the in-process lexicon's too
+    niceness: list[int] = []
+    write = cache.write
+
+    def observed_write(path: Path, snap: cache.Snapshot) -> cache.CacheInfo:
+        niceness.append(os.getpriority(os.PRIO_PROCESS, 0))  # the calling thread's
+        return write(path, snap)
+
+    monkeypatch.setattr(cache, "write", observed_write)
+    for i in range(20):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    running = start_lexicon()
+    wait_until(lambda: running.lexicon.cache_state.get("saved_seq") == feed.seq, "a save")
+    step = service_module.SAVER_NICE_STEP
+    assert niceness == [min(service_module.NICE_MAX, serving + step)]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == serving
