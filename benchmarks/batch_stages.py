@@ -1,7 +1,7 @@
 """The graph's CPU per batched memory by stage, in process, on a copy of a store.
 
     python -m benchmarks.batch_stages --store /tmp/km-scale5/store-1000000/graph.duckdb
-        --memories 1000000 [--batches 20] [--key-ann-min-keys N] [--key-ann-cache DIR]
+        --memories 1000000 [--batches 20] [--pace-s S] [--key-ann-min-keys N] [--key-ann-cache DIR]
 
 Opens a copy of the graph file with ``GraphService``, waits until every namespace's
 approximate key index serves (as a deployment does before it answers: at 1M a first build
@@ -11,9 +11,11 @@ stream than the store's), each preceded by the memory service's ``held_vectors``
 keys, and runs the worker's fold and checkpoint timers between them. Reports CPU ms per memory:
 ``held`` (the lookups), ``write`` (the acknowledged write: parse, keys, links, hints, the log's
 append), ``timers`` (the fold into DuckDB, and the checkpoints, also given on their own), and the
-checkpoint count. ``--key-ann-min-keys`` lowers the key index threshold, so a small store serves
-its keys from the index as a large one does. Run it nice'd; compare trees by running it with
-each tree first on ``PYTHONPATH``.
+checkpoint count. ``--pace-s S`` waits S before each batch, as batches through a deployment
+arrive (~0.1 s apart from one client on a quiet box): the write-behind timer then sees the
+gaps a deployment's does. ``--key-ann-min-keys`` lowers the key index threshold, so a small
+store serves its keys from the index as a large one does. Run it nice'd; compare trees by
+running it with each tree first on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -76,7 +78,12 @@ def _with_held_vectors(graph: GraphService, items: list[dict[str, Any]]) -> dict
 
 
 def measure(
-    store: Path, memories: int, batches: int, key_ann_min_keys: int, cache: Path | None
+    store: Path,
+    memories: int,
+    batches: int,
+    key_ann_min_keys: int,
+    cache: Path | None,
+    pace_s: float,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="km-batch-stages-", dir="/tmp"))
     try:
@@ -117,10 +124,11 @@ def measure(
 
         graph.store.checkpoint = counted_checkpoint  # type: ignore[method-assign]
         timers = [
-            Timer(graph_service.WRITE_BEHIND_INTERVAL_S, graph.flush_due),
+            Timer(graph_service.WRITE_BEHIND_INTERVAL_S, graph.fold_due),
             Timer(graph_service.CHECKPOINT_CHECK_INTERVAL_S, graph.checkpoint_due),
         ]
         for batch in [items() for _ in range(batches)]:
+            time.sleep(pace_s)  # the client's, the MCP server's and the router's part
             spent = time.process_time()
             body = _with_held_vectors(graph, batch)
             cpu["held"] += time.process_time() - spent
@@ -157,9 +165,17 @@ def main() -> int:
         "--key-ann-min-keys", type=int, default=cfg.KEY_ANN_MIN_KEYS.default, help="0: none"
     )
     parser.add_argument("--key-ann-cache", type=Path, help="keep and reuse built key indexes")
+    parser.add_argument(
+        "--pace-s", type=float, default=0.0, help="wait before each batch, as a deployment's do"
+    )
     args = parser.parse_args()
     report = measure(
-        args.store, args.memories, args.batches, args.key_ann_min_keys, args.key_ann_cache
+        args.store,
+        args.memories,
+        args.batches,
+        args.key_ann_min_keys,
+        args.key_ann_cache,
+        args.pace_s,
     )
     print(json.dumps(report))
     return 0

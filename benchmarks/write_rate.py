@@ -479,7 +479,7 @@ def statements(size: int, store: Path, calls: int, batch: int) -> dict[str, Any]
         graph.store.conn = timed  # type: ignore[assignment]
         wall, cpu = time.perf_counter(), time.process_time()
         timers = [
-            Timer(graph_service.WRITE_BEHIND_INTERVAL_S, graph.flush_due),
+            Timer(graph_service.WRITE_BEHIND_INTERVAL_S, graph.fold_due),
             Timer(graph_service.CHECKPOINT_CHECK_INTERVAL_S, graph.checkpoint_due),
         ]
         for body in bodies:

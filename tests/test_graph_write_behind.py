@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from keymem.services.graph import GraphService, views
+from keymem.services.graph.service import WRITE_BEHIND_INTERVAL_S
 from keymem.store.writelog import log_path
 from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
 from tests.vectors import remember_body
@@ -207,3 +208,24 @@ def test_a_fold_carries_every_kind_of_row_a_write_made() -> None:
         if getattr(merged, spec.name) == getattr(empty, spec.name)
     ]
     assert missing == []
+
+
+def test_a_burst_of_writes_is_folded_together_once_it_pauses(tmp_path: Path) -> None:
+    """The worker's write-behind timer leaves a burst's writes logged while they keep coming
+    (one fold for the burst, not one every 0.2 s) and folds them all once they pause."""
+    graph = open_graph(tmp_path)
+    try:
+        for i in range(6):
+            graph.remember(remember_body(f"burst fact {i}", ["burst"]))
+            graph.fold_due()  # as the worker's timer runs between requests
+            time.sleep(0.05)
+        assert len(graph.store.pending) == 6
+        time.sleep(WRITE_BEHIND_INTERVAL_S)
+        graph.fold_due()
+        assert not graph.store.pending
+        folded = graph.store.conn.execute(
+            "SELECT count(*) FROM memories WHERE content LIKE 'burst fact %'"
+        ).fetchone()
+        assert folded == (6,)
+    finally:
+        graph.close()

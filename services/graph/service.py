@@ -134,8 +134,9 @@ READ_METHODS = (
 )
 
 TTL_SWEEP_INTERVAL_S = 10.0
-# Logged writes are folded into DuckDB this often, all in one transaction (its statements cost
-# the same for one write as for a hundred), and at once when the log holds this much.
+# Logged writes are folded into DuckDB, all in one transaction (its statements cost the same
+# for one write as for a hundred), once no write came for this long (checked as often), at the
+# latest with each checkpoint check (every second), and at once when the log holds this much.
 WRITE_BEHIND_INTERVAL_S = 0.2
 WRITE_BEHIND_MAX_BYTES = 4 * 1024 * 1024
 BLAS_THREADS = 1
@@ -419,6 +420,15 @@ class GraphService:
                 log.warning("logged writes wait for disk space to reach the file: %s", exc)
             else:
                 log.exception("logged writes could not reach the file; they stay logged")
+
+    def fold_due(self) -> None:
+        """The write-behind timer: fold once the writes pause, so the batches of a burst (one
+        client's arrive ~0.1 s apart) share a fold instead of paying its transaction one or
+        two at a time (at 1M, in process: 0.22 ms of CPU a batched memory with batches 0.12 s
+        apart, 0.14 back to back).
+        ``checkpoint_due`` folds whatever waits each second."""
+        if time.monotonic() - self.last_write >= WRITE_BEHIND_INTERVAL_S:
+            self.flush_due()
 
     def replay_s(self) -> float:
         """What replaying DuckDB's write-ahead log would cost a restart now (an estimate)."""
@@ -886,7 +896,7 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
     for name in READ_METHODS:
         service.add(name, getattr(graph, name), idempotent=True)
     service.every(sweep_interval_s, graph.sweep)
-    service.every(WRITE_BEHIND_INTERVAL_S, graph.flush_due)
+    service.every(WRITE_BEHIND_INTERVAL_S, graph.fold_due)
     service.every(CHECKPOINT_CHECK_INTERVAL_S, graph.checkpoint_due)
     service.every(KEY_ANN_CHECK_INTERVAL_S, graph.key_ann_tick)
     service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
