@@ -58,7 +58,7 @@ class AsyncClient:
             self._monitor = self._socket.get_monitor_socket(WATCHED_EVENTS)
         curve.connect(self._socket, endpoint)
         self._waiting: dict[bytes, asyncio.Future[envelope.Reply]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None  # watching the sockets
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop watching the sockets
 
     async def call(
         self,
@@ -105,14 +105,24 @@ class AsyncClient:
         return result_of(reply)
 
     def _watched(self) -> asyncio.AbstractEventLoop:
-        """The running loop, watching the socket (and its monitor) from the first call on."""
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._loop.add_reader(self._socket.FD, self._read_replies)
+        """The running loop, watching the socket (and its monitor) from its first call here
+        on (a client used from a later loop moves to it)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._unwatch()
+            self._loop = loop
+            loop.add_reader(self._socket.FD, self._read_replies)
             if self._monitor is not None:
-                self._loop.add_reader(self._monitor.FD, self._watch_connection)
+                loop.add_reader(self._monitor.FD, self._watch_connection)
                 self._watch_connection()  # a descriptor signals only once its events were read
-        return self._loop
+        return loop
+
+    def _unwatch(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._socket.FD)
+            if self._monitor is not None:
+                self._loop.remove_reader(self._monitor.FD)
+        self._loop = None
 
     def _fail_waiting(self, error: KeymemError) -> None:
         for future in self._waiting.values():
@@ -140,10 +150,7 @@ class AsyncClient:
             self._fail_waiting(connection_failed(self.endpoint, event))
 
     async def close(self) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(self._socket.FD)
-            if self._monitor is not None:
-                self._loop.remove_reader(self._monitor.FD)
+        self._unwatch()
         if self._monitor is not None:
             self._socket.disable_monitor()
             self._monitor.close(linger=0)

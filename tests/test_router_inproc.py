@@ -32,6 +32,9 @@ from tests.conftest import FAST_HEARTBEAT
 from tests.ports import free_port_pair
 from tests.wire import direct_reply
 
+# A call on a later event loop that nothing reads would end here, not be answered.
+LATER_LOOP_TIMEOUT_MS = 2_000
+
 
 def tagged_service(tag: str) -> Service:
     """A test service whose replies say which worker served them."""
@@ -236,6 +239,18 @@ def test_the_async_client_multiplexes_concurrent_calls(stack: InprocStack) -> No
             return await asyncio.gather(*(client.call("svc", "echo", i) for i in range(200)))
 
     assert asyncio.run(scenario()) == list(range(200))
+
+
+def test_the_async_client_answers_on_each_event_loop_it_is_used_from(stack: InprocStack) -> None:
+    """A client kept across ``asyncio.run`` calls (a program's successive commands) is
+    answered on the loop it is called from, not left watching the first, closed one."""
+    stack.add_worker(tagged_service("a"))
+    client = AsyncClient(stack.endpoints.frontend, timeout_ms=LATER_LOOP_TIMEOUT_MS)
+    try:
+        assert asyncio.run(client.call("svc", "echo", 1)) == 1
+        assert asyncio.run(client.call("svc", "echo", 2)) == 2
+    finally:
+        asyncio.run(client.close())
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
