@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,9 @@ from tests.wire import direct_reply
 
 # A call on a later event loop that nothing reads would end here, not be answered.
 LATER_LOOP_TIMEOUT_MS = 2_000
+
+
+LATE_WAIT_S = 30.0  # a bound on a handler that waits for its caller's timeout
 
 
 @pytest.fixture
@@ -141,11 +145,23 @@ def test_probes_of_a_service_still_starting_are_not_errors_but_real_failures_are
 
 
 def test_a_late_reply_becomes_a_typed_timeout_and_is_then_discarded(stack: InprocStack) -> None:
-    stack.add_worker(tagged_service("a"))
+    service = tagged_service("a")
+    answered = threading.Event()
+
+    @service.method()
+    def late(body: Any) -> str:
+        answered.wait(LATE_WAIT_S)  # the reply comes once the caller has its timeout
+        return "late"
+
+    stack.add_worker(service)
     client = stack.client()
-    # 0.25 s: longer than the deadline, far shorter than the heartbeat expiry (3 s)
-    with pytest.raises(DeadlineExceeded, match="no reply from svc in time"):
-        client.call("svc", "sleep", 0.25, timeout_ms=100)
+    try:
+        # a deadline a loaded box still delivers the request within (else the router refuses
+        # it unrun, and no late reply is made)
+        with pytest.raises(DeadlineExceeded, match="no reply from svc in time"):
+            client.call("svc", "late", timeout_ms=1_000)
+    finally:
+        answered.set()
     # the worker's late reply must not be mistaken for the answer to the next call
     assert client.call("svc", "whoami", timeout_ms=2_000) == "a"
     assert client.call("svc", "echo", 7) == 7
