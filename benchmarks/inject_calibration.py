@@ -14,7 +14,10 @@ hybrid-search candidates of its namespace, their matched keys and the lexicon's 
 exactly what the gates judge. In process, ``--scoring`` observes with the graph's scoring (and
 memory vectors) of a recall-ablation variant, e.g. ``no_dense``: the dense candidate leg off.
 The observations are cached as JSON
-(``--cache``, one file per benchmark), so a sweep over gate variants
+(``--cache``, one file per benchmark; by default a directory of this build's own, named by a
+hash of the observing code and the placement, so another build — another commit, another
+helper's edit — observes afresh instead of reading what an older one saw; an explicit
+``--cache`` is read whatever made it), so a sweep over gate variants
 (``services.memory.inject.Gate``, swapped in-process: the wire carries no gate) costs no
 service call. The file's queries are scored
 with the eval's own tally (``services.evaluation.runner.InjectResult``), so "shipped" matches
@@ -38,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import json
 import sys
 import tempfile
@@ -61,7 +65,14 @@ from keymem.services.memory.inject import TOP_K_DEFAULT, Gate, Inject, Observati
 from keymem.services.memory.search import GATED_FUSION, Search
 
 CLIENT_TIMEOUT_MS = 60_000
-DEFAULT_CACHE = Path(tempfile.gettempdir()) / "km-inject-observations"
+CACHES = Path(tempfile.gettempdir()) / "km-inject-observations"
+# What observing runs: the product's code and the in-process wiring (its variants' scoring).
+OBSERVING_CODE = (
+    "keymem.services",
+    "keymem.protocol",
+    "keymem.store",
+    "benchmarks.recall_ablation",
+)
 NEVER = 2.0  # a coverage no memory reaches: switches the word-only admission off
 HALVES = ("A", "B")
 # The recall-ablation variants that change only the graph's scoring (and memory vectors): the
@@ -127,6 +138,28 @@ class Placement:
     relevance: str = "configured"
     e5_saved: Path | None = None
     scoring: str = "shipped"
+
+
+def build_cache(placement: Placement, code: Sequence[Path] | None = None) -> Path:
+    """The default cache of this build: ``CACHES`` / a hash of the observing code's sources
+    (``code``: files or directories; the ``OBSERVING_CODE`` modules by default) and of
+    ``placement``. Observations depend on all of it, and the cache is read by file name."""
+    roots = code if code is not None else [_source(name) for name in OBSERVING_CODE]
+    digest = hashlib.sha256(repr(placement).encode())
+    for root in roots:
+        for source in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            digest.update(str(source.relative_to(root.parent)).encode())
+            digest.update(source.read_bytes())
+    return CACHES / digest.hexdigest()[:12]
+
+
+def _source(module: str) -> Path:
+    """A module's source: its package directory, or its file."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(module)
+    origin = Path(spec.origin)
+    return origin.parent if origin.name == "__init__.py" else origin
 
 
 @contextlib.contextmanager
@@ -354,7 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{TOP_K_DEFAULT}); the first variant's gold is traced (where it goes)",
     )
     parser.add_argument("--limit", type=int)
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument(
+        "--cache", type=Path, help="observations' directory (default: this build's own)"
+    )
     parser.add_argument("--in-process", action="store_true", help="services as threads")
     parser.add_argument(
         "--relevance",
@@ -367,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scoring",
         choices=SCORINGS,
         default="shipped",
-        help="in process: the graph's scoring of this recall-ablation variant (a fresh --cache)",
+        help="in process: the graph's scoring of this recall-ablation variant",
     )
     args = parser.parse_args(argv)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
@@ -377,8 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (args.relevance != "configured" or args.scoring != "shipped") and not args.in_process:
         parser.error("--relevance and --scoring need --in-process (a deployment scores as set)")
     placement = Placement(args.in_process, args.relevance, args.e5_saved, args.scoring)
+    cache = args.cache or build_cache(placement)
     for path in args.files:
-        print(calibrate(path, names, args.limit, args.cache, placement), flush=True)
+        print(calibrate(path, names, args.limit, cache, placement), flush=True)
     return 0
 
 

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.inject_calibration import (
-    DEFAULT_CACHE,
     Chooser,
     Placement,
     _benchmark,
+    build_cache,
     observations,
     score,
     shown_by,
@@ -108,9 +108,12 @@ def fit(
     return None if best is None else (best[1], best[2])
 
 
-def separate(path: Path, cache: Path, target: float) -> str:
+def separate(path: Path, cache: Path | None, target: float) -> str:
     benchmark = _benchmark(path, None)
-    recorded = observations(path, cache, None, Progress(sys.stderr), Placement(threads=True))
+    placement = Placement(threads=True)
+    recorded = observations(
+        path, cache or build_cache(placement), None, Progress(sys.stderr), placement
+    )
     seen = [Observation(**raw) for raw in recorded["observations"]]
     rows: dict[str, dict[str, InjectResult]] = {
         "shipped": score(benchmark, recorded, shown_by(Gate(), TOP_K_DEFAULT))
@@ -129,7 +132,9 @@ def separate(path: Path, cache: Path, target: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", type=Path, nargs="+")
-    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument(
+        "--cache", type=Path, help="observations' directory (default: this build's own)"
+    )
     parser.add_argument("--target", type=float, default=NOT_FOUND_TARGET)
     args = parser.parse_args(argv)
     for path in args.files:

@@ -4,9 +4,10 @@ stack in ``python -m benchmarks.inject_calibration``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from benchmarks.inject_calibration import fates, silence
+from benchmarks.inject_calibration import CACHES, Placement, build_cache, fates, silence
 from benchmarks.inject_signals import ENTITIES, ENTITIES_PREMISE, about_named, floored
 from keymem.services.evaluation.dataset import Benchmark, Query
 from keymem.services.memory.inject import Gate, Observation
@@ -100,3 +101,17 @@ def test_a_signal_floor_judges_the_named_ones_memories_and_the_others_still_comp
     # Melanie's memory is not the named one's, so no floor drops it: it out-covers Caroline's
     assert shown(ENTITIES_PREMISE, 0.3, SWAPPED) == []
     assert shown(ENTITIES_PREMISE, 0.3, ASKED) == ["race"]
+
+
+def test_the_default_cache_is_this_builds_own(tmp_path: Path) -> None:
+    code = tmp_path / "services"
+    code.mkdir()
+    (code / "search.py").write_text("CANDIDATES = 10\n")
+    before = build_cache(Placement(), [code])
+    assert build_cache(Placement(), [code]) == before
+    assert build_cache(Placement(threads=True), [code]) != before
+    # another build (an edit to what observes) reads none of the older build's observations
+    (code / "search.py").write_text("CANDIDATES = 20\n")
+    assert build_cache(Placement(), [code]) != before
+    # the shipped default hashes the product's code and the in-process wiring
+    assert build_cache(Placement()).parent == CACHES
