@@ -75,6 +75,19 @@ def tagged_service(tag: str) -> Service:
     return service
 
 
+def late_service(tag: str, answered: threading.Event) -> Service:
+    """``tagged_service`` with ``late``, which replies once ``answered`` is set: after its
+    caller has the timeout, however long a loaded box takes to get there."""
+    service = tagged_service(tag)
+
+    @service.method()
+    def late(body: Any) -> str:
+        answered.wait(LATE_WAIT_S)
+        return "late"
+
+    return service
+
+
 def test_request_reply_builtins_and_stats(stack: InprocStack) -> None:
     stack.add_worker(tagged_service("a"))
     client = stack.client()
@@ -145,15 +158,8 @@ def test_probes_of_a_service_still_starting_are_not_errors_but_real_failures_are
 
 
 def test_a_late_reply_becomes_a_typed_timeout_and_is_then_discarded(stack: InprocStack) -> None:
-    service = tagged_service("a")
     answered = threading.Event()
-
-    @service.method()
-    def late(body: Any) -> str:
-        answered.wait(LATE_WAIT_S)  # the reply comes once the caller has its timeout
-        return "late"
-
-    stack.add_worker(service)
+    stack.add_worker(late_service("a", answered))
     client = stack.client()
     try:
         # a deadline a loaded box still delivers the request within (else the router refuses
@@ -334,9 +340,14 @@ def test_call_many_fans_out_in_parallel_and_keeps_each_outcome(stack: InprocStac
 
 
 def test_call_many_reports_a_missing_reply_as_that_calls_timeout(stack: InprocStack) -> None:
-    stack.add_worker(tagged_service("a"))
-    stack.add_worker(tagged_service("b"))
+    answered = threading.Event()
+    stack.add_worker(late_service("a", answered))
+    stack.add_worker(late_service("b", answered))
     client = stack.client()
-    fast, slow = client.call_many([("svc", "echo", 1), ("svc", "sleep", 0.25)], timeout_ms=100)
+    try:
+        calls = [("svc", "echo", 1), ("svc", "late", None)]
+        fast, slow = client.call_many(calls, timeout_ms=1_000)
+    finally:
+        answered.set()
     assert fast == 1
     assert isinstance(slow, DeadlineExceeded)
