@@ -10,7 +10,10 @@ the connection the SDK's loop would use: a 2026-era request through the SDK's si
 entry (``serve_one``) on a connection made from its own envelope, as the SDK's modern loop
 does; a handshake-era one on one connection made from the handshake the SDK accepted (the
 negotiated version, the client's info and capabilities, seen by ``middleware``), as the SDK's
-legacy loop keeps one. The reply goes out through the SDK's write stream.
+legacy loop keeps one. The reply, and any notification the call sends, is written straight to
+the pipe when stdout is one (each message one whole line, as the SDK's writer writes it): the
+SDK's write stream is a rendezvous with its writer task, two task switches a message on the
+path of every call; otherwise it goes through that stream.
 
 Everything else stays with the SDK's loop: the handshake, listings, prompts, pings, a
 notification, a call before the handshake completed, an envelope the SDK would refuse, a
@@ -25,7 +28,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -52,12 +55,25 @@ CANCELLED = "notifications/cancelled"
 STDIO = TransportContext(kind="stdio", can_send_request=False)
 
 
+class Wire(Protocol):
+    """The pipe the SDK's stdio writer writes to (``stdio.PipeWriter``)."""
+
+    async def write(self, text: str) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+Message = JSONRPCResponse | JSONRPCError | JSONRPCNotification
+Send = Callable[[Message], Awaitable[None]]
+
+
 class DirectCalls:
     """The stdio loop's share of ``server``'s tool calls (see the module doc)."""
 
     def __init__(self, server: MCPServer[None]) -> None:
         self.server = server
         self.answers: MemoryObjectSendStream[SessionMessage] | None = None
+        self.wire: Wire | None = None  # stdout, when it is a pipe
         self._offered: Mapping[str, Any] | None = None  # an accepted initialize's params
         self._handshake: ServerRunner[None] | None = None  # the kernel on the handshake's terms
         self._running: dict[RequestId, asyncio.Task[None]] = {}
@@ -80,7 +96,7 @@ class DirectCalls:
                 ctx.protocol_version,
                 self._offered.get("clientInfo"),
                 self._offered.get("capabilities"),
-                outbound=Notifications(self.answers),
+                outbound=Notifications(self.send),
             )
             self._handshake = ServerRunner(self.server._lowlevel_server, connection, None)
         return result
@@ -109,13 +125,23 @@ class DirectCalls:
             or self.server._tool_manager.get_tool(params.get("name")) is None  # type: ignore[arg-type]
         ):
             return False
-        served = self._served(message, params, CallContext(request_id, Notifications(self.answers)))
+        served = self._served(message, params, CallContext(request_id, Notifications(self.send)))
         if served is None:
             return False
-        task = asyncio.get_running_loop().create_task(_answer(self.answers, request_id, served))
+        task = asyncio.get_running_loop().create_task(_answer(self.send, request_id, served))
         self._running[request_id] = task
         task.add_done_callback(lambda _: self._running.pop(request_id, None))
         return True
+
+    async def send(self, message: Message) -> None:
+        """``message`` to the client: one line straight onto the pipe, or through the SDK's
+        write stream when stdout is not one."""
+        if self.wire is not None:
+            await self.wire.write(message.model_dump_json(by_alias=True, exclude_unset=True) + "\n")
+            await self.wire.flush()
+            return
+        assert self.answers is not None
+        await self.answers.send(SessionMessage(message))
 
     def _served(
         self, message: dict[str, Any], params: dict[str, Any], context: CallContext
@@ -150,7 +176,7 @@ class DirectCalls:
 
 
 async def _answer(
-    answers: MemoryObjectSendStream[SessionMessage],
+    send: Send,
     request_id: RequestId,
     served: Callable[[], Awaitable[dict[str, Any]]],
 ) -> None:
@@ -163,14 +189,14 @@ async def _answer(
         return  # the client cancelled it: never answered
     except Exception as exc:
         reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=modern_error_data(exc))
-    await answers.send(SessionMessage(reply))
+    await send(reply)
 
 
 @dataclass(frozen=True)
 class Notifications:
     """A back-channel to the client that sends notifications and refuses requests."""
 
-    answers: MemoryObjectSendStream[SessionMessage]
+    send: Send
 
     async def send_raw_request(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
@@ -183,7 +209,7 @@ class Notifications:
         notification = JSONRPCNotification(
             jsonrpc="2.0", method=method, params=dict(params) if params is not None else None
         )
-        await self.answers.send(SessionMessage(notification))
+        await self.send(notification)
 
 
 @dataclass

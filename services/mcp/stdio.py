@@ -264,6 +264,7 @@ async def serve(server: MCPServer[None]) -> None:
         ),
     ):
         guarded.answers = direct.answers = write_stream
+        direct.wire = stdout
         guarded.ready.set()
         # The SDK's own stdio runner, with our stdin (MCPServer.run_stdio_async builds its own).
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
