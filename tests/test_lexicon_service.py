@@ -728,3 +728,33 @@ def test_the_background_save_runs_nicer_than_the_serving_thread(
     step = service_module.SAVER_NICE_STEP
     assert niceness == [min(service_module.NICE_MAX, serving + step)]
     assert os.getpriority(os.PRIO_PROCESS, 0) == serving
+
+
+def test_a_cache_save_is_not_started_by_the_polls_backoff_during_a_burst(
+    stack: InprocStack,
+    feed: FeedDouble,
+    start_lexicon: Callable[[], Running],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between two polls the lexicon does not see the feed move: an idle lexicon polls up to
+    2 s apart, so a burst that began after its last poll looks still. A save that is due
+    asks the feed first, and waits while it moves."""
+    monkeypatch.setattr(service_module, "CACHE_SAVE_INTERVAL_S", 0.05)
+    monkeypatch.setattr(service_module, "IDLE_POLL_S", 1.5)  # each poll 1.5 s after the last
+    monkeypatch.setattr(service_module, "IDLE_POLL_MAX_S", 1.5)
+    for i in range(50):
+        feed.put(f"m{i:03d}", f"부산 회의 {i}")
+    running = start_lexicon()
+    first = feed.seq
+    wait_until(lambda: running.lexicon.cache_state.get("saved_seq") == first, "the first save")
+    ends = time.monotonic() + 3.0
+    written = 0
+    while time.monotonic() < ends:  # writes nobody reads back: only the polls apply them
+        feed.put(f"w{written:04d}", f"출장 {written}")
+        written += 1
+        time.sleep(0.05)
+    assert running.lexicon.cache_state.get("saved_seq") == first
+    wait_until(
+        lambda: running.lexicon.cache_state.get("saved_seq") == feed.seq, "the save once still"
+    )
+    assert_mirrors(running, feed.docs)

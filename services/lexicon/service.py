@@ -114,6 +114,7 @@ class Lexicon:
         self._idle_poll_s = IDLE_POLL_S
         self._last_save = self._moved_at = time.monotonic()
         self._seen_seq = self.follower.seq  # as of the last sync turn (``_moved_at``)
+        self._polled_at = 0.0  # the last turn that asked the feed
         self._failed_at: float | None = None  # the last save's failure, if it failed
         self._saver: threading.Thread | None = None
         # the saved cache, mapped by the saver, that replaces a heap-built index (a first
@@ -292,6 +293,7 @@ class Lexicon:
         if follower.busy or now >= self._next_poll:
             seq = follower.seq
             follower.tick(self.slice_s)
+            self._polled_at = now
             moved = follower.busy or follower.seq != seq
             self._idle_poll_s = (
                 IDLE_POLL_S if moved else min(2 * self._idle_poll_s, IDLE_POLL_MAX_S)
@@ -302,7 +304,10 @@ class Lexicon:
             self._moved_at, self._seen_seq = now, follower.seq
         self._adopt_mapped()
         if self._save_due(now):
-            self.save_cache()
+            if self._polled_at < now:  # still as of a poll up to IDLE_POLL_MAX_S old: look
+                self._next_poll = now
+            else:
+                self.save_cache()
 
     def close(self) -> None:
         """On stop: the index must be on disk for the next start. When the cache and its
