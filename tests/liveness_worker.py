@@ -1,8 +1,9 @@
 """A worker process for liveness tests: ``python -m tests.liveness_worker BACKEND INTERVAL_MS
 LIVENESS`` serves ``svc`` on the router at BACKEND until SIGTERM.
 
-A process of its own, because what it tests stops a whole interpreter: a handler that holds
-the GIL would freeze an in-process router too, and SIGSTOP stops every thread.
+A process of its own, because what it tests stops or starves a whole interpreter: a handler
+that holds the GIL would freeze an in-process router too, SIGSTOP stops every thread, and a
+handler spinning in Python takes the GIL from the router it is measured by whenever it can.
 """
 
 from __future__ import annotations
