@@ -36,6 +36,7 @@ from benchmarks.deployment import bench_home
 from benchmarks.graph_bench import Synthetic, build
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
+from keymem.protocol.errors import DeadlineExceeded
 
 INDEX_WAIT_S = 1_800
 QUERY_POOL = 200
@@ -59,7 +60,10 @@ def _queries(data: Synthetic) -> list[dict[str, Any]]:
 def _wait_indexed(client: Client, memories: int) -> float:
     started = time.monotonic()
     while time.monotonic() - started < INDEX_WAIT_S:
-        stats = client.call("lexicon", "index_stats", {}, timeout_ms=5_000)
+        try:
+            stats = client.call("lexicon", "index_stats", {}, timeout_ms=5_000)
+        except DeadlineExceeded:  # a lexicon busy indexing a large store answers late: ask again
+            continue
         if stats["documents"] >= memories:
             return time.monotonic() - started
         time.sleep(1.0)

@@ -179,6 +179,9 @@ class Client:
         return failure
 
     def close(self) -> None:
+        """Idempotent, as a file's close is: a second close is not an error."""
+        if self._socket.closed:
+            return
         if self._monitor is not None:
             self._socket.disable_monitor()
             self._monitor.close(linger=0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from keymem.protocol import envelope
+from keymem.protocol.client import Client
 from keymem.protocol.codec import pack, unpack
 from keymem.protocol.endpoints import EndpointError, ipc_endpoints, tcp_endpoints
 from keymem.protocol.errors import BadRequest, NotFound, UnsupportedVersion, error_from_wire
@@ -109,3 +110,11 @@ def test_tcp_refuses_non_loopback_hosts() -> None:
 def test_ipc_paths_too_long_for_a_unix_socket_say_how_to_fix_it() -> None:
     with pytest.raises(EndpointError, match="KEYMEM_HOME"):
         ipc_endpoints(Path("/tmp") / ("x" * 120))
+
+
+def test_a_client_closed_twice_is_not_an_error(tmp_path: Path) -> None:
+    """A client closed by a ``with`` block and again by its owner's cleanup (or by two owners)
+    must not raise on the second close, as a file would not."""
+    client = Client(ipc_endpoints(tmp_path).frontend)
+    client.close()
+    client.close()
