@@ -13,6 +13,7 @@ import ctypes.util
 import errno
 import itertools
 import logging
+import math
 import time
 import uuid
 from collections import defaultdict
@@ -77,6 +78,50 @@ UNIQUE_MEMORY_COLUMNS = frozenset({"id", "content", "created_at", "last_confirme
 
 class StoreLocked(Unavailable):
     """Another process holds the graph file (DuckDB allows one opener)."""
+
+
+class DamagedMeta(Unavailable):
+    """A number the graph file's ``meta`` table keeps does not read as one: the file is damaged
+    outside keymem, and no value the graph could guess for it is safe (``log_applied`` says
+    which logged writes are in the file)."""
+
+
+# The meta rows that hold numbers, each with the kind it must read as (an empty value is 0).
+NUMERIC_META: dict[str, type[int] | type[float]] = {
+    "dim": int,
+    "pruned_through": int,
+    APPLIED_META: int,
+    "created_at": float,
+    "slept_at": float,
+}
+
+
+def checked_meta(meta: dict[str, str], path: Path) -> dict[str, str]:
+    """``meta`` as read, once every numeric row reads as a finite number of at least 0;
+    ``DamagedMeta`` naming the first that does not."""
+    for name, kind in NUMERIC_META.items():
+        value = meta.get(name, "")
+        try:
+            sound = not value or (math.isfinite(number := kind(value)) and number >= 0)
+        except ValueError:
+            sound = False
+        if not sound:
+            raise DamagedMeta(
+                f"{path} is damaged: its meta row {name!r} holds {value!r}, not a number "
+                "keymem writes there (nothing was changed). Restore the newest `keymem backup` "
+                "over it with the services down; `keymem doctor` says where it is",
+                {"row": name, "value": value},
+            )
+    return meta
+
+
+def read_meta(conn: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    return {str(n): str(v) for n, v in conn.execute("SELECT name, value FROM meta").fetchall()}
+
+
+def meta_number(meta: dict[str, str], name: str) -> int:
+    """A whole-number meta row of a checked ``meta``; 0 when missing or empty."""
+    return int(meta.get(name) or 0)
 
 
 def graph_path(home: Path) -> Path:
@@ -302,7 +347,7 @@ class GraphStore:
             meta = self.read_meta()
         self.log = WriteLog(log_path(self.path), meta["epoch"])
         undo.callback(self.log.close)
-        self.pending = self.log.read(int(meta.get(APPLIED_META, "0") or 0))
+        self.pending = self.log.read(meta_number(meta, APPLIED_META))
         self._fold_logged()
 
     def _fold_logged(self) -> bool:
@@ -323,9 +368,8 @@ class GraphStore:
 
     # -- meta ------------------------------------------------------------------------------
     def read_meta(self) -> dict[str, str]:
-        return {
-            str(n): str(v) for n, v in self.conn.execute("SELECT name, value FROM meta").fetchall()
-        }
+        """The meta rows, ``DamagedMeta`` when a numeric one is not a number."""
+        return checked_meta(read_meta(self.conn), self.path)
 
     def set_meta(self, values: dict[str, str]) -> None:
         changes = Changes()
@@ -358,14 +402,14 @@ class GraphStore:
         self._load_links(graph, self._load_keys(graph), memories)
         self._load_memory_codes(graph, memories)
         lo, hi = self.conn.execute("SELECT min(seq), max(seq) FROM events").fetchall()[0]
-        pruned_through = int(graph.meta.get("pruned_through", "0") or 0)
+        pruned_through = meta_number(graph.meta, "pruned_through")
         graph.head_seq = int(hi) if hi is not None else pruned_through
         graph.first_seq = int(lo) if lo is not None else pruned_through + 1
         self.release_cache()
         return graph
 
     def _load_keys(self, graph: LoadedGraph) -> TableRows:
-        dim = int(graph.meta.get("dim", "0") or 0)
+        dim = meta_number(graph.meta, "dim")
         cols = self.conn.execute(
             "SELECT rowid, id, namespace, concept, key_type, created_at, vector FROM keys"
         ).fetchnumpy()
@@ -461,7 +505,7 @@ class GraphStore:
         namespace, and which active memories have none (a file without a recorded embedder
         has none; a damaged code counts as none, so its memory is vectorised again)."""
         fingerprint = graph.meta.get("fingerprint") or None
-        width = code_bytes(int(graph.meta.get("dim", "0") or 0))
+        width = code_bytes(meta_number(graph.meta, "dim"))
         cols = self.conn.execute(MEMORY_CODES, [fingerprint]).fetchnumpy()
         rows, blobs = np.asarray(cols["memory_row"]), cols["code"]
         whole = np.fromiter((len(blob) == width for blob in blobs), bool, len(blobs))
@@ -836,7 +880,7 @@ class GraphStore:
     def prune_events(self, keep: int, head_seq: int) -> int:
         """Drop events older than the newest ``keep``; returns the first retained seq."""
         self.flush()
-        pruned_through = int(self.read_meta().get("pruned_through", "0") or 0)
+        pruned_through = meta_number(self.read_meta(), "pruned_through")
         cutoff = head_seq - keep
         if cutoff <= pruned_through:
             return pruned_through + 1

@@ -35,11 +35,15 @@ from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
 from keymem.protocol.errors import Conflict, KeymemError
 from keymem.services.catalog import STOP_WAIT_S
+from keymem.services.cli import doctor
+from keymem.services.config import Settings, load
 from keymem.services.stack import InprocStack
-from keymem.store.database import GraphStore
+from keymem.store.backup import backup_dir
+from keymem.store.database import DamagedMeta, GraphStore
 from keymem.store.schema import SCHEMA_VERSION
 from keymem.store.writelog import HEADER, UnreadableLog, log_path
-from tests.graph_helpers import GRAPH_FILE, damage_file, open_graph
+from tests.graph_helpers import GRAPH_FILE, damage_file, open_graph, table_counts
+from tests.vectors import remember_body
 
 ACKS_BEFORE_KILL = 150
 # A graph start costs a few seconds of CPU; what it gets of a loaded box's is not ours to know.
@@ -254,15 +258,48 @@ def test_a_failed_open_leaves_the_file_to_the_next_opener(
     duckdb.connect(str(path), read_only=True).close()  # and this process, as `keymem doctor`
 
 
-def test_a_failed_start_of_the_graph_service_lets_go_of_its_store(tmp_path: Path) -> None:
-    """The store opens and the service's load then fails (a damaged meta row): the service
-    closes the store it opened, so this process can repair the file and start again."""
+@pytest.mark.parametrize(
+    ("row", "value"),
+    [
+        ("dim", "not a number"),
+        ("pruned_through", "12abc"),
+        ("log_applied", "-3"),
+        ("slept_at", "nan"),
+    ],
+)
+def test_a_damaged_meta_number_is_a_typed_error_that_changes_nothing(
+    tmp_path: Path, row: str, value: str
+) -> None:
+    """The graph's start fails with ``DamagedMeta`` naming the row (not a bare ValueError),
+    leaves the file as it was and lets go of it, and ``keymem doctor`` names the row and the
+    backup to restore; once the row is repaired the service starts again in this process."""
     path = tmp_path / GRAPH_FILE
-    open_graph(tmp_path).close()
-    damage_file(path, [("INSERT INTO meta VALUES ('dim', 'not a number')", [])])
-    with pytest.raises(ValueError, match="not a number") as failed:
+    graph = open_graph(tmp_path)
+    graph.remember(remember_body("A memory that must survive", ["survival"]))
+    graph.close()
+    damage_file(path, [("INSERT OR REPLACE INTO meta VALUES (?, ?)", [row, value])])
+    before = (table_counts(path), meta_rows(path))
+    with pytest.raises(DamagedMeta) as failed:  # its traceback keeps the half-started service
         open_graph(tmp_path)
+    assert failed.value.detail == {"row": row, "value": value}
+    assert repr(row) in failed.value.message and repr(value) in failed.value.message
     held = [f.path for f in psutil.Process().open_files() if f.path.startswith(str(tmp_path))]
     assert held == [], failed.value
-    damage_file(path, [("DELETE FROM meta WHERE name = 'dim'", [])])
-    open_graph(tmp_path).close()
+    assert (table_counts(path), meta_rows(path)) == before
+    (check,) = doctor._schema(Settings.from_config(load({}, home=tmp_path)))
+    assert check.status == "fail" and repr(row) in check.detail and repr(value) in check.detail
+    assert str(backup_dir(tmp_path)) in check.fix
+    damage_file(path, [("DELETE FROM meta WHERE name = ?", [row])])
+    graph = open_graph(tmp_path)
+    try:
+        assert [m.content for m in graph.state.memories.values()] == ["A memory that must survive"]
+    finally:
+        graph.close()
+
+
+def meta_rows(path: Path) -> list[tuple[Any, ...]]:
+    conn = duckdb.connect(str(path), read_only=True)
+    try:
+        return conn.execute("SELECT name, value FROM meta ORDER BY name").fetchall()
+    finally:
+        conn.close()

@@ -207,7 +207,8 @@ def _services(settings: Settings) -> list[Check]:
 
 
 def _schema(settings: Settings) -> list[Check]:
-    from keymem.store.database import graph_path
+    from keymem.store.backup import backup_dir
+    from keymem.store.database import DamagedMeta, checked_meta, graph_path, read_meta
     from keymem.store.schema import SCHEMA_VERSION, current_version
 
     path = graph_path(settings.home)
@@ -227,8 +228,22 @@ def _schema(settings: Settings) -> list[Check]:
         ]
     try:
         version = current_version(conn)
+        meta = read_meta(conn) if version else {}
     finally:
         conn.close()
+    try:
+        checked_meta(meta, path)
+    except DamagedMeta as exc:
+        return [
+            Check(
+                "graph schema",
+                "fail",
+                f"meta row {exc.detail['row']!r} holds {exc.detail['value']!r}, not a number: "
+                "the graph cannot start on this file",
+                f"keymem down, then copy the newest backup in {backup_dir(settings.home)} "
+                f"over {path}, then keymem up",
+            )
+        ]
     if version > SCHEMA_VERSION:
         return [
             Check(
