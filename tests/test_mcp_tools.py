@@ -196,7 +196,7 @@ def test_key_walk_and_every_write_through_the_tools(stack: FullStack) -> None:
                 {"memory_id": newton["saved"], "evidence": "user", "namespace": "walk"},
             )
         )
-        fruit_id = batch["results"][0]["saved"]
+        fruit_id = batch["saved"][0]
         out["correct"] = ok(
             await client.call_tool(
                 "correct",
@@ -245,8 +245,8 @@ def test_key_walk_and_every_write_through_the_tools(stack: FullStack) -> None:
     assert [k["concept"] for k in traversed] == ["apple"] and traversed[0]["link_weight"] == 1.1
     assert out["browse"]["key_count"] == 7 and out["browse"]["keys"][0]["memory_count"] == 2
     assert out["confirm"]["confirmed"] and out["confirm"]["depth"] == pytest.approx(0.05)
-    assert len(out["batch"]["results"]) == 2 and out["batch"]["batch_id"]
-    assert out["correct"]["superseded"] == out["batch"]["results"][0]["saved"]
+    assert len(out["batch"]["saved"]) == 2 and out["batch"]["batch_id"]
+    assert out["correct"]["superseded"] == out["batch"]["saved"][0]
     versions = out["history"]["versions"]
     assert [v["content"] for v in versions] == ["apples are a fruit", "apples are a red fruit"]
     assert out["history"]["current"] == out["correct"]["new_id"]
@@ -439,6 +439,56 @@ def test_the_text_is_the_structured_result_compact(stack: FullStack) -> None:
     assert "서울" in body and "\n" not in body  # non-ASCII as is, no indentation
     indented = json.dumps(result.structured_content, indent=2)
     assert len(body) < 0.8 * len(indented), (len(body), len(indented))
+
+
+def test_a_batch_reply_gives_each_id_in_order_and_each_hint_once(stack: FullStack) -> None:
+    """What an agent needs back from a batch: every item's id in order, which items replaced
+    an exact copy, and what would make its keys better, a key's hint once however many items
+    used that key (the per-item form repeated it for each, ~1 KB a memory)."""
+    namespace = "batchreply"
+    first = stack.memory(
+        "remember",
+        {
+            "content": "strawberries are red",
+            "keys": ["strawberry", "딸기", "red"],
+            "namespace": namespace,
+        },
+    )["saved"]
+    basket = "red fruit basket"  # a phrase key: its words are the better keys
+    items = [
+        {"content": f"the user bought fruit on day {day}", "keys": [basket, "market", "fruit"]}
+        for day in range(20)
+    ]
+    items[7] = {"content": "strawberries are red", "keys": ["strawberry", "summer", "red"]}
+    items[9] = {"content": "딸기는 빨갛다", "keys": ["딸기", "과일", "여름"]}  # Hangul only
+    batch = [{**item, "namespace": namespace} for item in items]
+
+    async def work(client: Client) -> tuple[CallToolResult, list[dict[str, Any]]]:
+        result = await client.call_tool("remember_batch", {"items": batch})
+        saved = ok(result)["saved"]
+        read = [
+            ok(await client.call_tool("read_memory", {"memory_id": i, "namespace": namespace}))
+            for i in saved
+        ]
+        return result, read
+
+    result, read = session(stack, work)
+    reply = ok(result)
+    assert [r["memory"]["content"] for r in read] == [i["content"] for i in items]
+    assert len(set(reply["saved"])) == len(items)
+    assert reply["duplicates"] == [{"item": 7, "superseded": first, "conflict": True}]
+    hints = reply["hints"]
+    assert hints["phrase_keys"] == {basket: ["red", "fruit", "basket"]}
+    by_script = {hint["script"]: hint for hint in hints["single_language"]}
+    assert by_script.keys() == {"latin", "hangul"}
+    assert by_script["latin"]["items"] == [i for i in range(len(items)) if i != 9]
+    assert by_script["hangul"]["items"] == [9]
+    assert by_script["hangul"]["store_scripts"] == ["hangul", "latin"]
+    (text,) = result.content
+    body = getattr(text, "text", "")
+    near = [(hint["your_key"], hint["key_id"]) for hint in hints["near_keys"]]
+    assert near and len(set(near)) == len(near)
+    assert body.count("add a key or two") == 2  # once a script, not once an item
 
 
 def test_one_memory_with_five_keys_is_one_recall_cluster(stack: FullStack) -> None:

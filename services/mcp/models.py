@@ -236,9 +236,87 @@ class RememberResult(BaseModel):
     hints: Hints | None = None
 
 
-class BatchResult(BaseModel):
+class BatchReply(BaseModel):
+    """The memory service's ``remember_batch`` reply: one ``RememberResult`` per item."""
+
     batch_id: str
-    results: list[RememberResult] = Field(description="one per item, in order")
+    results: list[RememberResult]
+
+
+class Duplicate(BaseModel):
+    item: int = Field(description="the item's position in items")
+    superseded: str = Field(description="the id of the exact copy it replaced (deduplicated)")
+    conflict: bool = Field(description="the two shared a key")
+
+
+class SingleLanguageItems(SingleLanguage):
+    items: list[int] = Field(description="the positions of the items keyed only in this script")
+
+
+class BatchHints(BaseModel):
+    near_keys: list[NearKey] = Field(
+        default_factory=list, description="new keys close to existing ones: consider reuse"
+    )
+    phrase_keys: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="each key of 3+ words and its words: save these as separate keys",
+    )
+    single_language: list[SingleLanguageItems] = Field(
+        default_factory=list, description="items keyed in one language while the store has several"
+    )
+
+
+# Each fact of a batch once: the per-item form (remember's output per item) repeated a key's
+# hint for every memory filed under it, ~1 KB a memory, which an SDK client validates against
+# the output schema (~0.44 ms of its CPU a memory, more than any keymem process spent on it).
+class BatchResult(BaseModel):
+    """The ids in order, the items that replaced a copy, and each distinct hint once."""
+
+    batch_id: str
+    saved: list[str] = Field(description="the new memories' ids, one per item, in order")
+    duplicates: list[Duplicate] = Field(
+        default_factory=list, description="the items that superseded an exact copy"
+    )
+    hints: BatchHints | None = Field(
+        default=None, description="as remember's, each distinct hint once for the whole batch"
+    )
+
+    @classmethod
+    def folded(cls, reply: BatchReply) -> BatchResult:
+        """``reply``'s per-item results folded into one: ids in order, the duplicates, and
+        every distinct hint once (a phrase or near key used by many items is one entry)."""
+        near: dict[tuple[str, str], NearKey] = {}
+        phrases: dict[str, list[str]] = {}
+        scripts: dict[tuple[str, ...], SingleLanguageItems] = {}
+        duplicates = []
+        for position, result in enumerate(reply.results):
+            if result.superseded is not None:
+                duplicates.append(
+                    Duplicate(item=position, superseded=result.superseded, conflict=result.conflict)
+                )
+            if result.hints is None:
+                continue
+            for hint in result.hints.near_keys:
+                near.setdefault((hint.your_key, hint.key_id), hint)
+            for phrase in result.hints.phrase_keys:
+                phrases.setdefault(phrase.your_key, phrase.split_into)
+            language = result.hints.single_language
+            if language is not None:
+                shape = (language.script, *language.store_scripts)
+                scripts.setdefault(
+                    shape, SingleLanguageItems(**language.model_dump(), items=[])
+                ).items.append(position)
+        hints = BatchHints(
+            near_keys=list(near.values()),
+            phrase_keys=phrases,
+            single_language=list(scripts.values()),
+        )
+        return cls(
+            batch_id=reply.batch_id,
+            saved=[result.saved for result in reply.results],
+            duplicates=duplicates,
+            hints=hints if near or phrases or scripts else None,
+        )
 
 
 class CorrectResult(BaseModel):

@@ -358,7 +358,11 @@ def build_server(
         ],
         ctx: Context[None, Any],
     ) -> models.BatchResult:
-        """Save several facts at once (all or none); they share a batch_id."""
+        """Save several facts at once (all or none); they share a batch_id.
+
+        saved: the ids in order; duplicates: items that superseded an exact copy; hints as
+        remember's, each once for the batch (single_language names its items).
+        """
         turn = _host_turn(ctx)
         body = {
             "items": [
@@ -369,9 +373,10 @@ def build_server(
                 for item in items
             ]
         }
-        return await backend.ask(
-            "remember_batch", body, models.BatchResult, timeout_ms=BATCH_TIMEOUT_MS
+        reply = await backend.ask(
+            "remember_batch", body, models.BatchReply, timeout_ms=BATCH_TIMEOUT_MS
         )
+        return models.BatchResult.folded(reply)
 
     @server.tool(title="A memory's versions", annotations=READ_ONLY)
     async def history(memory_id: Id, namespace: Namespace = None) -> models.HistoryResult:
