@@ -394,7 +394,22 @@ class GraphStore:
                 return self._read_all()
             finally:
                 self.conn.execute("ROLLBACK")
+        self._drop_unloadable_codes()
         return self._read_all()
+
+    def _drop_unloadable_codes(self) -> None:
+        """Delete the memory codes a load would leave out: another embedder's, or damaged.
+        Their memories wait in the backlog, and a memory waiting for its code then has no row,
+        so a fold inserts each new code without a delete by id first (memory_vectors has no
+        index: such a delete scans the table, ~40 ms of CPU a fold at 1M whatever the ids)."""
+        meta = self.read_meta()
+        width = code_bytes(meta_number(meta, "dim"))
+        with self.transaction():
+            self.conn.execute(
+                "DELETE FROM memory_vectors "
+                "WHERE fingerprint IS DISTINCT FROM ? OR octet_length(code) <> ?",
+                [meta.get("fingerprint") or None, width],
+            )
 
     def _read_all(self) -> LoadedGraph:
         graph = LoadedGraph(meta=self.read_meta())
@@ -520,7 +535,9 @@ class GraphStore:
                 MemoryCodes(positions[a:b], codes[a:b]) for a, b in itertools.pairwise(starts)
             ]
         missing = self.conn.execute(UNVECTORISED, [fingerprint]).fetchnumpy()["memory_row"]
-        graph.unvectorised = memories.positions(np.concatenate([missing, rows[~whole]]))
+        # a damaged row beside a whole one (a load that could not drop it: a full disk) is moot
+        damaged = np.setdiff1d(rows[~whole], rows[whole])
+        graph.unvectorised = memories.positions(np.concatenate([missing, damaged]))
 
     def release_cache(self) -> None:
         """Drop DuckDB's cached table blocks and return freed heap pages to the system.
@@ -744,13 +761,10 @@ class GraphStore:
                 ],
             )
         self.insert_rows("confirmations", 5, c.confirmations)
-        if c.memory_codes:
-            self._delete_in("memory_vectors", "memory_id", sorted(c.memory_codes))
-            self.insert_rows(
-                "memory_vectors",
-                3,
-                [(mid, code, fp) for mid, (code, fp) in c.memory_codes.items()],
-            )
+        # A memory gets a code only while it has none in the file (_drop_unloadable_codes).
+        self.insert_rows(
+            "memory_vectors", 3, [(mid, code, fp) for mid, (code, fp) in c.memory_codes.items()]
+        )
         for name, value in c.meta.items():
             self.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [name, value])
 

@@ -22,7 +22,7 @@ from keymem.services.graph.memory_vectors import (
     MemoryVectors,
     code_of,
 )
-from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
+from tests.graph_helpers import GRAPH_FILE, damage_file, open_graph, table_counts
 from tests.vectors import FINGERPRINT, remember_body, vector, vectors
 
 PAINTS = "Melanie paints lake sunrises on weekends."
@@ -208,6 +208,46 @@ def test_a_schema_7_file_migrates_and_its_memories_are_vectorised(tmp_path: Path
         assert graph.store.migrated_from == 7
         assert graph.vector_backlog({})["missing"] == 3
         assert vectorise(graph) == 3
+        graph.scoring = Scoring(fallback=False)
+        assert pooled(graph, CAMPING_KO)[CAMPING]["dense_rank"] == 1
+    finally:
+        graph.close()
+
+
+def test_a_code_a_start_cannot_use_is_made_again_and_kept_once(tmp_path: Path) -> None:
+    """A code of another embedder, or a damaged one, sends its memory back to the backlog at
+    the next start, and the file then keeps the new code alone: a fold stores a code without
+    deleting by id (the table has no index), so the start drops the codes it cannot use."""
+    graph = open_graph(tmp_path)
+    for content, keys in [(PAINTS, ["painting"]), (CAMPING, ["camping"]), (POTTERY, ["pottery"])]:
+        graph.remember(remember_body(content, keys, fingerprint=FINGERPRINT))
+    assert vectorise(graph) == 3
+    ids = {m.content: m.id for m in graph.state.memories.values()}
+    graph.close()
+    damage_file(
+        tmp_path / GRAPH_FILE,
+        [
+            (
+                "UPDATE memory_vectors SET fingerprint = 'other:model' WHERE memory_id = ?",
+                [ids[PAINTS]],
+            ),
+            ("UPDATE memory_vectors SET code = '\\x00'::BLOB WHERE memory_id = ?", [ids[CAMPING]]),
+        ],
+    )
+    graph = open_graph(tmp_path)
+    assert graph.vector_backlog({})["missing"] == 2
+    assert vectorise(graph) == 2
+    graph.close()
+    conn = duckdb.connect(str(tmp_path / GRAPH_FILE))
+    rows = conn.execute(
+        "SELECT memory_id, fingerprint, octet_length(code) FROM memory_vectors"
+    ).fetchall()
+    conn.close()
+    assert sorted(r[0] for r in rows) == sorted(ids.values())  # one row a memory
+    assert {(r[1], r[2]) for r in rows} == {(FINGERPRINT, len(code_of(vector(PAINTS))))}
+    graph = open_graph(tmp_path)
+    try:
+        assert graph.vector_backlog({})["missing"] == 0
         graph.scoring = Scoring(fallback=False)
         assert pooled(graph, CAMPING_KO)[CAMPING]["dense_rank"] == 1
     finally:
