@@ -116,6 +116,8 @@ VARIANTS: dict[str, Variant] = {
     "no_phrases": Variant(fusion=Fusion(phrases=False)),
     # the build before: relevance reads the memory's text only, not also its writer's keys
     "no_about": Variant(fusion=Fusion(about=False)),
+    # the build before: a memory in another script than the question reads its text alone
+    "no_cross_named": Variant(fusion=Fusion(cross_named=False)),
     # the build before: a memory about another person than the question names keeps its key
     # and hop evidence
     "no_subjects": Variant(fusion=Fusion(subjects=False)),

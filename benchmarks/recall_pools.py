@@ -103,6 +103,7 @@ def _pool_record(
             "benchmark_ids": to_benchmark([candidate["memory_id"]]),
             "relevance": relevance.scores[i] if relevance is not None else None,
             "about_relevance": relevance.about[i] if relevance and relevance.about else None,
+            "named_relevance": relevance.named[i] if relevance and relevance.named else None,
             "keys": _keys_of(state, candidate["memory_id"]),
         }
         for i, candidate in enumerate(pool)
@@ -201,6 +202,8 @@ def refused(row: Mapping[str, Any], fusion: Fusion, pool: int) -> list[str]:
             "dumped",
             # the reranker read the abouts only when the variant's fusion asks it to
             [c["about_relevance"] for c in candidates] if fusion.about else [],
+            # the text as named, read across scripts (older dumps hold none)
+            [c.get("named_relevance") for c in candidates] if fusion.cross_named else [],
         )
     persons = search_module.named_persons(row["keys"])
     ranked = search_module.fuse_blend(candidates, relevance, fusion, persons)

@@ -231,6 +231,56 @@ def test_the_reranker_reads_each_about_in_the_same_calls_and_reports_the_text_sc
     assert plain.best() == [0.3, 0.3]
 
 
+def test_a_memory_in_another_script_than_the_query_is_read_with_its_writers_name() -> None:
+    class Reranker:
+        def __init__(self) -> None:
+            self.passages: list[str] = []
+
+        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
+            replies = []
+            for _, _, body in calls:
+                self.passages += body["passages"]
+                scores = [0.5 if "\n" in p else 0.2 for p in body["passages"]]
+                replies.append({"scores": scores, "score_kind": "embedding_cosine"})
+            return replies
+
+    statute = "제330조(야간주거침입절도) 야간에 사람의 주거에 침입하여 절취한 자는 처벌한다."
+    pool: list[dict[str, Any]] = [
+        {"content": statute, "about": "형법 330조 야간주거침입절도"},
+        {"content": "Caroline went to the support group.", "about": "Caroline; support group"},
+        {"content": statute, "about": None},  # no name from its writer: nothing more to read
+    ]
+    english = Reranker()
+    (relevance,) = Search(english)._relevance("Is burglary at night punished?", [pool], {})  # type: ignore[arg-type]
+    # the Korean statute is read as named; the English memory (the query's script) is not
+    assert english.passages[3:] == [
+        "형법 330조 야간주거침입절도",
+        "Caroline; support group",
+        f"형법 330조 야간주거침입절도\n{statute}",
+    ]
+    assert relevance is not None
+    assert relevance.named == [0.5, None, None]
+    assert relevance.best() == [0.5, 0.2, 0.2]
+    assert relevance.scores == [0.2, 0.2, 0.2]  # rerank_score stays the text's (inject's floors)
+    korean = Reranker()
+    Search(korean)._relevance("야간에 주거에 침입한 절도는 처벌되는가?", [pool], {})  # type: ignore[arg-type]
+    # a Korean question reads the statute as it is, and the English memory as named
+    assert [p for p in korean.passages if "\n" in p] == [
+        "Caroline; support group\nCaroline went to the support group."
+    ]
+    off = Reranker()
+    Search(off, Fusion(cross_named=False))._relevance("Is burglary at night punished?", [pool], {})  # type: ignore[arg-type]
+    assert not any("\n" in p for p in off.passages)
+
+
+def test_the_named_reading_stands_in_for_the_text_not_beside_it() -> None:
+    # across scripts the text's cosine is weak: a named reading below it still replaces it
+    relevance = Relevance([0.4, 0.3], "embedding_cosine", [0.1, None], [0.35, 0.5])
+    assert relevance.best() == [0.35, 0.5]
+    relevance = Relevance([0.4], "embedding_cosine", [0.6], [0.35])
+    assert relevance.best() == [0.6]  # the writer's name alone still counts
+
+
 def test_a_memory_about_another_person_gets_no_key_or_hop_evidence() -> None:
     # the question names Melanie; "theirs" is Caroline's memory reached through a key that
     # names Melanie: its key path and hop say it shares the question's words, not that it

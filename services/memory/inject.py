@@ -66,6 +66,7 @@ from keymem.protocol.limits import DEFAULT_BUDGET_MS, PROMPT_MAX_CHARS
 from keymem.protocol.worker import remaining_ms
 from keymem.services.graph.text import first_named, name_pattern
 from keymem.services.memory.search import (
+    SCRIPTS,
     Search,
     SearchRequest,
     rerank_segments,
@@ -120,15 +121,6 @@ STRUCTURED_TOKEN = re.compile(
     r"|\b((?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40})\b",  # hex hashes: a1b2c3d
     re.IGNORECASE,
 )
-# Scripts whose letters never appear in another's words: a prompt in one and a memory in
-# another can share no word, so coverage cannot speak for them.
-SCRIPTS = {
-    "latin": re.compile(r"[A-Za-z\u00c0-\u024f]"),
-    "hangul": re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]"),
-    "kana": re.compile(r"[\u3040-\u30ff]"),
-    "han": re.compile(r"[\u4e00-\u9fff]"),
-    "cyrillic": re.compile(r"[\u0400-\u04ff]"),
-}
 REJECTIONS = (
     "bm25_only",
     "missing_token",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from math import inf
 from typing import Any
 
 from keymem.protocol.client import Client
@@ -42,6 +43,7 @@ from keymem.protocol.fields import (
 from keymem.protocol.limits import (
     DEFAULT_BUDGET_MS,
     NAMESPACE_MAX_CHARS,
+    PASSAGE_HEAD_CHARS,
     POOL_DEFAULT,
     POOL_MAX,
     QUERY_MAX_CHARS,
@@ -65,6 +67,20 @@ TOP_K_MAX = 50
 BM25_DEPTH_MAX = 1_000  # the lexicon's limit
 SCORE_DIGITS = 6
 SCORE_STEP = 10.0**-SCORE_DIGITS  # the smallest difference a reply's rounded score shows
+# Scripts whose letters never appear in another's words: a question in one and a memory in
+# another can share no word, and the text's cosine across them is weak.
+SCRIPTS = {
+    "latin": re.compile(r"[A-Za-z\u00c0-\u024f]"),
+    "hangul": re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]"),
+    "kana": re.compile(r"[\u3040-\u30ff]"),
+    "han": re.compile(r"[\u4e00-\u9fff]"),
+    "cyrillic": re.compile(r"[\u0400-\u04ff]"),
+}
+LETTER = re.compile(r"[^\W\d_]")
+# The most of a named passage its writer's name may take (``named_text``): a title or an
+# agent's keys are a few words (the dev files' longest, 169 characters), and the content keeps
+# at least three quarters of the head the reranker's cosine reads.
+NAME_MAX_CHARS = PASSAGE_HEAD_CHARS // 4
 
 # Comparison-shaped questions: evidence for each named entity, not the same one twice.
 COMPARISON_PATTERN = re.compile(
@@ -122,6 +138,11 @@ class Fusion:
     * ``about`` — the reranker also reads what a memory's writer said it is about (its
       agent-written keys or title joined, the graph's ``about``), and a memory is as relevant
       as the better of its two readings (``Relevance.best``).
+    * ``cross_named`` — a candidate written in another script than the query, with a name
+      from its writer (``about``), is read as its name over its text (``named_text``) where
+      the text alone is read otherwise: across languages the text's cosine is weak, and the
+      name and the text each carry part of the match. A pair in one script reads the text
+      alone, as before (there the name dilutes a short text).
     * ``subjects`` — a memory about another person than the question names (its ``subject``,
       the person its text names first, is none of the question's literally named ``name``
       keys) gets no key or hop evidence (``about_others``).
@@ -137,6 +158,7 @@ class Fusion:
     link_weighted: bool = True
     hops_below_lender: bool = True
     about: bool = True
+    cross_named: bool = True
     subjects: bool = True
     evidence: bool = True
     phrases: bool = True
@@ -349,13 +371,25 @@ class Search:
         self, query: str, pools: list[list[dict[str, Any]]], degraded: dict[str, str]
     ) -> list[Relevance | None]:
         """The reranker's score of every candidate of every pool against the query (parallel
-        calls, at most ``RERANK_MAX_PASSAGES`` passages each), and of every candidate's
-        ``about`` (``Fusion.about``) in the same calls; all None if it is down."""
+        calls, at most ``RERANK_MAX_PASSAGES`` passages each), and in the same calls of every
+        candidate's ``about`` (``Fusion.about``) and, for one in another script than the query,
+        of its text as named (``Fusion.cross_named``); all None if it is down."""
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
-        contents = [c["content"] for pool in pools for c in pool]
-        abouts = [c.get("about") for pool in pools for c in pool] if self.fusion.about else []
+        candidates = [c for pool in pools for c in pool]
+        contents = [c["content"] for c in candidates]
+        abouts = [c.get("about") for c in candidates] if self.fusion.about else []
         read_about = [i for i, about in enumerate(abouts) if about]
-        passages = contents + [abouts[i] for i in read_about]
+        script = main_script(query) if self.fusion.cross_named else None
+        read_named = [
+            i
+            for i, c in enumerate(candidates)
+            if script is not None and c.get("about") and crosses_script(script, c["content"])
+        ]
+        passages = (
+            contents
+            + [abouts[i] for i in read_about]
+            + [named_text(candidates[i]["about"], contents[i]) for i in read_named]
+        )
         chunks = range(0, len(passages), RERANK_MAX_PASSAGES)
         segments = rerank_segments(query)
         outcomes = self.client.call_many(
@@ -387,13 +421,40 @@ class Search:
         about: list[float | None] = [None] * len(contents)
         for at, i in enumerate(read_about):
             about[i] = best[len(contents) + at]
+        named: list[float | None] = [None] * len(contents)
+        for at, i in enumerate(read_named):
+            named[i] = best[len(contents) + len(read_about) + at]
         relevances: list[Relevance | None] = []
         at = 0
         for pool in pools:
             end = at + len(pool)
-            relevances.append(Relevance(scores[at:end], kind, about[at:end]) if pool else None)
+            if pool:
+                relevances.append(Relevance(scores[at:end], kind, about[at:end], named[at:end]))
+            else:
+                relevances.append(None)
             at = end
         return relevances
+
+
+def main_script(text: str) -> str | None:
+    """The one of ``SCRIPTS`` most of the text's letters are written in; None for none."""
+    counts = {name: len(letters.findall(text)) for name, letters in SCRIPTS.items()}
+    script = max(counts, key=counts.__getitem__)
+    return script if counts[script] else None
+
+
+def crosses_script(script: str, content: str) -> bool:
+    """The text is mostly written in another script than ``script`` (the query's): fewer than
+    half the letters of its head, the part the reranker's cosine reads first, are in it."""
+    head = content[:PASSAGE_HEAD_CHARS]
+    return 2 * len(SCRIPTS[script].findall(head)) < len(LETTER.findall(head))
+
+
+def named_text(about: str | None, content: str) -> str:
+    """A memory as its writer named it: its ``about`` (at most ``NAME_MAX_CHARS``) on the
+    first line, then its text, as a flat index reads a document's title with its content
+    (services/evaluation/dataset.py); the text alone when its writer gave it no name."""
+    return f"{about[:NAME_MAX_CHARS]}\n{content}" if about else content
 
 
 @dataclass(frozen=True)
@@ -404,12 +465,20 @@ class Relevance:
     kind: str
     # the reranker's score of each candidate's ``about`` (None: not read), pool order
     about: list[float | None] = field(default_factory=list)
+    # the score of each candidate's text as named (``named_text``; None: not read), read in
+    # place of its text where question and memory are in different scripts
+    named: list[float | None] = field(default_factory=list)
 
     def best(self) -> list[float]:
-        """Each candidate's relevance as the better of its two readings: its text, and what
-        its writer said it is about. A reading that does not fit the query costs nothing."""
+        """Each candidate's relevance as the better of its two readings: its text (as named,
+        across scripts), and what its writer said it is about. A reading that does not fit the
+        query costs nothing."""
         about = self.about or [None] * len(self.scores)
-        return [s if a is None else max(s, a) for s, a in zip(self.scores, about, strict=True)]
+        named = self.named or [None] * len(self.scores)
+        return [
+            max(s if n is None else n, -inf if a is None else a)
+            for s, a, n in zip(self.scores, about, named, strict=True)
+        ]
 
     def labelled(
         self, candidate: dict[str, Any], i: int, score: float, kind: str
