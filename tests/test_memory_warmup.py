@@ -170,6 +170,27 @@ def test_a_burst_of_writes_keeps_the_model_until_the_writes_pause(
     assert warmer.stats()["stored"] == len(TEXTS) + batches * size
 
 
+def test_a_write_wakes_a_warmer_that_waits_a_poll(stack: InprocStack) -> None:
+    """A write reaches a warm-up thread asleep for a whole poll (the first look comes one poll
+    after start): its memories get their vectors once the writes pause, not a poll later. A
+    write during a burst wakes nothing (the thread reads the burst's end when its wait ends),
+    so this wake-up is the only one a write makes."""
+    reranker = RecordingReranker()
+    stack.add_worker(reranker.service())
+    warmer = Warmer(
+        stack.endpoints.frontend, window_s=0.0, burst_gap_s=0.05, per_call=8, poll_s=3 * WAIT_S
+    )
+    try:
+        warmer.start()
+        time.sleep(0.2)  # the thread is in its first poll's wait
+        assert reranker.calls == []
+        warmer.written()
+        wait_for(lambda: missing(stack) == 0)  # within WAIT_S: a third of the poll
+    finally:
+        warmer.close()
+    assert reranker.calls == [TEXTS[::-1]]
+
+
 def test_a_reranker_that_does_not_embed_leaves_the_vectors_to_the_embedder(
     stack: InprocStack,
 ) -> None:

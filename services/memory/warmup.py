@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -90,6 +91,8 @@ class Warmer:
         self._thread: threading.Thread | None = None
         self._in_flight = 0  # requests of the served service being handled now
         self._active_at = time.monotonic()  # when one last ended or a write was announced
+        self._wake_at = math.inf  # when the thread's timed wait ends (inf: none)
+        self._awaits_requests = False  # the thread waits for the requests in flight to end
         self._written_at = time.monotonic() - burst_gap_s  # when a write was last announced
         # when the backlog is next worth a look: at start, one poll later (the services a
         # deployment starts beside the router are not all live yet), or at the first write
@@ -103,10 +106,15 @@ class Warmer:
 
     def written(self) -> None:
         """A write was acknowledged: look at the backlog once the writes pause for
-        ``burst_gap_s``."""
+        ``burst_gap_s``. The thread is woken only when it would sleep past that (a poll's
+        wait); during a burst each write moves the end of the pause later, which the waiting
+        thread reads when its wait ends, so a write costs no thread switch on its way back."""
         with self._ready:
-            self._look_at = self._active_at = self._written_at = time.monotonic()
-            self._ready.notify()
+            now = time.monotonic()
+            self._look_at = self._active_at = self._written_at = now
+            due = now + max(self.window_s, self.burst_gap_s)
+            if not self._awaits_requests and self._wake_at > due:
+                self._ready.notify()
 
     def start(self) -> None:
         """Start the thread (once)."""
@@ -144,7 +152,8 @@ class Warmer:
             with self._ready:
                 self._in_flight -= 1
                 self._active_at = time.monotonic()
-                self._ready.notify()
+                if not self._in_flight and self._awaits_requests:
+                    self._ready.notify()
 
     def close(self) -> None:
         """Stop the thread (within ``JOIN_TIMEOUT_S``); what is left stays in the backlog."""
@@ -168,23 +177,31 @@ class Warmer:
         """Wait until the backlog is worth a look, the service has been idle for the window
         and the writes have paused for the burst's gap; False when stopping."""
         with self._ready:
-            while not self._stopping:
-                now = time.monotonic()
-                if self._in_flight:
-                    self._ready.wait()
-                    continue
-                left = (
-                    max(
-                        self._look_at,
-                        self._active_at + self.window_s,
-                        self._written_at + self.burst_gap_s,
+            try:
+                while not self._stopping:
+                    if self._in_flight:  # woken by the last one to end
+                        self._awaits_requests = True
+                        self._ready.wait()
+                        self._awaits_requests = False
+                        continue
+                    now = time.monotonic()
+                    left = (
+                        max(
+                            self._look_at,
+                            self._active_at + self.window_s,
+                            self._written_at + self.burst_gap_s,
+                        )
+                        - now
                     )
-                    - now
-                )
-                if left <= 0:
-                    return True
-                self._ready.wait(left)
-            return False
+                    if left <= 0:
+                        return True
+                    self._wake_at = now + left
+                    self._ready.wait(left)
+                    self._wake_at = math.inf
+                return False
+            finally:
+                self._awaits_requests = False
+                self._wake_at = math.inf
 
     def _run(self) -> None:
         # The socket lives and dies on this thread (a zmq socket is not thread-safe).
