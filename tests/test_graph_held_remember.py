@@ -1,6 +1,7 @@
 """A remember sent without vectors: the graph files it under the vectors of the keys it holds,
 so the memory service's write is one graph round trip (services/graph/service.py,
-``_with_held_vectors``); a key it does not hold refuses the write and says which it holds."""
+``_keys_held``: a held key resolves by its text, no vector is fetched or read); a key it does
+not hold refuses the write and says which it holds."""
 
 from __future__ import annotations
 
@@ -31,5 +32,16 @@ def test_a_remember_under_held_keys_needs_no_vectors(tmp_path: Path) -> None:
         assert np.allclose(detail["vectors"][0], graph.state.key_vector(graph.state.keys[ada]))
         assert sorted(graph.state.memories) == before  # nothing written
         assert graph.store.pending[-1].events[0][1] == saved["saved"]
+
+        # the rest of the write is checked as with vectors: a typed error, nothing written
+        for bad in ({"content": "", "keys": ["Ada"]}, {"content": "x", "keys": ["Ada", 3]}):
+            with pytest.raises(BadRequest):
+                graph.remember(bad)
+        assert sorted(graph.state.memories) == before
+        typed = graph.remember(
+            {"content": "Ada Lovelace's notes", "keys": ["Ada"], "key_types": {"Ada": "name"}}
+        )
+        assert graph.state.keys[ada].key_type == "name"
+        assert set(graph.state.mem_links[typed["saved"]]) >= {ada}
     finally:
         graph.close()

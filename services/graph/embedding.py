@@ -44,16 +44,9 @@ def recorded(state: GraphState) -> dict[str, Any] | None:
     return {"fingerprint": state.fingerprint, "dim": state.dim}
 
 
-def held_vectors(state: GraphState, raw: Any) -> dict[str, Any]:
-    """The stored vectors of the namespace's keys whose concept is one of ``keys`` exactly.
-
-    A write needs a vector for each key, but a key the graph already holds resolves by its
-    text and its vector is the one stored: the memory service asks here first and embeds only
-    the rest, so a store whose vocabulary outgrows the embedder's cache does not pay a model
-    call per remember. Only a surface equal to a key's concept (case and all) counts: that
-    vector is the embedding of exactly this text in the store's space (``fingerprint``).
-    """
-    body = body_of(raw)
+def held_keys(state: GraphState, body: dict[str, Any]) -> tuple[list[bool], list[KeyRecord]]:
+    """Whether the namespace holds each of ``keys`` as a concept under exactly that text, and
+    the keys it holds (``held_vectors``)."""
     keys = body.get("keys")
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise BadRequest("keys must be a list of strings")
@@ -69,6 +62,21 @@ def held_vectors(state: GraphState, raw: Any) -> dict[str, Any]:
         held.append(key is not None and key.concept == clean)
         if key is not None and held[-1]:
             found.append(key)
+    return held, found
+
+
+def held_vectors(state: GraphState, raw: Any) -> dict[str, Any]:
+    """The stored vectors of the namespace's keys whose concept is one of ``keys`` exactly.
+
+    A write needs a vector for each key, but a key the graph already holds resolves by its
+    text and its vector is the one stored: the memory service asks here first and embeds only
+    the rest, so a store whose vocabulary outgrows the embedder's cache does not pay a model
+    call per remember. Only a surface equal to a key's concept (case and all) counts: that
+    vector is the embedding of exactly this text in the store's space (``fingerprint``).
+    """
+    body = body_of(raw)
+    held, found = held_keys(state, body)
+    index = state.indexes.get(namespace_of(body))
     vectors = np.zeros((len(found), state.dim or 0), dtype=np.float32)
     # as ``state.key_vector`` reads each, those only the index holds in one fetch
     unshared = [i for i, key in enumerate(found) if not key.vector.size]

@@ -22,6 +22,7 @@ from keymem.protocol.limits import (
     NAMESPACE_MAX_CHARS,
     RELATED_MAX,
 )
+from keymem.services.graph.keyindex import RELEASED_VECTOR
 from keymem.services.graph.text import normalize_namespace, usable_key
 from keymem.store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
 
@@ -148,6 +149,25 @@ def _auto_keys(body: dict[str, Any], keys: list[str]) -> set[str]:
     return auto
 
 
+def _unit_vectors(vectors: Any, count: int, dim: int | None) -> np.ndarray:
+    """``key_vectors`` checked (``count`` finite, non-zero rows of the graph's ``dim``) and
+    scaled to unit length."""
+    if not isinstance(vectors, np.ndarray) or vectors.ndim != 2 or vectors.shape[0] != count:
+        raise BadRequest("key_vectors must be a float32 array of shape (len(keys), dim)")
+    if dim is not None and vectors.shape[1] != dim:
+        raise BadRequest(
+            f"key vectors have dimension {vectors.shape[1]}, this graph stores {dim}",
+            {"dim": dim},
+        )
+    if vectors.shape[1] == 0 or not np.all(np.isfinite(vectors)):
+        raise BadRequest("key_vectors must be finite and non-empty")
+    norms = np.linalg.norm(vectors, axis=1)
+    if np.any(norms == 0):
+        raise BadRequest("a key vector is all zeros")
+    unit: np.ndarray = (vectors / norms[:, None]).astype(np.float32)
+    return unit
+
+
 def _key_types(body: dict[str, Any]) -> dict[str, str]:
     raw = body.get("key_types")
     if raw is None:
@@ -163,12 +183,15 @@ def _key_types(body: dict[str, Any]) -> dict[str, str]:
 
 
 def keys_of(
-    body: dict[str, Any], dim: int | None, *, required: bool = True
+    body: dict[str, Any], dim: int | None, *, required: bool = True, held: bool = False
 ) -> list[KeyInput] | None:
     """Keys with their vectors (row i of ``key_vectors`` belongs to ``keys[i]``), sanitised.
 
     Non-string keys and vectors that do not fit are errors; strings too short to be keys are
-    dropped (as the original does), and nothing usable left is an error.
+    dropped (as the original does), and nothing usable left is an error. ``held``: the graph
+    holds every key as a concept under exactly its text (``embedding.held_keys``), so each
+    resolves by its text (``keys.resolve_key``) and no vector is sent, fetched or read: its
+    ``vector`` is ``RELEASED_VECTOR``, empty, so a reader that would use it fails on the shape.
     """
     raw = body.get("keys")
     if raw is None and not required:
@@ -183,20 +206,7 @@ def keys_of(
         raise BadRequest("every key must be a string")
     if any(len(k) > KEY_MAX_CHARS for k in raw):
         raise TooLarge(f"a key is longer than {KEY_MAX_CHARS} characters")
-    vectors = body.get("key_vectors")
-    if not isinstance(vectors, np.ndarray) or vectors.ndim != 2 or vectors.shape[0] != len(raw):
-        raise BadRequest("key_vectors must be a float32 array of shape (len(keys), dim)")
-    if dim is not None and vectors.shape[1] != dim:
-        raise BadRequest(
-            f"key vectors have dimension {vectors.shape[1]}, this graph stores {dim}",
-            {"dim": dim},
-        )
-    if vectors.shape[1] == 0 or not np.all(np.isfinite(vectors)):
-        raise BadRequest("key_vectors must be finite and non-empty")
-    norms = np.linalg.norm(vectors, axis=1)
-    if np.any(norms == 0):
-        raise BadRequest("a key vector is all zeros")
-    unit = (vectors / norms[:, None]).astype(np.float32)
+    unit = None if held else _unit_vectors(body.get("key_vectors"), len(raw), dim)
     types = _key_types(body)
     auto = _auto_keys(body, raw)
     seen: set[str] = set()
@@ -206,7 +216,8 @@ def keys_of(
         if not usable_key(clean) or clean.lower() in seen:
             continue
         seen.add(clean.lower())
-        keys.append(KeyInput(clean, unit[i], types.get(clean, "concept"), clean.lower() in auto))
+        vector = RELEASED_VECTOR if unit is None else unit[i]
+        keys.append(KeyInput(clean, vector, types.get(clean, "concept"), clean.lower() in auto))
     if not keys:
         raise BadRequest(
             "no usable key: keys need 2+ characters (or one CJK character); "

@@ -544,9 +544,10 @@ class GraphService:
             self.state.changes.set_meta("fingerprint", claimed)
 
     def prepare_remember(self, raw: Any) -> Action:
-        body = self._with_held_vectors(body_of(raw))
+        body = body_of(raw)
+        held = self._keys_held(body)
         claimed = embedding.check_write_fingerprint(self.state, body)
-        item = writes.parse_remember(body, self.state.dim)
+        item = writes.parse_remember(body, self.state.dim, held=held)
         writes.check_related(self.state, item.related_to, item.namespace)
         thresholds = self.thresholds(claimed)
 
@@ -556,24 +557,26 @@ class GraphService:
 
         return action
 
-    def _with_held_vectors(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A remember sent without ``key_vectors`` is filed under the stored vectors of keys
-        this graph holds under exactly those texts (``held_vectors``), so the memory service
-        needs no lookup of its own first. When some key is not held, nothing is written: the
-        ``bad_request`` carries the lookup's answer (``unheld_keys``, ``held``, ``vectors``,
-        ``fingerprint``), for the caller to embed only the rest and send the write again."""
+    def _keys_held(self, body: dict[str, Any]) -> bool:
+        """Whether a remember sent without ``key_vectors`` is filed under keys this graph holds
+        under exactly those texts (``embedding.held_keys``): each resolves by its text, so no
+        vector is fetched or checked, and the memory service needs no lookup of its own first.
+        When some key is not held, nothing is written: the ``bad_request`` carries the lookup's
+        answer (``unheld_keys``, ``held``, ``vectors``, ``fingerprint``), for the caller to
+        embed only the rest and send the write again. False when vectors were sent (or the
+        keys are malformed: parse_remember names the problem)."""
         keys = body.get("keys")
         if "key_vectors" in body or not isinstance(keys, list) or not keys:
-            return body  # with vectors, or malformed: parse_remember names the problem
+            return False
         if not all(isinstance(k, str) for k in keys):
-            return body
-        answer = embedding.held_vectors(self.state, body)
-        if not all(answer["held"]):
+            return False
+        held, _ = embedding.held_keys(self.state, body)
+        if not all(held):
             raise BadRequest(
                 "key_vectors are needed for keys this graph does not hold",
-                {"unheld_keys": True, **answer},
+                {"unheld_keys": True, **embedding.held_vectors(self.state, body)},
             )
-        return {**body, "key_vectors": answer["vectors"]}
+        return True
 
     def prepare_remember_batch(self, raw: Any) -> Action:
         body = body_of(raw)

@@ -70,9 +70,10 @@ class RememberItem:
     source: dict[str, Any] | None
 
 
-def parse_remember(raw: Any, dim: int | None) -> RememberItem:
+def parse_remember(raw: Any, dim: int | None, *, held: bool = False) -> RememberItem:
+    """``held``: the graph holds every key under exactly its text (``requests.keys_of``)."""
     body = body_of(raw)
-    keys = keys_of(body, dim)
+    keys = keys_of(body, dim, held=held)
     assert keys is not None
     return RememberItem(
         content=content_of(body),
