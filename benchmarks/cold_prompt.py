@@ -175,7 +175,9 @@ def pools_cpu(store: Path, pools: int) -> dict[str, Any]:
             cpu_ms = []
             for i in range(pools):
                 scorer = EmbeddingCosineScorer(
-                    backend, DEFAULT_CACHE_ENTRIES, PassageStore(Path(directory), backend.dim)
+                    backend,
+                    DEFAULT_CACHE_ENTRIES,
+                    PassageStore(Path(directory), backend.dim, DEFAULT_CACHE_ENTRIES),
                 )
                 query = f"word{i} word{i + 5} concept {i}"
                 scorer.backend.encode([query], "query")
@@ -194,22 +196,28 @@ def store_at(rows: int, directory: Path) -> dict[str, Any]:
     its open's CPU and resident memory, a pool's reads, an append, its size on disk."""
     # imported here: the deployment phases also run on commits before the store
     from keymem.services.embedder.cache import Cached
-    from keymem.services.reranker.passages import INDEX_RECORD, PassageStore
+    from keymem.services.reranker.passages import (
+        INDEX_PREFIX,
+        INDEX_RECORD,
+        VECTORS_PREFIX,
+        PassageStore,
+    )
 
     dim, rng = STORE_DIM, np.random.default_rng(0)
-    if not (directory / "index").exists():
+    # generation 0: ended by age at the open, so the pool is appended to a new current one
+    if not (directory / f"{INDEX_PREFIX}0").exists():
         directory.mkdir(parents=True, exist_ok=True)
         records = np.zeros(rows, INDEX_RECORD)
         records["digest"] = [bytes(d) for d in rng.integers(0, 256, (rows, 16), dtype=np.uint8)]
-        records.tofile(directory / "index")
+        records.tofile(directory / f"{INDEX_PREFIX}0")
         chunk = rng.standard_normal((STORE_CHUNK_ROWS, dim)).astype(np.float16).tobytes()
-        with open(directory / "vectors", "wb") as vectors:
+        with open(directory / f"{VECTORS_PREFIX}0", "wb") as vectors:
             for at in range(0, rows, STORE_CHUNK_ROWS):
                 vectors.write(chunk[: min(STORE_CHUNK_ROWS, rows - at) * dim * 2])
     process = psutil.Process()
     rss = process.memory_info().rss
     started = time.process_time()
-    store = PassageStore(directory, dim)
+    store = PassageStore(directory, dim, DEFAULT_CACHE_ENTRIES)
     report: dict[str, Any] = {
         "rows": len(store),
         "open_cpu_s": round(time.process_time() - started, 3),

@@ -131,7 +131,7 @@ def open_store(
         for other in (home / PASSAGES_DIR).glob("*"):
             if other != directory:
                 shutil.rmtree(other)
-        return PassageStore(directory, backend.dim)
+        return PassageStore(directory, backend.dim, config.cache_entries)
     except OSError as exc:
         log.warning("no passage store at %s, vectors kept in memory only: %s", directory, exc)
         return None
