@@ -219,6 +219,24 @@ def test_a_store_of_corrected_memories_shrinks_and_live_memories_score_the_same(
     assert again.passages == 0
 
 
+def test_a_pool_served_from_the_cache_outlives_the_generations_it_was_read_in(
+    tmp_path: Path, backend: Usem3Backend
+) -> None:
+    """A long-running worker scores a pool from its LRU, never from the store, while writes
+    end generation after generation: the pool is still on disk for the next start."""
+    pool, directory = POOL, tmp_path / "passages"
+    worker = EmbeddingCosineScorer(backend, 1000, PassageStore(directory, backend.dim, 30))
+    worker.score(QUERY, pool)
+    for batch in range(3):  # each batch of writes ends a generation
+        worker.warm([f"written later, batch {batch}, memory {i}" for i in range(60 + 20 * batch)])
+        worker.score(QUERY, pool)
+    restarted = Counting(backend)
+    EmbeddingCosineScorer(restarted, 1000, PassageStore(directory, backend.dim, 30)).score(
+        QUERY, pool
+    )
+    assert restarted.passages == 0
+
+
 def test_rotation_by_size_keeps_every_row_read_in_the_generation(tmp_path: Path) -> None:
     """Rows read in a generation live through its end; rows read in neither do not; disk stays
     within two generations of at least ``min_rows`` each."""

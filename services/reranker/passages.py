@@ -197,6 +197,12 @@ class PassageStore:
     def __len__(self) -> int:
         return sum(len(g) for g in self._open_generations())
 
+    @property
+    def generation(self) -> int:
+        """The current generation's number: it changes when a generation ends."""
+        assert self.current is not None
+        return self.current.number
+
     def _open_generations(self) -> list[_Generation]:
         return [g for g in (self.previous, self.current) if g is not None]
 

@@ -128,32 +128,41 @@ class EmbeddingCosineScorer:
         self.model = fingerprint(backend)
         self.cache = VectorCache(cache_entries)
         self.store = store
+        # Texts read from the cache whose rows are known to be in the store's current
+        # generation (``_kept_in``): a read from the cache is a read, so a row the cache serves
+        # is copied into the generation that keeps it once (passages.py).
+        self._kept: set[str] = set()
+        self._kept_in = store.generation if store is not None else 0
 
     def _rows(self, texts: list[str]) -> tuple[dict[str, Cached], int]:
         """A vector for every text: from the cache, else the store, else embedded (the missing
         ones in one call, then kept in both); and how many were embedded."""
         rows: dict[str, Cached] = {}
         missing: dict[str, None] = {}
+        unkept: dict[str, Cached] = {}
         for text in texts:
             found = self.cache.get("passage", text)
-            if found is not None:
-                rows[text] = found
-            else:
+            if found is None:
                 missing[text] = None
-        for text, entry in self._stored(list(missing)).items():
+            else:
+                rows[text] = found
+                if text not in self._kept:
+                    unkept[text] = found
+        stored = self._stored(list(missing))
+        for text, entry in stored.items():
             rows[text] = entry
             self.cache.put("passage", text, entry)
             del missing[text]
+        embedded = {}
         if missing:
             fresh = list(missing)
             encoded = self.backend.encode(fresh, "passage")
             # what the store keeps, so a vector scores the same embedded now or read back
             vectors = encoded.vectors.astype(np.float16).astype(np.float32)
-            embedded = {}
             for i, text in enumerate(fresh):
                 embedded[text] = rows[text] = Cached(vectors[i], i in encoded.truncated)
                 self.cache.put("passage", text, embedded[text])
-            self._keep(embedded)
+        self._keep(unkept | embedded, stored)
         return rows, len(missing)
 
     def _stored(self, texts: list[str]) -> dict[str, Cached]:
@@ -166,14 +175,24 @@ class EmbeddingCosineScorer:
             self._drop_store(store, exc)
             return {}
 
-    def _keep(self, embedded: dict[str, Cached]) -> None:
+    def _keep(self, entries: dict[str, Cached], stored: dict[str, Cached]) -> None:
+        """Add ``entries`` to the store (those its current generation lacks), and note which
+        texts it now holds there: these and the ``stored`` just read (or copied) from it."""
         store = self.store
-        if store is None:
+        if store is None or not (entries or stored):
             return
         try:
-            store.add(embedded)
+            store.add(entries)
         except OSError as exc:
             self._drop_store(store, exc)
+            return
+        if store.generation != self._kept_in:  # ended meanwhile: what it held is previous
+            self._kept.clear()
+            self._kept_in = store.generation
+        elif len(self._kept) + len(entries) + len(stored) <= self.cache.max_entries:
+            self._kept.update(entries, stored)
+        else:  # as many as the cache holds: start again (each text costs one look-up then)
+            self._kept.clear()
 
     def _drop_store(self, store: PassageStore, exc: OSError) -> None:
         """A store that fails (a full disk, a removed directory) is left: scoring goes on."""
