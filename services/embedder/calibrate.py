@@ -13,7 +13,8 @@ default), so a new model gets its own profile by running this once. Pair sets:
   against the titles of their own ten paragraphs (gold titles related, the rest hard
   negatives) and against other questions' titles (random negatives); the blind-key set's
   questions against each paragraph's agent-written keys (best key per paragraph); KoBLEX
-  English questions against Korean statute titles and texts (cross-lingual).
+  English questions against Korean statute titles, texts, and titles over texts (what search
+  reads across scripts; cross-lingual).
 
 Rules (docs/CALIBRATION.md explains them): ``key_merge`` sits above 99% of near misses and
 99.9% of unrelated pairs; ``short_key_merge`` above every near miss; ``key_recall`` is the
@@ -38,6 +39,7 @@ import numpy as np
 from keymem.services.config import HOME, load
 from keymem.services.embedder.backends import EmbeddingBackend, Kind, fingerprint, load_backend
 from keymem.services.embedder.settings import EmbedderSettings
+from keymem.services.memory.search import named_text
 
 FIXTURE = Path(__file__).with_name("calibration_keys.json")
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -148,6 +150,7 @@ def benchmark_sets(data_dir: Path) -> list[PairSet]:
         memories = {m["id"]: m for m in koblex["memories"]}
         ids = sorted(memories)
         title_pos, title_neg, text_pos, text_neg = [], [], [], []
+        named_pos, named_neg = [], []
         for q in koblex["queries"]:
             negatives = [
                 i for i in rng.sample(ids, KOBLEX_NEGATIVES_PER_QUERY + 3) if i not in q["gold"]
@@ -155,17 +158,26 @@ def benchmark_sets(data_dir: Path) -> list[PairSet]:
             for mid in q["gold"]:
                 title_pos.append((q["query"], memories[mid]["title"]))
                 text_pos.append((q["query"], memories[mid]["content"][:PASSAGE_CHARS]))
+                named_pos.append((q["query"], _named(memories[mid])))
             for mid in negatives[:KOBLEX_NEGATIVES_PER_QUERY]:
                 title_neg.append((q["query"], memories[mid]["title"]))
                 text_neg.append((q["query"], memories[mid]["content"][:PASSAGE_CHARS]))
+                named_neg.append((q["query"], _named(memories[mid])))
         qp: tuple[Kind, Kind] = ("query", "passage")
         sets += [
             PairSet("koblex EN question -> KO gold statute title", qk, title_pos),
             PairSet("koblex EN question -> KO random statute title", qk, title_neg),
             PairSet("koblex EN question -> KO gold statute text", qp, text_pos),
             PairSet("koblex EN question -> KO random statute text", qp, text_neg),
+            PairSet("koblex EN question -> KO gold statute named text", qp, named_pos),
+            PairSet("koblex EN question -> KO random statute named text", qp, named_neg),
         ]
     return sets
+
+
+def _named(memory: dict[str, Any]) -> str:
+    """A statute as search reads it across scripts: its title over its text (``named_text``)."""
+    return named_text(memory["title"], memory["content"])[:PASSAGE_CHARS]
 
 
 def score_sets(backend: EmbeddingBackend, sets: Iterable[PairSet], batch: int = 64) -> None:
