@@ -36,7 +36,7 @@ from keymem.store.records import (
     Outcome,
     shared,
 )
-from keymem.store.schema import migrate
+from keymem.store.schema import damaged_meta, migrate
 from keymem.store.writelog import APPLIED_META, Record, WriteLog, log_path
 
 log = logging.getLogger("keymem.store")
@@ -80,12 +80,6 @@ class StoreLocked(Unavailable):
     """Another process holds the graph file (DuckDB allows one opener)."""
 
 
-class DamagedMeta(Unavailable):
-    """A number the graph file's ``meta`` table keeps does not read as one: the file is damaged
-    outside keymem, and no value the graph could guess for it is safe (``log_applied`` says
-    which logged writes are in the file)."""
-
-
 # The meta rows that hold numbers, each with the kind it must read as (an empty value is 0).
 NUMERIC_META: dict[str, type[int] | type[float]] = {
     "dim": int,
@@ -106,12 +100,7 @@ def checked_meta(meta: dict[str, str], path: Path) -> dict[str, str]:
         except ValueError:
             sound = False
         if not sound:
-            raise DamagedMeta(
-                f"{path} is damaged: its meta row {name!r} holds {value!r}, not a number "
-                "keymem writes there (nothing was changed). Restore the newest `keymem backup` "
-                "over it with the services down; `keymem doctor` says where it is",
-                {"row": name, "value": value},
-            )
+            raise damaged_meta(name, value, str(path))
     return meta
 
 

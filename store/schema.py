@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import duckdb
 
-from keymem.protocol.errors import Conflict
+from keymem.protocol.errors import Conflict, Unavailable
 
 # Every column the service reads at start; vectors are float32 bytes (dim in meta).
 _V1 = """
@@ -156,6 +156,21 @@ TABLES = (
 )
 
 
+class DamagedMeta(Unavailable):
+    """A number the graph file's ``meta`` table keeps does not read as one: the file is damaged
+    outside keymem, and no value the graph could guess for it is safe (``log_applied`` says
+    which logged writes are in the file, ``schema_version`` which migrations ran)."""
+
+
+def damaged_meta(name: str, value: str, where: str) -> DamagedMeta:
+    return DamagedMeta(
+        f"{where} is damaged: its meta row {name!r} holds {value!r}, not a number keymem "
+        "writes there (nothing was changed). Restore the newest `keymem backup` over it with "
+        "the services down; `keymem doctor` says where it is",
+        {"row": name, "value": value},
+    )
+
+
 def current_version(conn: duckdb.DuckDBPyConnection) -> int:
     exists = conn.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
@@ -163,7 +178,12 @@ def current_version(conn: duckdb.DuckDBPyConnection) -> int:
     if not exists:
         return 0
     row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchall()
-    return int(row[0][0]) if row else 0
+    if not row:
+        return 0
+    value = str(row[0][0])
+    if not value.isdigit():
+        raise damaged_meta("schema_version", value, "the graph file")
+    return int(value)
 
 
 def migrate(conn: duckdb.DuckDBPyConnection) -> int:

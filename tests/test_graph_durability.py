@@ -39,8 +39,8 @@ from keymem.services.cli import doctor
 from keymem.services.config import Settings, load
 from keymem.services.stack import InprocStack
 from keymem.store.backup import backup_dir
-from keymem.store.database import DamagedMeta, GraphStore
-from keymem.store.schema import SCHEMA_VERSION
+from keymem.store.database import GraphStore
+from keymem.store.schema import SCHEMA_VERSION, DamagedMeta
 from keymem.store.writelog import HEADER, UnreadableLog, log_path
 from tests.graph_helpers import GRAPH_FILE, damage_file, open_graph, table_counts
 from tests.vectors import remember_body
@@ -265,6 +265,7 @@ def test_a_failed_open_leaves_the_file_to_the_next_opener(
         ("pruned_through", "12abc"),
         ("log_applied", "-3"),
         ("slept_at", "nan"),
+        ("schema_version", "v8?"),
     ],
 )
 def test_a_damaged_meta_number_is_a_typed_error_that_changes_nothing(
@@ -272,11 +273,13 @@ def test_a_damaged_meta_number_is_a_typed_error_that_changes_nothing(
 ) -> None:
     """The graph's start fails with ``DamagedMeta`` naming the row (not a bare ValueError),
     leaves the file as it was and lets go of it, and ``keymem doctor`` names the row and the
-    backup to restore; once the row is repaired the service starts again in this process."""
+    backup to restore; once the row is repaired (as it was, or gone) the service starts again
+    in this process."""
     path = tmp_path / GRAPH_FILE
     graph = open_graph(tmp_path)
     graph.remember(remember_body("A memory that must survive", ["survival"]))
     graph.close()
+    sound = meta_rows(path)
     damage_file(path, [("INSERT OR REPLACE INTO meta VALUES (?, ?)", [row, value])])
     before = (table_counts(path), meta_rows(path))
     with pytest.raises(DamagedMeta) as failed:  # its traceback keeps the half-started service
@@ -289,7 +292,8 @@ def test_a_damaged_meta_number_is_a_typed_error_that_changes_nothing(
     (check,) = doctor._schema(Settings.from_config(load({}, home=tmp_path)))
     assert check.status == "fail" and repr(row) in check.detail and repr(value) in check.detail
     assert str(backup_dir(tmp_path)) in check.fix
-    damage_file(path, [("DELETE FROM meta WHERE name = ?", [row])])
+    repair = [("INSERT INTO meta VALUES (?, ?)", list(r)) for r in sound if r[0] == row]
+    damage_file(path, [("DELETE FROM meta WHERE name = ?", [row]), *repair])
     graph = open_graph(tmp_path)
     try:
         assert [m.content for m in graph.state.memories.values()] == ["A memory that must survive"]

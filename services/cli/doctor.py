@@ -208,8 +208,8 @@ def _services(settings: Settings) -> list[Check]:
 
 def _schema(settings: Settings) -> list[Check]:
     from keymem.store.backup import backup_dir
-    from keymem.store.database import DamagedMeta, checked_meta, graph_path, read_meta
-    from keymem.store.schema import SCHEMA_VERSION, current_version
+    from keymem.store.database import checked_meta, graph_path, read_meta
+    from keymem.store.schema import SCHEMA_VERSION, DamagedMeta, current_version
 
     path = graph_path(settings.home)
     if not path.exists():
@@ -227,12 +227,11 @@ def _schema(settings: Settings) -> list[Check]:
             )
         ]
     try:
-        version = current_version(conn)
-        meta = read_meta(conn) if version else {}
-    finally:
-        conn.close()
-    try:
-        checked_meta(meta, path)
+        try:
+            version = current_version(conn)
+            checked_meta(read_meta(conn) if version else {}, path)
+        finally:
+            conn.close()
     except DamagedMeta as exc:
         return [
             Check(
