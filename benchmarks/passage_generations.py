@@ -63,7 +63,8 @@ def cpu_per_call(calls: list[Call], make: Callable[[], EmbeddingCosineScorer]) -
 
 def end_generation(directory: Path, dim: int) -> None:
     """End the current generation now, as its age would."""
-    aged, passages.GENERATION_MAX_AGE_S = passages.GENERATION_MAX_AGE_S, 0
+    aged = passages.GENERATION_MAX_AGE_S
+    passages.GENERATION_MAX_AGE_S = -aged  # every generation old, even one numbered ahead
     try:
         PassageStore(directory, dim, DEFAULT_CACHE_ENTRIES).close()
     finally:
