@@ -193,7 +193,8 @@ def pools_cpu(store: Path, pools: int) -> dict[str, Any]:
 
 def store_at(rows: int, directory: Path) -> dict[str, Any]:
     """In process: a passage store of ``rows`` random rows (written once into ``directory``):
-    its open's CPU and resident memory, a pool's reads, an append, its size on disk."""
+    its open's CPU and resident memory, a pool's reads from the previous generation (each
+    copied forward) and from the current one, an append, its size on disk."""
     # imported here: the deployment phases also run on commits before the store
     from keymem.services.embedder.cache import Cached
     from keymem.services.reranker.passages import (
@@ -201,14 +202,17 @@ def store_at(rows: int, directory: Path) -> dict[str, Any]:
         INDEX_RECORD,
         VECTORS_PREFIX,
         PassageStore,
+        digest,
     )
 
     dim, rng = STORE_DIM, np.random.default_rng(0)
-    # generation 0: ended by age at the open, so the pool is appended to a new current one
+    stored = [f"stored {i}" for i in range(POOL)]  # rows spread over the file
+    # generation 0: ended by age at the open, so it is the previous one
     if not (directory / f"{INDEX_PREFIX}0").exists():
         directory.mkdir(parents=True, exist_ok=True)
         records = np.zeros(rows, INDEX_RECORD)
         records["digest"] = [bytes(d) for d in rng.integers(0, 256, (rows, 16), dtype=np.uint8)]
+        records["digest"][:: rows // POOL][:POOL] = [digest(text) for text in stored]
         records.tofile(directory / f"{INDEX_PREFIX}0")
         chunk = rng.standard_normal((STORE_CHUNK_ROWS, dim)).astype(np.float16).tobytes()
         with open(directory / f"{VECTORS_PREFIX}0", "wb") as vectors:
@@ -223,6 +227,9 @@ def store_at(rows: int, directory: Path) -> dict[str, Any]:
         "open_cpu_s": round(time.process_time() - started, 3),
         "open_rss_mb": round((process.memory_info().rss - rss) / 2**20, 1),
     }
+    started = time.process_time()
+    report["found_previous"] = len(store.get_many(stored))
+    report["read_previous_pool_cpu_ms"] = round((time.process_time() - started) * 1000, 2)
     texts = [f"passage {i}" for i in range(POOL)]
     fresh = rng.standard_normal((POOL, dim)).astype(np.float32)
     started = time.process_time()
