@@ -127,3 +127,32 @@ def test_a_miss_offers_the_nearest_keys_and_explain_counts_the_namespace(
 def test_recall_refuses_a_bad_body(small: FullStack, body: Any) -> None:
     with pytest.raises(BadRequest):
         small.memory("recall", body)
+
+
+def test_memories_in_another_script_are_read_with_their_writers_names(small: FullStack) -> None:
+    # Two Korean articles whose texts differ only in the article's number; the English keys
+    # their writer gave them say which crime each punishes. Across scripts navigation reads a
+    # memory as search does, its name over its text: read as text alone, both queries put the
+    # same article first (the texts score alike), and the preview shows it for both.
+    namespace = "statutes"
+    burglary = small.remember(
+        "제330조를 위반한 자는 10년 이하의 징역에 처한다.", ["statute", "night burglary"], namespace
+    )
+    fraud = small.remember(
+        "제347조를 위반한 자는 10년 이하의 징역에 처한다.", ["statute", "fraud"], namespace
+    )
+    small.search("statute", namespace)  # waits until the lexicon has both
+    found = small.memory(
+        "recall", {"query": "which statute punishes a swindler", "namespace": namespace}
+    )
+    assert [k["concept"] for k in found["keys"]] == ["statute"]
+    assert previewed(found) == [fraud]
+    intruder = {"query": "which statute sends a home intruder to prison", "namespace": namespace}
+    assert previewed(small.memory("recall", intruder)) == [burglary]
+    statute = found["keys"][0]["key_id"]
+    for query, first in (
+        ("the penalty for night burglary", burglary),
+        ("the penalty for fraud", fraud),
+    ):
+        page = small.memory("read_key", {"key_id": statute, "namespace": namespace, "query": query})
+        assert page["memories"][0]["memory_id"] == first

@@ -48,7 +48,7 @@ from keymem.services.graph.requests import namespace_of
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
 from keymem.services.graph.text import first_named, query_phrases
 from keymem.services.graph.validity import depth_factor, freshness, freshness_factor, validity_view
-from keymem.services.graph.views import key_idf
+from keymem.services.graph.views import agent_keys_text, key_idf
 from keymem.services.graph.writes import AUTO_LINK_WEIGHT
 from keymem.store.records import LinkRecord, MemoryRecord
 
@@ -306,23 +306,6 @@ def recall_candidates(
         "anchored": bool(keys) or bool(active_bm25),
     }
     return {"namespace": namespace, "keys": keys, "candidates": candidates, "anchor": anchor}
-
-
-ABOUT_SEPARATOR = "; "
-
-
-def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
-    """The keys its writer gave a memory, joined (``about``; None when it has none): the
-    router's reranker judges them as a second reading of the memory. A title or an agent's
-    keys say what a memory is about in a few words, where a passage's cosine is diluted by
-    everything else it says. Auto-keys and learned links are left out: auto-keys are words
-    of the text itself (no second reading), a learned link is a guess from traffic."""
-    concepts = [
-        state.keys[key_id].concept
-        for key_id, link in state.mem_links[memory_id].items()
-        if not link.auto and not link.learned
-    ]
-    return ABOUT_SEPARATOR.join(concepts) or None
 
 
 def _dense_members(

@@ -105,6 +105,7 @@ def _members(
                 "link_weight": round(weight, SCORE_DIGITS),
                 "link_rank": round(rank, SCORE_DIGITS + 3),
                 "keys": linked.get(memory_id, []),
+                "about": view["about"],
             }
         )
     return members

@@ -53,6 +53,23 @@ def key_view(state: GraphState, key: KeyRecord) -> dict[str, Any]:
     }
 
 
+ABOUT_SEPARATOR = "; "
+
+
+def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
+    """The keys its writer gave a memory, joined (``about``; None when it has none): the
+    router's reranker judges them as a second reading of the memory. A title or an agent's
+    keys say what a memory is about in a few words, where a passage's cosine is diluted by
+    everything else it says. Auto-keys and learned links are left out: auto-keys are words
+    of the text itself (no second reading), a learned link is a guess from traffic."""
+    concepts = [
+        state.keys[key_id].concept
+        for key_id, link in state.mem_links[memory_id].items()
+        if not link.auto and not link.learned
+    ]
+    return ABOUT_SEPARATOR.join(concepts) or None
+
+
 def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str, Any]:
     keys = []
     for key_id, link in state.mem_links[memory.id].items():
@@ -80,6 +97,7 @@ def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str
         "last_confirmation_evidence": memory.last_confirmation_evidence,
         "validity": validity_view(memory, now),
         "keys": keys,
+        "about": agent_keys_text(state, memory.id),
     }
 
 

@@ -64,7 +64,12 @@ from keymem.services.memory.inject import (
     subject_of,
     without_entities,
 )
-from keymem.services.memory.search import key_summary, rerank_segments
+from keymem.services.memory.search import (
+    key_summary,
+    named_readings,
+    named_text,
+    rerank_segments,
+)
 
 ANALYSE_SHARE = 0.4  # of the remaining time, for the embedder and the lexicon's first round
 RECALL_TOP_K_DEFAULT = 8
@@ -164,8 +169,11 @@ def _namespaces(body: dict[str, Any]) -> list[str]:
 class Scored:
     """The reranker's [0, 1] relevance per memory id and the raw scores' kind."""
 
-    relevance: dict[str, float]
+    relevance: dict[str, float]  # of each memory's text: what the gates are calibrated on
     kind: str
+    # each memory as search reads it: a memory in another script than the query that its
+    # writer named, as named (``named_readings``); ranks the memories against each other
+    read: dict[str, float]
 
     def strong(self, memory_id: str) -> bool:
         level = STRONG_RELEVANCE_BY_KIND.get(self.kind)
@@ -207,19 +215,15 @@ class Navigation:
         """Reranker relevance of each memory to ``query``; None when it cannot be had."""
         if not views:
             return {}
-        ordered = list(views)
+        members = list(views.values())
+        body, named = scoring(query, members)
         try:
-            scored = self._call(
-                "reranker",
-                "score",
-                {"query": query, "passages": [views[i]["content"] for i in ordered]},
+            scored = _scored(
+                [m["id"] for m in members], self._call("reranker", "score", body), named
             )
         except KeymemError:
             return None
-        return {
-            memory_id: relevance_of(score, scored["score_kind"])
-            for memory_id, score in zip(ordered, scored["scores"], strict=True)
-        }
+        return None if scored is None else scored.read
 
     def read_key(self, body: Any) -> Any:
         if not isinstance(body, dict):
@@ -348,20 +352,17 @@ class Navigation:
         anchor = keys[0]
         ids = [m["id"] for m in members]
         asked = asked_about(request.query, anchor, keys)
-        passages = [m["content"] for m in members]
-        calls: list[tuple[str, str, Any]] = [
-            ("reranker", "score", {"query": text, "passages": passages})
-            for text in (request.query, request.context)
-            if text
-        ]
+        texts = [text for text in (request.query, request.context) if text]
+        readings = [scoring(text, members) for text in texts]
+        calls: list[tuple[str, str, Any]] = [("reranker", "score", body) for body, _ in readings]
         if re.search(r"\w", asked):
             body = {"query": asked, "namespace": request.namespace, "ids": ids}
             calls.append(("lexicon", "coverage", body))
         outcomes = self.client.call_many(calls, timeout_ms=remaining_ms(DEFAULT_BUDGET_MS))
         if not isinstance(outcomes[0], KeymemError) and not outcomes[0]["gate"]["passed"]:
             return None, WITHHELD["not_found"]
-        on_query = _scored(ids, outcomes[0])
-        on_context = _scored(ids, outcomes[1]) if request.context else on_query
+        on_query = _scored(ids, outcomes[0], readings[0][1])
+        on_context = _scored(ids, outcomes[1], readings[1][1]) if request.context else on_query
         coverage: dict[str, float] | None = None
         # Terms left after the lexicon drops function words: none means nothing is asked.
         if (
@@ -386,7 +387,7 @@ class Navigation:
         if not passing:
             why = reasons[0] if reasons else "low_coverage"
             return None, WITHHELD[why].format(tokens=", ".join(tokens))
-        ranking = on_context.relevance if on_context is not None else {}
+        ranking = on_context.read if on_context is not None else {}
         best = max(
             passing,
             key=lambda m: (ranking.get(m["id"], 1.0) * m["link_rank"], m["created_at"]),
@@ -427,13 +428,26 @@ def merged(request: RecallRequest, replies: list[dict[str, Any]]) -> dict[str, A
     return answer
 
 
-def _scored(ids: list[str], outcome: Any) -> Scored | None:
+def scoring(text: str, members: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
+    """The reranker's body for ``text`` over ``members`` read as search reads them: each text,
+    then each named one of them (``named_readings``) as named; and which those are."""
+    named = named_readings(text, members)
+    passages = [m["content"] for m in members] + [
+        named_text(members[i]["about"], members[i]["content"]) for i in named
+    ]
+    return {"query": text, "passages": passages}, named
+
+
+def _scored(ids: list[str], outcome: Any, named: list[int]) -> Scored | None:
     if isinstance(outcome, KeymemError):
         return None
     kind = str(outcome["score_kind"])
-    return Scored(
-        {i: relevance_of(s, kind) for i, s in zip(ids, outcome["scores"], strict=True)}, kind
-    )
+    scores = [relevance_of(s, kind) for s in outcome["scores"]]
+    relevance = dict(zip(ids, scores[: len(ids)], strict=True))
+    read = dict(relevance)
+    for at, i in enumerate(named):
+        read[ids[i]] = scores[len(ids) + at]
+    return Scored(relevance, kind, read)
 
 
 def _about(member: dict[str, Any], entities: list[Entity]) -> bool:

@@ -379,12 +379,7 @@ class Search:
         contents = [c["content"] for c in candidates]
         abouts = [c.get("about") for c in candidates] if self.fusion.about else []
         read_about = [i for i, about in enumerate(abouts) if about]
-        script = main_script(query) if self.fusion.cross_named else None
-        read_named = [
-            i
-            for i, c in enumerate(candidates)
-            if script is not None and c.get("about") and crosses_script(script, c["content"])
-        ]
+        read_named = named_readings(query, candidates) if self.fusion.cross_named else []
         passages = (
             contents
             + [abouts[i] for i in read_about]
@@ -448,6 +443,20 @@ def crosses_script(script: str, content: str) -> bool:
     half the letters of its head, the part the reranker's cosine reads first, are in it."""
     head = content[:PASSAGE_HEAD_CHARS]
     return 2 * len(SCRIPTS[script].findall(head)) < len(LETTER.findall(head))
+
+
+def named_readings(query: str, candidates: list[dict[str, Any]]) -> list[int]:
+    """Which candidates the reranker reads as named (``named_text``) for ``query``: those its
+    writer named (an ``about``) whose text is in another script than the query. Search and
+    navigation read the same ones."""
+    script = main_script(query)
+    if script is None:
+        return []
+    return [
+        i
+        for i, c in enumerate(candidates)
+        if c.get("about") and crosses_script(script, c["content"])
+    ]
 
 
 def named_text(about: str | None, content: str) -> str:
