@@ -11,8 +11,9 @@ is then sent as the hook sends it (``shorten``-ed prompt, its namespace, ``retry
 hook's deadline (``KEYMEM_HOOK_TIMEOUT_MS``), no session (a second pass would otherwise hide
 what the first showed): its wall time, whether it timed out (the hook then shows nothing), which
 services the answer names degraded (a reranker past its share: nothing crosses scripts), and
-whether a gold memory was shown. Per pass also the models process's CPU (the reranker's time:
-passages embedded cold) and the box's load.
+whether a gold memory was shown; the first question's wall time (a first prompt into the store)
+and how many took longer than the reranker's share of the deadline. Per pass also the models
+process's CPU (the reranker's time: passages embedded cold) and the box's load.
 
 A question in another script than the memories reads each titled candidate as its writer's name
 over its text (``Fusion.cross_named``), a passage the idle-time warm-up did not embed: the first
@@ -43,6 +44,7 @@ from keymem.services.config import HOOK_TIMEOUT_MS
 from keymem.services.evaluation.dataset import load_benchmark
 from keymem.services.evaluation.loader import LoadedStore, load
 from keymem.services.evaluation.progress import Progress
+from keymem.services.memory.search import RERANK_SHARE
 
 UP_TIMEOUT_S = "900"
 LOAD_TIMEOUT_MS = 120_000
@@ -102,6 +104,9 @@ def summary(rows: list[dict[str, Any]], cpu_s: float, load: float) -> dict[str, 
         "p50_ms": _pct(walls, 0.5),
         "p95_ms": _pct(walls, 0.95),
         "max_ms": round(max(walls), 1),
+        "first_ms": walls[0],
+        # past the reranker's share of the deadline (about half: what is left after the graph)
+        "over_rerank_share": sum(w > HOOK_TIMEOUT_MS.default * RERANK_SHARE for w in walls),
         "mean_ms": round(statistics.fmean(walls), 1),
         "timed_out": sum(r["error"] is not None for r in rows),
         "degraded": sum(bool(r["degraded"]) for r in rows),
