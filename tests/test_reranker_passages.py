@@ -353,3 +353,23 @@ def test_a_kill_9_inside_a_rotation_leaves_a_readable_store(tmp_path: Path, mome
     reopened.add(more)
     reopened.close()
     assert_holds(PassageStore(tmp_path, 8, min_rows=10), current | more)
+
+
+@pytest.mark.parametrize("renamed_before_a_crash", [False, True])
+def test_a_store_of_before_generations_is_taken_over(
+    tmp_path: Path, renamed_before_a_crash: bool
+) -> None:
+    """The one pair of unnumbered files a store had before generations: every vector still
+    found after the upgrade (also when a crash came between the two renames), none left as is."""
+    entries = rows(30, 8, seed=17)
+    records = np.zeros(len(entries), dtype=store_module.INDEX_RECORD)
+    records["digest"] = [store_module.digest(text) for text in entries]
+    records["truncated"] = [entry.truncated for entry in entries.values()]
+    records.tofile(tmp_path / "index")
+    vectors = np.stack([entry.vector for entry in entries.values()]).astype(VECTOR_DTYPE)
+    vectors.tofile(tmp_path / ("vectors.0" if renamed_before_a_crash else "vectors"))
+    store = one_generation(tmp_path)
+    assert_holds(store, entries)
+    store.close()
+    assert "index" not in generation_files(tmp_path) and "vectors" not in generation_files(tmp_path)
+    assert_holds(one_generation(tmp_path), entries)
