@@ -265,7 +265,7 @@ class PassageStore:
             self.previous.close()
         self.previous, self.current = current, fresh
         log.info(
-            "passage vectors: generation %d ended at %d rows, %d older rows let go",
+            "passage vectors: generation %d ended at %d rows; the one before (%d rows) deleted",
             current.number,
             rows,
             previous_rows,
