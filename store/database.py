@@ -90,7 +90,7 @@ NUMERIC_META: dict[str, type[int] | type[float]] = {
 }
 
 
-def checked_meta(meta: dict[str, str], path: Path) -> dict[str, str]:
+def checked_meta(meta: dict[str, str], where: str) -> dict[str, str]:
     """``meta`` as read, once every numeric row reads as a finite number of at least 0;
     ``DamagedMeta`` naming the first that does not."""
     for name, kind in NUMERIC_META.items():
@@ -100,7 +100,7 @@ def checked_meta(meta: dict[str, str], path: Path) -> dict[str, str]:
         except ValueError:
             sound = False
         if not sound:
-            raise damaged_meta(name, value, str(path))
+            raise damaged_meta(name, value, where)
     return meta
 
 
@@ -358,7 +358,7 @@ class GraphStore:
     # -- meta ------------------------------------------------------------------------------
     def read_meta(self) -> dict[str, str]:
         """The meta rows, ``DamagedMeta`` when a numeric one is not a number."""
-        return checked_meta(read_meta(self.conn), self.path)
+        return checked_meta(read_meta(self.conn), str(self.path))
 
     def set_meta(self, values: dict[str, str]) -> None:
         changes = Changes()

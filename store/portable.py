@@ -20,8 +20,15 @@ import numpy as np
 
 from keymem.protocol.errors import BadRequest, Conflict
 from keymem.store.changes import OP_UPSERT
-from keymem.store.database import EFFECTIVE_LINKS, EVENT_WIDTH, GraphStore
-from keymem.store.schema import SCHEMA_VERSION
+from keymem.store.database import (
+    EFFECTIVE_LINKS,
+    EVENT_WIDTH,
+    GraphStore,
+    checked_meta,
+    meta_number,
+    read_meta,
+)
+from keymem.store.schema import SCHEMA_VERSION, current_version
 
 EXPORT_FORMAT = "keymem-graph-export"
 PRIVATE_FILE_MODE = 0o600
@@ -88,7 +95,7 @@ def export_graph(conn: duckdb.DuckDBPyConnection, out: Path) -> dict[str, int]:
     """Write the export to ``out`` (which must not exist); returns rows per table."""
     if out.exists():
         raise FileExistsError(f"{out} exists; keymem export never overwrites a file")
-    meta = {str(n): str(v) for n, v in conn.execute("SELECT name, value FROM meta").fetchall()}
+    meta = checked_meta(read_meta(conn), "the exported graph file")
     tables: dict[str, Any] = {}
     counts: dict[str, int] = {}
     for table in EXPORTED_TABLES:
@@ -106,7 +113,7 @@ def export_graph(conn: duckdb.DuckDBPyConnection, out: Path) -> dict[str, int]:
     document = {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
-        "schema_version": int(meta.get("schema_version", SCHEMA_VERSION)),
+        "schema_version": current_version(conn) or SCHEMA_VERSION,
         "exported_at": time.time(),
         "meta": {name: meta[name] for name in EXPORTED_META if name in meta},
         "tables": tables,
@@ -185,7 +192,7 @@ def import_graph(store: GraphStore, document: dict[str, Any]) -> dict[str, int]:
         memory_names.index("superseded_by"),
     )
     head = int(conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0])
-    head = max(head, int(meta.get("pruned_through", "0") or 0))
+    head = max(head, meta_number(meta, "pruned_through"))
     now = time.time()
     events = []
     for row in sorted(tables["memories"]["rows"], key=lambda r: r[id_at]):

@@ -14,7 +14,7 @@ from keymem.services.cli import main
 from keymem.store.backup import backup_dir, take_backup
 from keymem.store.database import GraphStore
 from keymem.store.portable import export_graph, import_graph, read_export
-from keymem.store.schema import SCHEMA_VERSION, migrate
+from keymem.store.schema import SCHEMA_VERSION, DamagedMeta, migrate
 from tests.graph_helpers import GRAPH_FILE, open_graph, table_counts
 from tests.vectors import remember_body
 
@@ -213,3 +213,22 @@ def test_a_service_backup_runs_beside_writes(tmp_path: Path) -> None:
         assert ids["current"] in copy.load().memories
     finally:
         copy.close()
+
+
+@pytest.mark.parametrize(("row", "value"), [("pruned_through", "garbage"), ("schema_version", "x")])
+def test_exporting_a_damaged_file_is_a_typed_refusal_that_writes_nothing(
+    tmp_path: Path, row: str, value: str
+) -> None:
+    """`keymem export` reads a snapshot when the services hold the file: a meta number damaged
+    outside keymem is refused by name, not a bare ValueError, and no export file appears."""
+    _populate(tmp_path / "a")
+    conn = duckdb.connect(str(tmp_path / "a" / GRAPH_FILE))
+    try:
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [row, value])
+    finally:
+        conn.close()
+    out = tmp_path / "out.json"
+    with pytest.raises(DamagedMeta) as refused:
+        _export(tmp_path / "a", out)
+    assert refused.value.detail == {"row": row, "value": value}
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()

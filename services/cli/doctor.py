@@ -229,7 +229,7 @@ def _schema(settings: Settings) -> list[Check]:
     try:
         try:
             version = current_version(conn)
-            checked_meta(read_meta(conn) if version else {}, path)
+            checked_meta(read_meta(conn) if version else {}, str(path))
         finally:
             conn.close()
     except DamagedMeta as exc:
