@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from keymem.protocol.errors import BadRequest
+from keymem.protocol.errors import BadRequest, DeadlineExceeded
 from keymem.protocol.limits import RERANK_MAX_PASSAGES
 from keymem.services.memory.search import (
     GATED_FUSION,
@@ -271,6 +271,41 @@ def test_a_memory_in_another_script_than_the_query_is_read_with_its_writers_name
     off = Reranker()
     Search(off, Fusion(cross_named=False))._relevance("Is burglary at night punished?", [pool], {})  # type: ignore[arg-type]
     assert not any("\n" in p for p in off.passages)
+
+
+def test_a_named_reading_not_back_in_time_leaves_the_text_reading() -> None:
+    # The idle-time warm-up embeds a memory's text, not its named text: on a first question
+    # across scripts every named passage can be cold. Its calls are sent after the text's and
+    # one past the reranker's share costs only the named reading, not the relevance of the
+    # pool (with none, inject has nothing to cross scripts on and shows nothing).
+    class Reranker:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
+            replies: list[Any] = []
+            for _, _, body in calls:
+                self.calls.append(body["passages"])
+                if any("\n" in p for p in body["passages"]):  # a named passage: still embedding
+                    replies.append(DeadlineExceeded("reranker.score took its budget"))
+                else:
+                    replies.append(
+                        {"scores": [0.3] * len(body["passages"]), "score_kind": "embedding_cosine"}
+                    )
+            return replies
+
+    statute = "제330조(야간주거침입절도) 야간에 사람의 주거에 침입하여 절취한 자는 처벌한다."
+    pool: list[dict[str, Any]] = [
+        {"content": statute, "about": "형법 330조"},
+        {"content": statute + " 미수범도 처벌한다.", "about": "형법 342조"},
+    ]
+    client, degraded = Reranker(), dict[str, str]()
+    (relevance,) = Search(client)._relevance("Is burglary at night punished?", [pool], degraded)  # type: ignore[arg-type]
+    assert relevance is not None and not degraded
+    assert relevance.named == [None, None] and relevance.best() == [0.3, 0.3]
+    # the named passages travel in a call of their own, after the texts and abouts
+    assert [len(c) for c in client.calls] == [4, 2]
+    assert all("\n" in p for p in client.calls[-1])
 
 
 def test_the_named_reading_stands_in_for_the_text_not_beside_it() -> None:

@@ -372,53 +372,39 @@ class Search:
     ) -> list[Relevance | None]:
         """The reranker's score of every candidate of every pool against the query (parallel
         calls, at most ``RERANK_MAX_PASSAGES`` passages each), and in the same calls of every
-        candidate's ``about`` (``Fusion.about``) and, for one in another script than the query,
-        of its text as named (``Fusion.cross_named``); all None if it is down."""
+        candidate's ``about`` (``Fusion.about``); all None if it is down. For a candidate in
+        another script than the query, its text as named (``Fusion.cross_named``) in calls of
+        their own, sent last: the idle-time warm-up embeds a memory's text, not its named text,
+        so a first cross-script question can find every named passage cold; one not back within
+        the reranker's share is not read and the text stands, as if it had not been named."""
         budget = int(remaining_ms(DEFAULT_BUDGET_MS) * RERANK_SHARE)
         candidates = [c for pool in pools for c in pool]
         contents = [c["content"] for c in candidates]
         abouts = [c.get("about") for c in candidates] if self.fusion.about else []
         read_about = [i for i, about in enumerate(abouts) if about]
         read_named = named_readings(query, candidates) if self.fusion.cross_named else []
-        passages = (
-            contents
-            + [abouts[i] for i in read_about]
-            + [named_text(candidates[i]["about"], contents[i]) for i in read_named]
-        )
-        chunks = range(0, len(passages), RERANK_MAX_PASSAGES)
+        texts = contents + [abouts[i] for i in read_about]
+        named_passages = [named_text(candidates[i]["about"], contents[i]) for i in read_named]
         segments = rerank_segments(query)
+        text_calls = _score_calls(segments, texts)
         outcomes = self.client.call_many(
-            [
-                (
-                    "reranker",
-                    "score",
-                    {"query": segment, "passages": passages[at : at + RERANK_MAX_PASSAGES]},
-                )
-                for segment in segments
-                for at in chunks
-            ],
-            timeout_ms=budget,
+            text_calls + _score_calls(segments, named_passages), timeout_ms=budget
         )
-        # one row of scores per segment whose every chunk came back, joined in pool order
-        per_segment = len(chunks)
-        rows, kind = [], ""
-        for n in range(len(segments)):
-            parts = outcomes[n * per_segment : (n + 1) * per_segment]
-            if all(not isinstance(o, KeymemError) for o in parts):
-                rows.append([x for o in parts for x in o["scores"]])
-                kind = str(parts[0]["score_kind"])
-        if not rows:
+        best, kind = _best_over_segments(outcomes[: len(text_calls)], len(segments), len(texts))
+        if best is None:
             degraded["reranker"] = str(next(o for o in outcomes if isinstance(o, KeymemError)))
             return [None] * len(pools)
-        # a passage is as relevant as its best match with any part of the query
-        best = [max(row[i] for row in rows) for i in range(len(passages))]
         scores = best[: len(contents)]
         about: list[float | None] = [None] * len(contents)
         for at, i in enumerate(read_about):
             about[i] = best[len(contents) + at]
         named: list[float | None] = [None] * len(contents)
-        for at, i in enumerate(read_named):
-            named[i] = best[len(contents) + len(read_about) + at]
+        named_best, _ = _best_over_segments(
+            outcomes[len(text_calls) :], len(segments), len(named_passages)
+        )
+        if named_best is not None:
+            for at, i in enumerate(read_named):
+                named[i] = named_best[at]
         relevances: list[Relevance | None] = []
         at = 0
         for pool in pools:
@@ -429,6 +415,38 @@ class Search:
                 relevances.append(None)
             at = end
         return relevances
+
+
+def _score_calls(segments: list[str], passages: list[str]) -> list[tuple[str, str, Any]]:
+    """``reranker.score`` of ``passages`` against each segment, at most
+    ``RERANK_MAX_PASSAGES`` a call, segment by segment."""
+    return [
+        (
+            "reranker",
+            "score",
+            {"query": segment, "passages": passages[at : at + RERANK_MAX_PASSAGES]},
+        )
+        for segment in segments
+        for at in range(0, len(passages), RERANK_MAX_PASSAGES)
+    ]
+
+
+def _best_over_segments(
+    outcomes: list[Any], segments: int, passages: int
+) -> tuple[list[float] | None, str]:
+    """Each passage's best score over the segments whose every call came back (a passage is
+    as relevant as its best match with any part of the query), and the scores' kind; None
+    when no segment's did."""
+    per_segment = len(outcomes) // segments
+    rows, kind = [], ""
+    for n in range(segments):
+        parts = outcomes[n * per_segment : (n + 1) * per_segment]
+        if all(not isinstance(o, KeymemError) for o in parts):
+            rows.append([x for o in parts for x in o["scores"]])
+            kind = str(parts[0]["score_kind"]) if parts else kind
+    if not rows:
+        return None, kind
+    return [max(row[i] for row in rows) for i in range(passages)], kind
 
 
 def main_script(text: str) -> str | None:
