@@ -50,7 +50,7 @@ import numpy as np
 import psutil
 
 from benchmarks.deployment import BenchHome, bench_home
-from benchmarks.footprint import deployment_processes, memory_mb
+from benchmarks.footprint import cpu_s, memory_mb, models_process
 from benchmarks.graph_bench import Synthetic
 from benchmarks.hook_overhead import PROJECT_DIR, host_payload, probe_run
 from benchmarks.recall_bench import LIVENESS
@@ -70,23 +70,10 @@ STORE_CHUNK_ROWS = 65_536
 PROMPT_SEED = 20261202  # a stream the store's build and scale_1m's queries did not draw
 
 
-def _models_process(deployment: BenchHome) -> psutil.Process:
-    """The process that holds the reranker (``models`` when it shares the embedder's model)."""
-    for process in deployment_processes(deployment):
-        if any(name in " ".join(process.cmdline()) for name in ("models", "reranker")):
-            return process
-    raise RuntimeError("no models or reranker process in the deployment")
-
-
-def _cpu_s(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
 def phase(deployment: BenchHome, prompts: list[dict[str, Any]]) -> dict[str, Any]:
     """Every prompt once through a spawned hook."""
-    models = _models_process(deployment)
-    cpu_before = _cpu_s(models)
+    models = models_process(deployment)
+    cpu_before = cpu_s(models)
     wall_ms, inject_ms, answered = [], [], 0
     for prompt in prompts:
         (deployment.home / "namespaces.json").write_text(
@@ -103,7 +90,7 @@ def phase(deployment: BenchHome, prompts: list[dict[str, Any]]) -> dict[str, Any
         "hook_p95_ms": _pct(wall_ms, 95),
         "inject_p50_ms": round(statistics.median(inject_ms), 1),
         "inject_p95_ms": _pct(inject_ms, 95),
-        "models_cpu_ms_per_prompt": round((_cpu_s(models) - cpu_before) * 1000 / len(prompts), 1),
+        "models_cpu_ms_per_prompt": round((cpu_s(models) - cpu_before) * 1000 / len(prompts), 1),
         "answered": answered,
         "rss_total_mb": memory_mb(deployment)["rss_total_mb"],
         "models_rss_mb": round(models.memory_info().rss / 2**20, 1),

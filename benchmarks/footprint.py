@@ -63,6 +63,20 @@ def deployment_processes(deployment: BenchHome) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
 
+def models_process(deployment: BenchHome) -> psutil.Process:
+    """The process that holds the reranker (``models`` when it shares the embedder's model)."""
+    for process in deployment_processes(deployment):
+        if any(name in " ".join(process.cmdline()) for name in ("models", "reranker")):
+            return process
+    raise RuntimeError("no models or reranker process in the deployment")
+
+
+def cpu_s(process: psutil.Process) -> float:
+    """User + system CPU seconds the process has used."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
 def memory_mb(deployment: BenchHome) -> dict[str, Any]:
     rows = []
     rss_mb, pss_mb = [], []

@@ -32,10 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from benchmarks.deployment import BenchHome, bench_home
-from benchmarks.footprint import deployment_processes
+from benchmarks.deployment import bench_home
+from benchmarks.footprint import cpu_s, models_process
 from keymem.hooks.prompt_submit import shorten
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
@@ -48,19 +46,6 @@ from keymem.services.memory.search import RERANK_SHARE
 
 UP_TIMEOUT_S = "900"
 LOAD_TIMEOUT_MS = 120_000
-
-
-def _models_process(deployment: BenchHome) -> psutil.Process:
-    """The process that holds the reranker (``models`` when it shares the embedder's model)."""
-    for process in deployment_processes(deployment):
-        if any(name in " ".join(process.cmdline()) for name in ("models", "reranker")):
-            return process
-    raise RuntimeError("no models or reranker process in the deployment")
-
-
-def _cpu_s(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
 
 
 def _pct(values: list[float], share: float) -> float:
@@ -96,7 +81,7 @@ def one_pass(
     return rows
 
 
-def summary(rows: list[dict[str, Any]], cpu_s: float, load: float) -> dict[str, Any]:
+def summary(rows: list[dict[str, Any]], models_cpu_s: float, load: float) -> dict[str, Any]:
     walls = [r["ms"] for r in rows]
     answerable = [r for r in rows if r["answerable"]]
     return {
@@ -112,7 +97,7 @@ def summary(rows: list[dict[str, Any]], cpu_s: float, load: float) -> dict[str, 
         "degraded": sum(bool(r["degraded"]) for r in rows),
         "degraded_reranker": sum("reranker" in r["degraded"] for r in rows),
         "gold_shown": round(sum(r["gold_shown"] for r in answerable) / max(1, len(answerable)), 3),
-        "models_cpu_ms_per_question": round(cpu_s * 1000 / len(rows), 1),
+        "models_cpu_ms_per_question": round(models_cpu_s * 1000 / len(rows), 1),
         "load_1min": round(load, 2),
     }
 
@@ -126,18 +111,18 @@ def measure(path: Path, keys: str, passes: int, limit: int | None) -> dict[str, 
         frontend = ipc_endpoints(deployment.home).frontend
         with Client(frontend, timeout_ms=LOAD_TIMEOUT_MS) as client:
             store = load(client, benchmark, keys, progress)  # type: ignore[arg-type]
-            models = _models_process(deployment)
+            models = models_process(deployment)
             questions = [
                 (q.query, store.namespaces[i], frozenset(q.gold)) for i, q in enumerate(queries)
             ]
             report: dict[str, Any] = {"file": path.name, "keys": keys, "passes": []}
             for _ in range(passes):
-                before = _cpu_s(models)
+                before = cpu_s(models)
                 rows = one_pass(client, questions, store)
-                cpu_s = _cpu_s(models) - before
+                used_s = cpu_s(models) - before
                 for row, query in zip(rows, queries, strict=True):
                     row["answerable"] = query.answerable
-                report["passes"].append(summary(rows, cpu_s, os.getloadavg()[0]))
+                report["passes"].append(summary(rows, used_s, os.getloadavg()[0]))
     return report
 
 
