@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from keymem.protocol.errors import BadRequest, DeadlineExceeded
+from keymem.protocol.errors import BadRequest, DeadlineExceeded, KeymemError
 from keymem.protocol.limits import RERANK_MAX_PASSAGES
 from keymem.services.memory.search import (
     GATED_FUSION,
@@ -48,6 +49,29 @@ def candidate(
 
 def order(fused: list[dict[str, Any]]) -> list[str]:
     return [c["memory_id"] for c in fused]
+
+
+class RecordingReranker:
+    """Stands in for the router client's ``call_many`` to the reranker: records each call's
+    passages and scores each passage with ``score``; a call holding a passage ``score`` answers
+    with an error gets that error, as a call past its deadline does."""
+
+    def __init__(self, score: Callable[[str], float | KeymemError]) -> None:
+        self.score = score
+        self.calls: list[list[str]] = []
+
+    @property
+    def passages(self) -> list[str]:
+        return [p for call in self.calls for p in call]
+
+    def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
+        replies: list[Any] = []
+        for _, _, body in calls:
+            self.calls.append(body["passages"])
+            scores = [self.score(p) for p in body["passages"]]
+            error = next((s for s in scores if isinstance(s, KeymemError)), None)
+            replies.append(error or {"scores": scores, "score_kind": "embedding_cosine"})
+        return replies
 
 
 def test_min_max_maps_the_pool_onto_unit_range_and_flat_pools_onto_zero() -> None:
@@ -169,23 +193,12 @@ def test_link_weighting_gives_auto_key_evidence_back_its_half_weight() -> None:
 
 
 def test_a_pool_larger_than_one_reranker_call_is_scored_in_pieces() -> None:
-    class Reranker:
-        def __init__(self) -> None:
-            self.sizes: list[int] = []
 
-        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
-            replies = []
-            for _, _, body in calls:
-                self.sizes.append(len(body["passages"]))
-                scores = [float(p.removeprefix("p")) for p in body["passages"]]
-                replies.append({"scores": scores, "score_kind": "embedding_cosine"})
-            return replies
-
-    client = Reranker()
+    client = RecordingReranker(lambda p: float(p.removeprefix("p")))
     recall = Search(client)  # type: ignore[arg-type]
     pool = [{"content": f"p{i}"} for i in range(RERANK_MAX_PASSAGES + 6)]
     (relevance,) = recall._relevance("query", [pool], {})
-    assert client.sizes == [RERANK_MAX_PASSAGES, 6]
+    assert [len(c) for c in client.calls] == [RERANK_MAX_PASSAGES, 6]
     assert relevance is not None and relevance.scores == [float(i) for i in range(len(pool))]
 
 
@@ -204,45 +217,23 @@ def test_a_memory_is_as_relevant_as_the_better_of_its_text_and_its_writers_keys(
 
 
 def test_the_reranker_reads_each_about_in_the_same_calls_and_reports_the_text_score() -> None:
-    class Reranker:
-        def __init__(self) -> None:
-            self.passages: list[str] = []
-
-        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
-            replies = []
-            for _, _, body in calls:
-                self.passages += body["passages"]
-                scores = [0.9 if p.startswith("keys") else 0.3 for p in body["passages"]]
-                replies.append({"scores": scores, "score_kind": "embedding_cosine"})
-            return replies
 
     pool: list[dict[str, Any]] = [
         {"content": "text one", "about": "keys one"},
         {"content": "text two", "about": None},
     ]
-    client = Reranker()
+    client = RecordingReranker(lambda p: 0.9 if p.startswith("keys") else 0.3)
     (relevance,) = Search(client)._relevance("query", [pool], {})  # type: ignore[arg-type]
     assert client.passages == ["text one", "text two", "keys one"]
     assert relevance is not None
     assert relevance.scores == [0.3, 0.3] and relevance.about == [0.9, None]
-    off = Reranker()
+    off = RecordingReranker(lambda p: 0.9 if p.startswith("keys") else 0.3)
     (plain,) = Search(off, Fusion(about=False))._relevance("query", [pool], {})  # type: ignore[arg-type]
     assert off.passages == ["text one", "text two"] and plain is not None
     assert plain.best() == [0.3, 0.3]
 
 
 def test_a_memory_in_another_script_than_the_query_is_read_with_its_writers_name() -> None:
-    class Reranker:
-        def __init__(self) -> None:
-            self.passages: list[str] = []
-
-        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
-            replies = []
-            for _, _, body in calls:
-                self.passages += body["passages"]
-                scores = [0.5 if "\n" in p else 0.2 for p in body["passages"]]
-                replies.append({"scores": scores, "score_kind": "embedding_cosine"})
-            return replies
 
     statute = "제330조(야간주거침입절도) 야간에 사람의 주거에 침입하여 절취한 자는 처벌한다."
     pool: list[dict[str, Any]] = [
@@ -250,7 +241,7 @@ def test_a_memory_in_another_script_than_the_query_is_read_with_its_writers_name
         {"content": "Caroline went to the support group.", "about": "Caroline; support group"},
         {"content": statute, "about": None},  # no name from its writer: nothing more to read
     ]
-    english = Reranker()
+    english = RecordingReranker(lambda p: 0.5 if "\n" in p else 0.2)
     (relevance,) = Search(english)._relevance("Is burglary at night punished?", [pool], {})  # type: ignore[arg-type]
     # the Korean statute is read as named; the English memory (the query's script) is not
     assert english.passages[3:] == [
@@ -262,13 +253,13 @@ def test_a_memory_in_another_script_than_the_query_is_read_with_its_writers_name
     assert relevance.named == [0.5, None, None]
     assert relevance.best() == [0.5, 0.2, 0.2]
     assert relevance.scores == [0.2, 0.2, 0.2]  # rerank_score stays the text's (inject's floors)
-    korean = Reranker()
+    korean = RecordingReranker(lambda p: 0.5 if "\n" in p else 0.2)
     Search(korean)._relevance("야간에 주거에 침입한 절도는 처벌되는가?", [pool], {})  # type: ignore[arg-type]
     # a Korean question reads the statute as it is, and the English memory as named
     assert [p for p in korean.passages if "\n" in p] == [
         "Caroline; support group\nCaroline went to the support group."
     ]
-    off = Reranker()
+    off = RecordingReranker(lambda p: 0.5 if "\n" in p else 0.2)
     Search(off, Fusion(cross_named=False))._relevance("Is burglary at night punished?", [pool], {})  # type: ignore[arg-type]
     assert not any("\n" in p for p in off.passages)
 
@@ -278,28 +269,17 @@ def test_a_named_reading_not_back_in_time_leaves_the_text_reading() -> None:
     # across scripts every named passage can be cold. Its calls are sent after the text's and
     # one past the reranker's share costs only the named reading, not the relevance of the
     # pool (with none, inject has nothing to cross scripts on and shows nothing).
-    class Reranker:
-        def __init__(self) -> None:
-            self.calls: list[list[str]] = []
-
-        def call_many(self, calls: list[Any], timeout_ms: int) -> list[Any]:
-            replies: list[Any] = []
-            for _, _, body in calls:
-                self.calls.append(body["passages"])
-                if any("\n" in p for p in body["passages"]):  # a named passage: still embedding
-                    replies.append(DeadlineExceeded("reranker.score took its budget"))
-                else:
-                    replies.append(
-                        {"scores": [0.3] * len(body["passages"]), "score_kind": "embedding_cosine"}
-                    )
-            return replies
+    def named_still_embedding(passage: str) -> float | KeymemError:
+        if "\n" in passage:  # a named passage
+            return DeadlineExceeded("reranker.score took its budget")
+        return 0.3
 
     statute = "제330조(야간주거침입절도) 야간에 사람의 주거에 침입하여 절취한 자는 처벌한다."
     pool: list[dict[str, Any]] = [
         {"content": statute, "about": "형법 330조"},
         {"content": statute + " 미수범도 처벌한다.", "about": "형법 342조"},
     ]
-    client, degraded = Reranker(), dict[str, str]()
+    client, degraded = RecordingReranker(named_still_embedding), dict[str, str]()
     (relevance,) = Search(client)._relevance("Is burglary at night punished?", [pool], degraded)  # type: ignore[arg-type]
     assert relevance is not None and not degraded
     assert relevance.named == [None, None] and relevance.best() == [0.3, 0.3]
