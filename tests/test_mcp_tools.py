@@ -22,6 +22,7 @@ from mcp_types import CallToolResult, RequestParamsMeta
 
 from keymem.services.config import load
 from keymem.services.mcp.backend import MemoryBackend
+from keymem.services.mcp.presentation import self_contained
 from keymem.services.mcp.prompt import RULES, memory_system_prompt
 from keymem.services.mcp.provenance import Provenance
 from keymem.services.mcp.server import build_server
@@ -491,6 +492,63 @@ def test_a_batch_reply_gives_each_id_in_order_and_each_hint_once(stack: FullStac
     assert body.count("add a key or two") == 2  # once a script, not once an item
 
 
+def test_a_remember_reply_validates_against_a_schema_without_references(stack: FullStack) -> None:
+    """The SDK's client checks each result against the listed output schema: written without
+    ``$ref`` or ``anyOf`` (cheaper to check), it still accepts what remember sends, the id, the
+    duplicate and the hints, and refuses a reply that breaks the models anywhere inside."""
+    namespace = "schemareply"
+    first = stack.memory(
+        "remember",
+        {"content": "cherries are red", "keys": ["cherry", "체리", "red"], "namespace": namespace},
+    )["saved"]
+    basket = "red fruit basket"
+
+    async def work(client: Client) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+        schema = next(t for t in (await client.list_tools()).tools if t.name == "remember")
+        assert schema.output_schema is not None
+        new = await client.call_tool(
+            "remember",
+            {"content": "a basket of fruit", "keys": [basket, "fruit"], "namespace": namespace},
+        )
+        again = await client.call_tool(
+            "remember",
+            {"content": "cherries are red", "keys": ["cherry", "summer"], "namespace": namespace},
+        )
+        refused = []
+        for broken in broken_replies(ok(new)):
+            try:
+                await client.session.validate_tool_result(
+                    "remember", CallToolResult(content=[], structured_content=broken)
+                )
+            except RuntimeError as exc:
+                refused.append(str(exc))
+        return schema.output_schema, [ok(new), ok(again)], refused
+
+    schema, (new, again), refused = session(stack, work)
+    listed = json.dumps(schema)
+    assert "$ref" not in listed and "$defs" not in listed and "anyOf" not in listed, listed
+    assert re.fullmatch(r"[0-9a-f]{12}", new["saved"]) and new["superseded"] is None
+    assert new["hints"]["phrase_keys"] == [{"your_key": basket, "split_into": basket.split()}]
+    assert new["hints"]["single_language"]["script"] == "latin"
+    assert (again["superseded"], again["deduplicated"], again["conflict"]) == (first, True, True)
+    assert len(refused) == len(broken_replies(new)), refused
+    assert all("Invalid structured content returned by tool remember" in e for e in refused)
+
+
+def broken_replies(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """``reply`` broken in one place each, from the top level to the hints' nested objects."""
+    hints = reply["hints"]
+    language = hints["single_language"]
+    return [
+        {**reply, "saved": None},
+        {**reply, "superseded": 5},
+        {**reply, "hints": {**hints, "phrase_keys": [{"your_key": "a b c", "split_into": "a"}]}},
+        {**reply, "hints": {**hints, "near_keys": [{"your_key": "x"}]}},
+        {**reply, "hints": {**hints, "single_language": {**language, "store_scripts": [1]}}},
+        {**reply, "hints": "none"},
+    ]
+
+
 def test_one_memory_with_five_keys_is_one_recall_cluster(stack: FullStack) -> None:
     keys = ["violin", "daughter", "Sunday lesson", "music school", "바이올린"]
     saved = stack.memory(
@@ -607,3 +665,14 @@ def test_the_skill_lists_every_tool() -> None:
     table = re.findall(r"^\| `(.+?)` \|", SKILL.read_text(), re.M)
     listed = {name for row in table for name in re.findall(r"(\w+)\(", row)}
     assert listed == TOOLS
+
+
+def test_a_nullable_choice_keeps_null_when_its_schema_is_flattened() -> None:
+    """An ``enum`` arm merged with ``type: [string, null]`` would refuse null: it stays a
+    choice of two arms."""
+    choice = {"anyOf": [{"enum": ["a", "b"], "type": "string"}, {"type": "null"}]}
+    flat = self_contained({"properties": {"pick": choice}, "type": "object"})
+    assert flat["properties"]["pick"] == choice
+    assert self_contained({"anyOf": [{"type": "string"}, {"type": "null"}]}) == {
+        "type": ["string", "null"]
+    }

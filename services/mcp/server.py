@@ -32,7 +32,7 @@ from keymem.protocol.limits import (
 )
 from keymem.services.mcp import models
 from keymem.services.mcp.backend import BATCH_TIMEOUT_MS, MemoryBackend
-from keymem.services.mcp.presentation import KeymemServer
+from keymem.services.mcp.presentation import KeymemServer, self_contained
 from keymem.services.mcp.prompt import instructions, memory_system_prompt, scope_instructions
 from keymem.services.mcp.provenance import Provenance, host_turn_of
 from keymem.services.scope import DEFAULT_NAMESPACE
@@ -389,4 +389,7 @@ def build_server(
         """The recall/remember protocol to add to the agent's persistent instructions."""
         return memory_system_prompt(hook=hook)
 
+    for tool in server._tool_manager.list_tools():
+        if tool.fn_metadata.output_schema is not None:  # read live by the listing
+            tool.fn_metadata.output_schema = self_contained(tool.fn_metadata.output_schema)
     return server
