@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from keymem.protocol.client import Client
@@ -236,3 +237,23 @@ def test_disabled_reranker_refuses_warm_too(stack: InprocStack) -> None:
     stack.add_worker(build(Settings.from_env(), RerankerSettings(enabled=False)))
     with pytest.raises(Unavailable):
         stack.client().call("reranker", "warm", {"passages": ["p"]})
+
+
+def test_a_stopped_reranker_lets_go_of_its_passage_store(
+    tmp_path: Path, backend: Usem3Backend
+) -> None:
+    """A reranker keeps its passage vectors in files of the home (a lock and two generations);
+    once its worker stops none of them is held open, so a process that starts and stops
+    services (a test run, `keymem eval`'s throwaway stacks) does not pile up descriptors."""
+    settings = Settings.from_config(load({}, home=tmp_path))
+    passages = tmp_path / "cache" / "passages"
+
+    def held() -> list[str]:
+        files = psutil.Process().open_files()
+        return [f.path for f in files if f.path.startswith(str(passages))]
+
+    with InprocStack() as stack:
+        stack.add_worker(build(settings, backend=backend))
+        assert len(score(stack.client(), "q", ["a passage"])["scores"]) == 1
+        assert held()  # the store is open while the worker runs
+    assert held() == []

@@ -194,6 +194,13 @@ class EmbeddingCosineScorer:
         else:  # as many as the cache holds: start again (each text costs one look-up then)
             self._kept.clear()
 
+    def close(self) -> None:
+        """Let go of the passage store's files (its lock and two generations: five
+        descriptors), as the worker stops."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
     def _drop_store(self, store: PassageStore, exc: OSError) -> None:
         """A store that fails (a full disk, a removed directory) is left: scoring goes on."""
         log.warning("passage store left after an error, vectors kept in memory only: %s", exc)

@@ -178,4 +178,7 @@ def build(
     log.info(
         "reranker ready: %s (%s) in %.2f s", scorer.model, scorer.score_kind, reranker.load_seconds
     )
-    return make_service(reranker)
+    service = make_service(reranker)
+    if isinstance(scorer, EmbeddingCosineScorer):
+        service.on_stop.append(scorer.close)
+    return service
