@@ -132,22 +132,28 @@ def disk_full(exc: BaseException) -> bool:
     return any(text in str(exc) for text in _NO_SPACE)
 
 
-# Links with their latest weight (appended changes not yet folded in win).
-EFFECTIVE_LINKS = (
-    "SELECT l.key_id, l.memory_id, coalesce(w.weight, l.weight) AS weight, l.auto, l.learned "
-    "FROM links l LEFT JOIN (SELECT key_id, memory_id, arg_max(weight, serial) AS weight "
-    "FROM link_weights GROUP BY key_id, memory_id) w "
-    "ON l.key_id = w.key_id AND l.memory_id = w.memory_id"
-)
+def effective_links(extra_columns: str = "") -> str:
+    """Links with their latest weight (appended changes not yet folded in win)."""
+    return (
+        "SELECT l.key_id, l.memory_id, coalesce(w.weight, l.weight) AS weight, l.auto, "
+        f"l.learned{extra_columns} "
+        "FROM links l LEFT JOIN (SELECT key_id, memory_id, arg_max(weight, serial) AS weight "
+        "FROM link_weights GROUP BY key_id, memory_id) w "
+        "ON l.key_id = w.key_id AND l.memory_id = w.memory_id"
+    )
+
+
+EFFECTIVE_LINKS = effective_links()
 # Effective links with the DuckDB row of each end (NULL: no such key or memory), whether both
-# ends are in one namespace, and the id a link names only where its end is missing.
+# ends are in one namespace, and the id a link names only where its end is missing; a memory's
+# links in the order they were written (its writer's key order, which its ``about`` keeps).
 LINKS_WITH_ENDS = (
     "SELECT k.rowid AS key_row, m.rowid AS memory_row, l.weight, l.auto, l.learned, "
     "k.namespace = m.namespace AS same_namespace, "
     "CASE WHEN k.rowid IS NULL THEN l.key_id END AS lost_key, "
     "CASE WHEN m.rowid IS NULL THEN l.memory_id END AS lost_memory "
-    f"FROM ({EFFECTIVE_LINKS}) l LEFT JOIN keys k ON k.id = l.key_id "
-    "LEFT JOIN memories m ON m.id = l.memory_id ORDER BY l.memory_id"
+    f"FROM ({effective_links(', l.rowid AS link_row')}) l LEFT JOIN keys k ON k.id = l.key_id "
+    "LEFT JOIN memories m ON m.id = l.memory_id ORDER BY l.memory_id, l.link_row"
 )
 # An event row: seq, op, memory_id, namespace, committed_at, then the outcome of the keyed write
 # it carries (outcome_key, outcome_method, outcome_result; NULL when it carries none).

@@ -61,14 +61,14 @@ def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
     router's reranker judges them as a second reading of the memory. A title or an agent's
     keys say what a memory is about in a few words, where a passage's cosine is diluted by
     everything else it says. Auto-keys and learned links are left out: auto-keys are words
-    of the text itself (no second reading), a learned link is a guess from traffic. In the
-    keys' alphabetical order: a memory's links come back in another order after a restart,
-    and the same memory must read the same then."""
-    concepts = sorted(
+    of the text itself (no second reading), a learned link is a guess from traffic. In its
+    writer's order (the most telling key first, as the skill asks), which the graph's load
+    keeps: the alphabetical order read locomo_agentkeys 0.005 worse (recall@5)."""
+    concepts = [
         state.keys[key_id].concept
         for key_id, link in state.mem_links[memory_id].items()
         if not link.auto and not link.learned
-    )
+    ]
     return ABOUT_SEPARATOR.join(concepts) or None
 
 
