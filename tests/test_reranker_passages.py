@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,25 @@ POOL = [f"memory number {i} about the garden and its tomatoes" for i in range(20
 @pytest.fixture(scope="module")
 def backend() -> Usem3Backend:
     return scoring_model()
+
+
+@pytest.fixture(autouse=True)
+def every_store_closed() -> Iterator[None]:
+    """Each store a test opens (directly or through a scorer) is closed at its end: the test
+    process outlives them, and five descriptors a store add up over a run. (Its own patch: a
+    test's ``monkeypatch.undo()`` must not end the tracking.)"""
+    opened: list[PassageStore] = []
+    init = PassageStore.__init__
+
+    def tracked(self: PassageStore, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        opened.append(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PassageStore, "__init__", tracked)
+        yield
+    for store in opened:
+        store.close()
 
 
 class Counting:

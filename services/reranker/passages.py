@@ -305,10 +305,15 @@ class PassageStore:
             self._rotate_if_due()
 
     def close(self) -> None:
+        """Let go of every file; a second close does nothing (a descriptor number closed twice
+        could by then be someone else's)."""
+        if self._lock < 0:
+            return
         for generation in self._open_generations():
             generation.close()
         self.previous = self.current = None
         os.close(self._lock)
+        self._lock = -1
 
 
 class _Flock:
