@@ -77,6 +77,10 @@ SCRIPTS = {
     "cyrillic": re.compile(r"[\u0400-\u04ff]"),
 }
 LETTER = re.compile(r"[^\W\d_]")
+# a letter of any other script than each of ``SCRIPTS`` (a search stops at the first)
+OTHER_LETTER = {
+    name: re.compile(rf"(?!{letters.pattern}){LETTER.pattern}") for name, letters in SCRIPTS.items()
+}
 # The most of a named passage its writer's name may take (``named_text``): a title or an
 # agent's keys are a few words (the dev files' longest, 169 characters), and the content keeps
 # at least three quarters of the head the reranker's cosine reads.
@@ -460,6 +464,12 @@ def crosses_script(script: str, content: str) -> bool:
     """The text is mostly written in another script than ``script`` (the query's): fewer than
     half the letters of its head, the part the reranker's cosine reads first, are in it."""
     head = content[:PASSAGE_HEAD_CHARS]
+    # one search each settles a head in one script (every pool on a one-language store): the
+    # counts cost ~0.15 ms a head, ~17 ms over a 1M pool of keyed memories, on every search
+    if not SCRIPTS[script].search(head):
+        return LETTER.search(head) is not None
+    if not OTHER_LETTER[script].search(head):
+        return False
     return 2 * len(SCRIPTS[script].findall(head)) < len(LETTER.findall(head))
 
 
