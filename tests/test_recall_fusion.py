@@ -6,15 +6,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from keymem.protocol.errors import BadRequest, DeadlineExceeded, KeymemError
 from keymem.protocol.limits import RERANK_MAX_PASSAGES
 from keymem.services.memory.search import (
     GATED_FUSION,
+    SCRIPTS,
     Fusion,
     Relevance,
     Search,
     SearchRequest,
+    crosses_script,
     fuse_blend,
     min_max,
     select_evidence,
@@ -339,3 +343,14 @@ def test_keys_a_questions_words_only_lie_near_name_nothing_to_compare() -> None:
     ranked = [reached("best"), reached("w1", "k-1"), reached("w2", "k-2")]
     keys = [key("k-1", "phrase"), key("k-2", "phrase")]
     assert order(select_evidence(ranked, keys, 2)) == ["best", "w1", "w2"]
+
+
+@given(st.text(alphabet="abcé XYZ 한국어 テスト 漢字 Жд 12,.!_-", max_size=60))
+def test_a_head_crosses_the_questions_script_when_under_half_its_letters_are_in_it(
+    head: str,
+) -> None:
+    # the definition, counted letter by letter; crosses_script settles most heads by search
+    for script, letters in SCRIPTS.items():
+        total = sum(ch.isalpha() for ch in head)
+        own = sum(bool(letters.fullmatch(ch)) for ch in head)
+        assert crosses_script(script, head) == (2 * own < total), script
