@@ -88,6 +88,7 @@ LIVENESS = "30"  # heartbeat intervals: a re-embedding's long calls at start
 COUNTS_TIMEOUT_MS = 60_000  # one pass over every memory
 SETTLE_S = 3.0  # after a phase: the lexicon and the reranker finish what it gave them
 IDLE_S = 3.0  # the deployment's CPU with nothing asked of it (heartbeats, timers), per second
+KEYMEM_MCP = (sys.executable, "-m", "keymem.services.cli", "mcp")
 
 
 def _programs(deployment: BenchHome, mcp_server: psutil.Process | None) -> list[psutil.Process]:
@@ -267,7 +268,7 @@ async def _measure_mcp(
     in_flight: list[int],
 ) -> dict[str, Any]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "keymem.services.cli", "mcp"], env=deployment.env
+        command=KEYMEM_MCP[0], args=list(KEYMEM_MCP[1:]), env=deployment.env
     )
     items = [
         {k: v for k, v in data.item().items() if k != "key_vectors"}
@@ -317,12 +318,12 @@ class RawSession:
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
-    async def start(cls, env: dict[str, str], errlog: Any) -> RawSession:
+    async def start(
+        cls, env: dict[str, str], errlog: Any, command: Sequence[str] = KEYMEM_MCP
+    ) -> RawSession:
+        """``command`` (default ``keymem mcp``) spawned and through its ``initialize``."""
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "keymem.services.cli",
-            "mcp",
+            *command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=errlog,
