@@ -37,7 +37,7 @@ from keymem.services.evaluation.progress import Progress
 from keymem.services.memory.search import Fusion, Search
 from keymem.services.reranker import passages
 from keymem.services.reranker.passages import PassageStore
-from keymem.services.reranker.scorers import COSINE_HEAD_CHARS, EmbeddingCosineScorer, read_windows
+from keymem.services.reranker.scorers import EmbeddingCosineScorer, cosine_head, read_windows
 from keymem.services.reranker.settings import DEFAULT_CACHE_ENTRIES
 
 Call = tuple[str, list[str]]
@@ -105,7 +105,7 @@ def main() -> int:
                 except KeymemError:
                     errors += 1
             directory, dim, rows = scorer.store.directory, scorer.backend.dim, len(scorer.store)
-        heads = {m.content[:COSINE_HEAD_CHARS] for m in benchmark.memories}
+        heads = {cosine_head(m.content) for m in benchmark.memories}
         report: dict[str, Any] = {
             "file": args.file.name,
             "queries": len(_answerable(benchmark)),

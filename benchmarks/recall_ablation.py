@@ -60,7 +60,12 @@ from keymem.services.graph.service import GraphService
 from keymem.services.graph.service import make_service as graph_service
 from keymem.services.memory import service as memory
 from keymem.services.memory.search import Fusion, Search
-from keymem.services.reranker.scorers import COSINE_HEAD_CHARS, EmbeddingCosineScorer, Scorer
+from keymem.services.reranker.scorers import (
+    COSINE_HEAD_CHARS,
+    EmbeddingCosineScorer,
+    Scorer,
+    cosine_head,
+)
 from keymem.services.reranker.service import Reranker, load_scorer, make_service
 from keymem.services.reranker.settings import RerankerSettings
 from keymem.services.router.process import ORCHESTRATION_LIVENESS
@@ -238,7 +243,7 @@ class Running:
         for written in self.graph.state.memories.values():
             if written.superseded_by is not None:
                 continue
-            head = written.content[:COSINE_HEAD_CHARS]
+            head = cosine_head(written.content)
             cached = scorer.cache.get("passage", head)
             vector = (
                 cached.vector

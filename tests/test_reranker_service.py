@@ -22,6 +22,7 @@ from keymem.services.reranker.scorers import (
     COSINE_READ_CHARS,
     EmbeddingCosineScorer,
     RecentQueries,
+    stated,
 )
 from keymem.services.reranker.service import Reranker, build, make_service
 from keymem.services.reranker.settings import RerankerSettings
@@ -151,6 +152,46 @@ def test_a_detail_deep_in_a_long_passage_is_read(stack: InprocStack, backend: Us
     query = "what is my cat called"
     head_only, whole = score(client, query, [opening, transcript])["scores"]
     assert whole > head_only + 0.1
+
+
+def test_a_turn_that_only_asks_back_does_not_outrank_the_one_that_answers(
+    stack: InprocStack, backend: Usem3Backend
+) -> None:
+    """Over raw dialogue turns the cosine reads a question's form as likeness: a reply that
+    asks back about the same person outranked the turn telling what was asked. A memory is
+    read by what it states; one that only asks is read whole (nothing else to read)."""
+    client = start(stack, backend)
+    told = (
+        "Priya: That's great news, Tom! Congrats on the new job. Last weekend I took my "
+        "nephews to the aquarium and they loved the sharks."
+    )
+    asking_back = [
+        "Priya: Oh nice! When did you go?",
+        "Priya: Wow, that sounds fun! Where did you go?",
+    ]
+    scores = score(client, "When did Priya go to the aquarium?", [*asking_back, told])["scores"]
+    assert scores[2] > max(scores[:2])
+    assert stated(asking_back[0]) == "Priya: Oh nice!"
+    only_asks = "Priya: Where did you go? Did you like it?"
+    assert stated(only_asks) == only_asks
+    plain = "Priya went to the aquarium.\nShe loved the sharks.  They were huge."
+    assert stated(plain) == plain  # nothing asked: read exactly as written
+
+
+def test_warm_covers_what_a_query_reads_of_a_passage_that_asks(
+    stack: InprocStack, backend: Usem3Backend
+) -> None:
+    """The warm-up embeds a passage as the query will read it (as stated), so a memory holding
+    a question costs a first search nothing more than any other."""
+    counting = Counting(backend)
+    scorer = EmbeddingCosineScorer(counting, cache_entries=100)
+    stack.add_worker(make_service(Reranker(scorer, RerankerSettings(), 0.0)))
+    client = stack.client()
+    passages = ["Tom: Cool! What did it look like?", "Tom: I painted a lake at sunrise."]
+    client.call("reranker", "warm", {"passages": passages})
+    counting.calls.clear()
+    score(client, "what did Tom paint", passages)
+    assert [texts for kind, texts in counting.calls if kind == "passage"] == []
 
 
 def test_gate_on_cosines(stack: InprocStack, backend: Usem3Backend) -> None:

@@ -53,6 +53,7 @@ from keymem.protocol.worker import remaining_ms
 from keymem.services.graph.hybrid import NAMED_MATCHES
 from keymem.services.graph.matching import PHRASES_MAX
 from keymem.services.graph.text import normalize_namespace
+from keymem.services.reranker.scorers import SENTENCE_END
 
 ANALYSE_SHARE = 0.4  # of the remaining time, for embedder + lexicon together
 RERANK_SHARE = 0.5  # of what is left after the graph, for the reranker
@@ -60,7 +61,6 @@ RERANK_SEGMENT_CHARS = 600
 MIN_SEGMENT_CHARS = 8
 HEAD_SEGMENTS = 2
 TAIL_SEGMENTS = 4
-SENTENCE_END = re.compile(r"(?<=[.!?。？！])\s+|\n+")
 BM25_DEPTH = 50
 TOP_K_DEFAULT = 8
 TOP_K_MAX = 50

@@ -54,6 +54,32 @@ _WORD = re.compile(r"\w{3,}")
 RECENT_QUERIES = 16
 
 
+# A sentence ends at a terminator followed by space, or at a line break (a long query's
+# segments are cut the same way, services/memory/search.py); it asks when it ends with "?".
+SENTENCE_END = re.compile(r"(?<=[.!?。？！])\s+|\n+")
+QUESTION_MARKS = ("?", "？")
+
+
+def stated(text: str) -> str:
+    """What a passage states: its sentences that are not questions, or the whole text when it
+    holds no other (a question is all it has to be read by).
+
+    A question in a memory asks; nothing an answer could come from is in it. The cosine reads
+    the interrogative form as likeness, so a question scores high against a question about the
+    same person — over raw dialogue turns "Melanie: Wow, what an experience! How did it make
+    you feel?" outranked the turn telling of the museum visit asked about."""
+    sentences = [part for part in SENTENCE_END.split(text) if part.strip()]
+    statements = [part for part in sentences if not part.rstrip().endswith(QUESTION_MARKS)]
+    if len(statements) == len(sentences) or not statements:
+        return text
+    return " ".join(statements)
+
+
+def cosine_head(passage: str) -> str:
+    """The part of a passage every query reads (``COSINE_HEAD_CHARS``), as stated."""
+    return stated(passage[:COSINE_HEAD_CHARS])
+
+
 def windows(text: str) -> list[str]:
     """``text`` in consecutive windows of at most ``COSINE_WINDOW_CHARS``, cut at spaces."""
     parts = []
@@ -70,10 +96,11 @@ def windows(text: str) -> list[str]:
 
 def read_windows(query: str, passage: str) -> list[str]:
     """What of ``passage`` is scored against ``query``: its head, and the window past the head
-    holding the most of the query's words, if it holds more than the head does."""
+    holding the most of the query's words, if it holds more than the head does; each as
+    stated (``stated``)."""
     head = passage[:COSINE_HEAD_CHARS]
     if len(passage) <= COSINE_HEAD_CHARS:
-        return [head]
+        return [stated(head)]
     wanted = {w.lower() for w in _WORD.findall(query)}
 
     def shared(text: str) -> int:
@@ -81,7 +108,7 @@ def read_windows(query: str, passage: str) -> list[str]:
 
     rest = windows(passage[COSINE_HEAD_CHARS:])
     best = max(rest, key=shared)
-    return [head, best] if shared(best) > shared(head) else [head]
+    return [stated(head), stated(best)] if shared(best) > shared(head) else [stated(head)]
 
 
 class RecentQueries:
@@ -223,6 +250,6 @@ class EmbeddingCosineScorer:
     def head_vectors(self, passages: list[str]) -> tuple[np.ndarray, int]:
         """The heads' vectors, one row each (cached: what every query reads), and how many
         were new."""
-        heads = [p[:COSINE_HEAD_CHARS] for p in passages]
+        heads = [cosine_head(p) for p in passages]
         rows, fresh = self._rows(heads)
         return np.stack([rows[head].vector for head in heads]).astype(np.float32), fresh
