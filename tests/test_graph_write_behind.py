@@ -131,6 +131,49 @@ def test_the_feed_serves_a_write_before_it_reaches_the_file(tmp_path: Path) -> N
         graph.close()
 
 
+class CountedStatements:
+    """A DuckDB connection that keeps every statement it runs."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.statements: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self.statements.append(sql)
+        return self.conn.execute(sql, *args)
+
+
+def test_a_feed_reader_past_the_file_reads_the_log_alone_until_a_fold(tmp_path: Path) -> None:
+    """The lexicon polls the feed from its last seq while writes wait in the log: those polls
+    run no statement, and once a fold moves the writes into the file, the same poll reads them
+    there (a poll that kept skipping the file would lose them from search for good)."""
+    graph = open_graph(tmp_path)
+    counted = CountedStatements(graph.store.conn)
+    graph.store.conn = counted  # type: ignore[assignment]
+    try:
+        head = graph.remember(remember_body("in the file", ["file"]))["seq"]
+        graph.flush_due()
+        assert graph.feed_since({"seq": head})["events"] == []
+        logged = [graph.remember(remember_body(f"logged {i}", [f"log{i}"])) for i in range(2)]
+        counted.statements.clear()
+        for _ in range(3):
+            polled = graph.feed_since({"seq": head})["events"]
+            assert [e["id"] for e in polled] == [w["saved"] for w in logged]
+        assert counted.statements == []
+        graph.flush_due()
+        assert not graph.store.pending
+        folded = graph.feed_since({"seq": head})["events"]
+        assert [e["id"] for e in folded] == [w["saved"] for w in logged]
+        assert [e["seq"] for e in folded] == [w["seq"] for w in logged]
+        assert graph.feed_since({"seq": logged[0]["seq"]})["events"] == folded[1:]
+    finally:
+        graph.store.conn = counted.conn
+        graph.close()
+
+
 def test_writes_folded_together_leave_the_file_as_memory_has_them(tmp_path: Path) -> None:
     """A save, its exact re-save (which supersedes it), a correction, a forget and reads that
     move link weights, all in one fold: the file reopens to the same memories."""
