@@ -426,3 +426,16 @@ def test_the_index_and_the_onnx_runtime_live_in_one_process() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[0] == "0"
+
+
+def test_a_vector_digest_is_what_saved_indexes_hold() -> None:
+    """A saved index is caught up by its keys' vector digests: a digest computed otherwise than
+    the one saved with the index (any keymem since the format) would make every key look
+    re-embedded, and each start would rebuild the index of a large namespace (minutes)."""
+    rows = (np.arange(3 * 512, dtype=np.float32).reshape(3, 512) % 97 - 48) / 50
+    saved = [15495961745408933850, 12798417820376054826, 8799925772880238400]
+    assert keyann.digest_vectors(rows).tolist() == saved
+    assert keyann.digest_vectors(rows.astype(np.float16)).tolist() == saved
+    assert keyann.digest_vectors(rows[1:2]).tolist() == saved[1:2]
+    padded = [11228942299820212186, 14059871306011851818, 7103717285018523456]
+    assert keyann.digest_vectors(rows[:, :510]).tolist() == padded  # not whole 64-bit words

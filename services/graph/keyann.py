@@ -80,14 +80,25 @@ def _library() -> str:
     return f"usearch {version('usearch')}"
 
 
+@functools.cache
+def _digest_multipliers(words: int) -> np.ndarray:
+    """One odd 64-bit multiplier per word of a row (the same for every call: a saved digest
+    must match the one a later start computes)."""
+    seed = hashlib.shake_128(b"keymem key-ann digest").digest(8 * words)
+    multipliers: np.ndarray = np.frombuffer(seed, dtype=np.uint64) | np.uint64(1)
+    multipliers.flags.writeable = False
+    return multipliers
+
+
 def digest_vectors(vectors: np.ndarray) -> np.ndarray:
     """A 64-bit digest per row of half-precision vectors (what the index stores): a changed
-    vector, a re-embedded key or another model's vectors no longer match their saved digest."""
+    vector, a re-embedded key or another model's vectors no longer match their saved digest.
+    A new key's write digests one row: the multipliers are made once per width, and a row
+    whose width is whole words is not copied to pad it (0.10 ms of a 1M store's key write)."""
     half = np.ascontiguousarray(vectors, dtype=np.float16)
     pad = -half.shape[1] % WORD_HALVES  # read as 64-bit words: 4 halves each
-    words = np.pad(half, ((0, 0), (0, pad))).view(np.uint64)
-    seed = hashlib.shake_128(b"keymem key-ann digest").digest(8 * words.shape[1])
-    multipliers = np.frombuffer(seed, dtype=np.uint64) | np.uint64(1)
+    words = (np.pad(half, ((0, 0), (0, pad))) if pad else half).view(np.uint64)
+    multipliers = _digest_multipliers(words.shape[1])
     with np.errstate(over="ignore"):
         digests: np.ndarray = (words * multipliers).sum(axis=1, dtype=np.uint64)
     return digests
