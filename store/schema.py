@@ -132,8 +132,18 @@ CREATE TABLE memory_vectors (
 );
 """
 
+# A memory's code is made of its head as the cosine reads it, which leaves a head's questions out
+# (services/reranker/scorers.py ``stated``); a code made before that, of a head that asks, is
+# dropped so the idle-time pass makes it again (every other code reads the same). A question
+# mark anywhere in the text is a superset of a head that asks: a few codes more, made once.
+_V9 = """
+DELETE FROM memory_vectors WHERE memory_id IN (
+    SELECT id FROM memories WHERE content LIKE '%?%' OR content LIKE '%？%'
+);
+"""
+
 # Index i holds the script that takes a file from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # Tables in dependency-free order, for export/import and for tests that compare contents

@@ -214,6 +214,27 @@ def test_a_schema_7_file_migrates_and_its_memories_are_vectorised(tmp_path: Path
         graph.close()
 
 
+def test_a_schema_8_code_of_a_head_that_asks_is_made_again(tmp_path: Path) -> None:
+    """A v8 file's codes were made of the raw head; the cosine now reads a head without its
+    questions, so the upgrade sends a memory that asks back to the backlog and keeps the rest."""
+    asks = "Melanie: Wow, what an experience! How did it make you feel?"
+    graph = open_graph(tmp_path)
+    for content, keys in [(PAINTS, ["painting"]), (asks, ["museum"])]:
+        graph.remember(remember_body(content, keys, fingerprint=FINGERPRINT))
+    assert vectorise(graph) == 2
+    graph.close()
+    damage_file(
+        tmp_path / GRAPH_FILE, [("UPDATE meta SET value = '8' WHERE name = ?", ["schema_version"])]
+    )
+    graph = open_graph(tmp_path)
+    try:
+        assert graph.store.migrated_from == 8
+        assert [m["head"] for m in graph.vector_backlog({"limit": 4})["memories"]] == [asks]
+        assert vectorise(graph) == 1
+    finally:
+        graph.close()
+
+
 def test_a_code_a_start_cannot_use_is_made_again_and_kept_once(tmp_path: Path) -> None:
     """A code of another embedder, or a damaged one, sends its memory back to the backlog at
     the next start, and the file then keeps the new code alone: a fold stores a code without
