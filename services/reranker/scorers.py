@@ -68,6 +68,8 @@ def stated(text: str) -> str:
     the interrogative form as likeness, so a question scores high against a question about the
     same person — over raw dialogue turns "Melanie: Wow, what an experience! How did it make
     you feel?" outranked the turn telling of the museum visit asked about."""
+    if not any(mark in text for mark in QUESTION_MARKS):  # most memories: no split on a search
+        return text
     sentences = [part for part in SENTENCE_END.split(text) if part.strip()]
     statements = [part for part in sentences if not part.rstrip().endswith(QUESTION_MARKS)]
     if len(statements) == len(sentences) or not statements:
