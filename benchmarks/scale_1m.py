@@ -44,6 +44,7 @@ from typing import Any
 
 import matplotlib
 import numpy as np
+import psutil
 from mcp import Client as McpClient
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from threadpoolctl import threadpool_limits
@@ -53,6 +54,7 @@ from benchmarks.footprint import memory_mb
 from benchmarks.graph_bench import DIM, Synthetic, vocabulary_size
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop
 from benchmarks.scale_store import BUILD_REPORT, KeyVectors, bulk_store
+from benchmarks.write_rate import _cpu_ms_per, _cpu_s, _programs
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
@@ -143,7 +145,7 @@ async def _mcp(deployment: BenchHome, data: Synthetic, calls: int, out: dict[str
     ]
     with tempfile.TemporaryFile("w+") as errlog:
         try:
-            await _mcp_session(params, queries, items, calls, errlog, out)
+            await _mcp_session(deployment, params, queries, items, calls, errlog, out)
         except Exception as exc:  # the SDK's task group wraps it; its stderr says why
             errlog.seek(0)
             tail = errlog.read()[-MCP_STDERR_TAIL_CHARS:].strip()
@@ -158,6 +160,7 @@ def _cause(exc: BaseException) -> str:
 
 
 async def _mcp_session(
+    deployment: BenchHome,
     params: StdioServerParameters,
     queries: list[dict[str, Any]],
     items: list[dict[str, Any]],
@@ -190,11 +193,18 @@ async def _mcp_session(
         wall = time.perf_counter() - started
         out[f"remember_in_flight_{MCP_IN_FLIGHT}_per_s"] = round(len(in_flight) / wall, 1)
         out[f"remember_in_flight_{MCP_IN_FLIGHT}_p50_ms"] = _pct([s * 1000 for s in in_flight], 50)
+        # each program's CPU over the batches (psutil, as benchmarks.write_rate reports it)
+        server = next(p for p in psutil.Process().children(recursive=True) if "mcp" in p.cmdline())
+        processes = _programs(deployment, server)
+        before = _cpu_s(processes)
         batches = [
             await timed("remember_batch", {"items": items[calls + i : calls + i + MCP_BATCH]})
             for i in range(0, MCP_BATCH * 3, MCP_BATCH)
         ]
+        spent = _cpu_ms_per(before, _cpu_s(processes), MCP_BATCH * len(batches))
         out["remember_batch_100_per_s"] = round(MCP_BATCH * len(batches) / sum(batches), 1)
+        out["remember_batch_100_s"] = [round(s, 3) for s in batches]
+        out["remember_batch_100_cpu_ms_per_memory"] = spent
 
 
 def _key_index_log(home: Path) -> list[str]:
