@@ -20,6 +20,7 @@ import pytest
 
 from keymem.services.graph import GraphService, dedup
 from keymem.services.graph import state as state_module
+from keymem.services.graph.links import AUTO, LEARNED
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import normalize_content
 from keymem.store.database import EFFECTIVE_LINKS, GraphStore
@@ -278,7 +279,13 @@ def test_loaded_links_answer_as_the_files_rows(tmp_path: Path) -> None:
             ranked = sorted(members.items(), key=lambda item: -item[1][0])
             assert [ln.memory_id for ln in state.strongest(key_id, 5)] == [m for m, _ in ranked[:5]]
             # what a hop walk reads of the key: the same links, with the file's weights
-            assert state.strongest_members(key_id, 5) == [(m, w) for m, (w, *_) in ranked[:5]]
+            assert strongest_members(state, key_id, 5) == [(m, w) for m, (w, *_) in ranked[:5]]
+        for memory_id in by_memory:
+            # what a candidate's about and subject read: the links' flags, in the same order
+            flags = state.links.key_flags(memory_id)
+            assert [(k, bool(f & AUTO), bool(f & LEARNED)) for k, f in flags] == [
+                (k, ln.auto, ln.learned) for k, ln in state.mem_links[memory_id].items()
+            ]
         assert "nothing" not in state.key_links and len(state.mem_links["nothing"]) == 0
         assert state.link(next(iter(by_key)), "nothing") is None
     finally:
@@ -300,7 +307,7 @@ def test_links_changed_after_the_load_are_read_and_kept(tmp_path: Path) -> None:
         assert state.key_links[shared][ids["m9"]].weight == weight
         assert state.mem_links[ids["m9"]][shared].weight == weight
         assert state.strongest(shared, 1)[0].memory_id == ids["m9"]
-        assert state.strongest_members(shared, 1) == [(ids["m9"], weight)]
+        assert strongest_members(state, shared, 1) == [(ids["m9"], weight)]
         # a link written after the load: seen both ways, after the loaded ones
         count = len(state.key_links[shared])
         new = graph.remember(remember_body("a newer note", ["shared", "fresh"]))["saved"]
@@ -308,7 +315,11 @@ def test_links_changed_after_the_load_are_read_and_kept(tmp_path: Path) -> None:
         assert len(state.key_links[shared]) == count + 1
         fresh = key_id_of(graph, "fresh")
         assert set(state.mem_links[new]) == {shared, fresh}
-        assert state.strongest_members(fresh, 5) == [(new, state.mem_links[new][fresh].weight)]
+        assert strongest_members(state, fresh, 5) == [(new, state.mem_links[new][fresh].weight)]
+        # a memory written since the load has a number of its own, the same at every ask
+        number = state.links.memory_number(new)
+        assert number not in {state.links.memory_number(m) for m in state.memories if m != new}
+        assert state.strongest_columns(fresh, 5).numbers.tolist() == [number]
         # a loaded memory forgotten: its links leave every key, its own key goes with them
         own = key_id_of(graph, "own 11")
         graph.forget({"memory_id": ids["m11"]})
@@ -323,6 +334,12 @@ def test_links_changed_after_the_load_are_read_and_kept(tmp_path: Path) -> None:
         assert comparable(reads(graph)) == expected
     finally:
         graph.close()
+
+
+def strongest_members(state: GraphState, key_id: str, count: int) -> list[tuple[str, float]]:
+    """A key's strongest links as a hop walk reads them: (memory id, weight)."""
+    columns = state.strongest_columns(key_id, count)
+    return list(zip(columns.memory_ids, columns.weights.tolist(), strict=True))
 
 
 def comparable(read: dict[str, Any]) -> dict[str, Any]:

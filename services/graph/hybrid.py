@@ -43,6 +43,7 @@ from keymem.protocol.fields import body_of, only_fields, opt_int
 from keymem.protocol.limits import POOL_DEFAULT, POOL_MAX
 from keymem.services.graph import matching
 from keymem.services.graph.feedback import RecallBuffer
+from keymem.services.graph.links import AUTO, LEARNED
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import namespace_of
 from keymem.services.graph.state import LINK_WEIGHT_DEFAULT, GraphState
@@ -181,22 +182,22 @@ def recall_candidates(
     via_keys: dict[str, list[str]] = {}
     literal: set[str] = set()
     for key in keys:
-        strongest = state.strongest(key["key_id"], per_key)
+        strongest = state.strongest_columns(key["key_id"], per_key)
         word_level = key["match_type"] == "phrase" and phrase_links == "auto"
-        for link in strongest:
-            memory = state.memories.get(link.memory_id)
-            if memory is None or not memory.active(now) or (word_level and not link.auto):
+        for memory_id, weight, flags in zip(
+            strongest.memory_ids, strongest.weights.tolist(), strongest.flags, strict=True
+        ):
+            memory = state.memories.get(memory_id)
+            if memory is None or not memory.active(now) or (word_level and not flags & AUTO):
                 continue
-            evidence = key["score"] * key["idf"] * link.weight
-            before = key_path.get(link.memory_id, 0.0)
-            key_path[link.memory_id] = (
-                before + evidence if key_agg == "sum" else max(before, evidence)
-            )
-            share = link.weight / LINK_WEIGHT_DEFAULT
-            key_link[link.memory_id] = max(key_link.get(link.memory_id, 0.0), share)
-            via_keys.setdefault(link.memory_id, []).append(key["key_id"])
+            evidence = key["score"] * key["idf"] * weight
+            before = key_path.get(memory_id, 0.0)
+            key_path[memory_id] = before + evidence if key_agg == "sum" else max(before, evidence)
+            share = weight / LINK_WEIGHT_DEFAULT
+            key_link[memory_id] = max(key_link.get(memory_id, 0.0), share)
+            via_keys.setdefault(memory_id, []).append(key["key_id"])
             if key["literal"]:
-                literal.add(link.memory_id)
+                literal.add(memory_id)
 
     # 2. fusion
     active_bm25 = [
@@ -291,7 +292,10 @@ def recall_candidates(
                     "hop_from": hop["from"] if hop else None,
                     "key_link": round(key_link.get(memory_id, 0.0), SCORE_DIGITS),
                     "hop_link": round(hop_link.get(memory_id, 0.0), SCORE_DIGITS),
-                    "factor": round(factors.get(memory_id, _factor(memory, now)), SCORE_DIGITS),
+                    "factor": round(
+                        factors[memory_id] if memory_id in factors else _factor(memory, now),
+                        SCORE_DIGITS,
+                    ),
                     "near_key": near.get(memory_id),
                 },
                 "matched_keys": via_keys.get(memory_id, []),
@@ -334,10 +338,10 @@ def subject_of(state: GraphState, memory_id: str) -> str | None:
     person than the question names no key or hop evidence (``Fusion.subjects``)."""
     people = (
         (key_id, key.surfaces())
-        for key_id, link in state.mem_links[memory_id].items()
+        for key_id, flags in state.links.key_flags(memory_id)
         if (key := state.keys.get(key_id)) is not None
         and key.key_type == "name"
-        and not link.learned
+        and not flags & LEARNED
     )
     return first_named(state.memories[memory_id].content, people)
 

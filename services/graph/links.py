@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -54,6 +55,34 @@ def _spans(groups: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("links must arrive grouped by memory")
     starts[groups[firsts]] = firsts
     return starts, counts
+
+
+def flags_of(link: LinkRecord) -> int:
+    """A record's ``AUTO`` / ``LEARNED`` bits, as the flag column holds them."""
+    return AUTO * link.auto | LEARNED * link.learned
+
+
+@dataclass(frozen=True, slots=True)
+class Strongest:
+    """A key's strongest links, strongest first, as columns: the handles ``LinkTable.at``
+    reads, and for a hop walk's arrays each link's memory id, memory number
+    (``LinkTable.memory_number``), weight and flags. The weights are the ones of the moment
+    it was made: whoever caches one drops it when a weight of the key changes."""
+
+    handles: list[int | LinkRecord]
+    memory_ids: list[str]
+    numbers: np.ndarray  # int64
+    weights: np.ndarray  # float64
+    flags: list[int]
+
+    def __getitem__(self, cut: slice) -> Strongest:
+        return Strongest(
+            self.handles[cut],
+            self.memory_ids[cut],
+            self.numbers[cut],
+            self.weights[cut],
+            self.flags[cut],
+        )
 
 
 class LinkTable:
@@ -94,6 +123,9 @@ class LinkTable:
         # links written since the load, both ways
         self._new_by_memory: dict[str, dict[str, LinkRecord]] = {}
         self._new_by_key: dict[str, dict[str, LinkRecord]] = {}
+        # memory id -> its number, for memories written since the load (``memory_number``)
+        self._new_numbers: dict[str, int] = {}
+        self._next_number = len(memory_ids)
         self.by_memory = LinksByMemory(self)
         self.by_key = LinksByKey(self)
 
@@ -148,6 +180,29 @@ class LinkTable:
     def memory_ids_at(self, indices: np.ndarray) -> list[str]:
         ids = self._memory_ids
         return [ids[row] for row in self._memory[indices].tolist()]
+
+    def memory_number(self, memory_id: str) -> int:
+        """A memory's number, for walks that group paths by memory in arrays: its loaded row,
+        or for a memory written since the load one past the loaded rows, given at first ask
+        (ids are never reused, so a number never names two memories)."""
+        row = self._row(self._memories, memory_id)
+        if row >= 0:
+            return row
+        number = self._new_numbers.get(memory_id)
+        if number is None:
+            number = self._new_numbers[memory_id] = self._next_number
+            self._next_number += 1
+        return number
+
+    def key_flags(self, memory_id: str) -> list[tuple[str, int]]:
+        """A memory's links as (key id, flags) in ``by_memory``'s order, without a record per
+        link: what a candidate's ``about`` and subject read."""
+        ids, at_key, at_flags = self._key_ids, self._at_key, self._at_flags
+        loaded = [(ids[at_key[i]], at_flags[i]) for i in self.memory_indices(memory_id)]
+        new = self._new_by_memory.get(memory_id)
+        if new:
+            loaded += [(key_id, flags_of(link)) for key_id, link in new.items()]
+        return loaded
 
     def new_of_memory(self, memory_id: str) -> dict[str, LinkRecord]:
         """A memory's links written since the load, by key id (do not change it)."""
@@ -232,16 +287,26 @@ class LinkTable:
         """The links ``ranking`` handed out, as records with their current weights."""
         return [h if isinstance(h, LinkRecord) else self._record(h) for h in handles]
 
-    def members_at(self, handles: Sequence[int | LinkRecord]) -> list[tuple[str, float]]:
-        """The links ``ranking`` handed out as (memory id, current weight): what a hop walk
-        reads of a key's strongest links, without making a record per link."""
-        ids, at_memory, at_weight = self._memory_ids, self._at_memory, self._at_weight
-        return [
-            (h.memory_id, h.weight)
-            if isinstance(h, LinkRecord)
-            else (ids[at_memory[h]], at_weight[h])
-            for h in handles
-        ]
+    def strongest(self, key_id: str, count: int) -> Strongest:
+        """``ranking``'s ``count`` strongest links with their columns (``Strongest``)."""
+        handles = self.ranking(key_id, count)
+        if all(isinstance(h, int) for h in handles):
+            at = np.array(handles, dtype=np.int64)
+            return Strongest(
+                handles,
+                self.memory_ids_at(at),
+                self._memory[at].astype(np.int64),
+                self._weight[at],
+                self._flags[at].tolist(),
+            )
+        links = self.at(handles)
+        return Strongest(
+            handles,
+            [link.memory_id for link in links],
+            np.array([self.memory_number(link.memory_id) for link in links], dtype=np.int64),
+            np.array([link.weight for link in links], dtype=np.float64),
+            [flags_of(link) for link in links],
+        )
 
     def kinds(self) -> tuple[int, int, int]:
         """How many links there are: all, extracted auto-keys' (auto, not learned), learned."""
@@ -289,6 +354,7 @@ class LinkTable:
         indices = self.memory_indices(memory_id)
         out = self.records(indices)
         self._drop_loaded(indices)
+        self._new_numbers.pop(memory_id, None)
         for link in self._new_by_memory.pop(memory_id, {}).values():
             self._drop_new(self._new_by_key, memory_id, link.key_id)
             out.append(link)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_number
 from keymem.protocol.limits import CONTENT_MAX_CHARS
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.keyindex import KeyIndex, Nearest
+from keymem.services.graph.links import Strongest
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.requests import id_list, namespace_of, opt_str
 from keymem.services.graph.state import GraphState
@@ -39,7 +41,6 @@ HOPS_MAX = 5
 EXPAND_PER_HOP_DEFAULT = 20
 EXPAND_PER_KEY_DEFAULT = 50
 SCORE_DIGITS = 4
-NOT_REACHED = (0.0, "", "")  # score, via, from of a memory no hop reached yet
 
 
 def query_vector(state: GraphState, body: dict[str, Any]) -> np.ndarray | None:
@@ -250,7 +251,8 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
 
     # A hub's members are reached from many frontier memories: each memory's standing is
     # worked out once per walk (its freshness factor, or None when it cannot be reached),
-    # each key's reachable members once per hop (what is visited changes between hops).
+    # each key's IDF and strongest links once per walk (the visited are left out per hop,
+    # on the hop's arrays).
     standing: dict[str, float | None] = {}
 
     def fresh_factor(memory_id: str) -> float | None:
@@ -263,38 +265,37 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
         standing[memory_id] = value
         return value
 
-    def members(key_id: str) -> tuple[float, list[tuple[str, float]]]:
-        """A key's IDF and its unvisited members with their link weights."""
-        idf = key_idf(state.keys[key_id], state.active_count.get(key_id, 0))
-        links = state.strongest_members(key_id, per_key)
-        return idf, [(other, weight) for other, weight in links if other not in visited]
+    keys: dict[str, tuple[float, Strongest]] = {}
+
+    def members(key_id: str) -> tuple[float, Strongest]:
+        """A key's IDF and strongest links."""
+        if key_id not in keys:
+            idf = key_idf(state.keys[key_id], state.active_count.get(key_id, 0))
+            keys[key_id] = idf, state.strongest_columns(key_id, per_key)
+        return keys[key_id]
 
     visited = {m for m in seeds if fresh_factor(m) is not None}
     frontier = {m: s for m, s in seeds.items() if m in visited}
     found: dict[str, dict[str, Any]] = {}
     for hop in range(1, hops + 1):
         factor = HOP_DECAY * (EXPAND_LATER_HOP_FACTOR if hop >= 2 else 1.0)
-        # every path to every memory, in walk order: (bound, via, from); a path scores its
-        # bound times the memory's freshness factor (at most 1)
-        paths: dict[str, list[tuple[float, str, str]]] = {}
-        keys: dict[str, tuple[float, list[tuple[str, float]]]] = {}
+        # every path to every memory, in walk order, a run of them per step (a key or the
+        # related_to links of a frontier memory): a path's bound is its run's scale times its
+        # link's weight, and it scores its bound times the memory's freshness factor (at most 1)
+        runs: list[_Run] = []
         for memory_id, base in frontier.items():
             for key_id in state.mem_links[memory_id]:
-                if key_id not in keys:
-                    keys[key_id] = members(key_id)
-                idf, reachable = keys[key_id]
-                scale = base * factor * idf
-                for other, weight in reachable:
-                    if (bound := scale * weight) > 0.0:
-                        paths.setdefault(other, []).append((bound, key_id, memory_id))
+                idf, strongest = members(key_id)
+                runs.append(_Run(base * factor * idf, strongest, key_id, memory_id))
             if follow_related:
                 memory = state.memories[memory_id]
                 neighbours = set(memory.related_to) | state.related_by.get(memory_id, set())
-                bound = base * factor
-                for other in neighbours:
-                    if other not in visited and bound > 0.0:
-                        paths.setdefault(other, []).append((bound, "related_to", memory_id))
-        best = _best_reached(paths, fresh_factor, per_hop)
+                # a neighbour no longer in the graph can never be reached
+                others = [m for m in neighbours if m in state.memories]
+                if others:
+                    runs.append(_Run.related(state, base * factor, others, memory_id))
+        visited_numbers = [state.links.memory_number(m) for m in visited]
+        best = _best_reached(runs, visited_numbers, fresh_factor, per_hop)
         frontier = {}
         for other, (score, via, origin) in best:
             visited.add(other)
@@ -312,38 +313,85 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     return {"namespace": namespace, "memories": ordered}
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One step of a hop from a frontier memory (``origin``): through a key's strongest links
+    or through its related_to links (``via``), each link a path of bound ``scale`` × weight."""
+
+    scale: float
+    links: Strongest
+    via: str
+    origin: str
+
+    @classmethod
+    def related(cls, state: GraphState, scale: float, others: list[str], origin: str) -> _Run:
+        """The related_to links of ``origin`` to ``others``: each counts as a default link."""
+        links = Strongest(
+            [],
+            others,
+            np.array([state.links.memory_number(m) for m in others], dtype=np.int64),
+            np.ones(len(others), dtype=np.float64),
+            [0] * len(others),
+        )
+        return cls(scale, links, "related_to", origin)
+
+
 def _best_reached(
-    paths: dict[str, list[tuple[float, str, str]]],
+    runs: list[_Run],
+    visited: list[int],
     fresh_factor: Callable[[str], float | None],
     count: int,
 ) -> list[tuple[str, tuple[float, str, str]]]:
-    """The ``count`` best reached memories with their best path (score, via, from), best
-    first, ties in the order the walk reached them; each memory's first path to its best
-    score counts.
+    """The ``count`` best memories the ``runs`` reach (the ``visited`` memory numbers left
+    out) with their best path (score, via, from), best first, ties in the order the walk
+    reached them; each memory's first path to its best score counts.
 
-    A hop reaches thousands of memories to keep a few: a memory is priced (its standing
-    looked up) in the order of its best bound, and the pricing stops once no bound left can
-    reach the ``count``-th score, since no freshness factor exceeds 1.
+    A hop reaches thousands of memories to keep a few: the paths are grouped by memory in
+    arrays, and a memory is priced (its standing looked up) in the order of its best bound,
+    the pricing stopping once no bound left can reach the ``count``-th score, since no
+    freshness factor exceeds 1.
     """
-    # each memory's best bound (its paths' largest first item) and its place in walk order
-    bounds = sorted(
-        ((max(ps)[0], other, at) for at, (other, ps) in enumerate(paths.items())), reverse=True
-    )
+    if not runs:
+        return []
+    lengths = np.array([len(run.links.memory_ids) for run in runs], dtype=np.int64)
+    scales = np.array([run.scale for run in runs], dtype=np.float64)
+    numbers = np.concatenate([run.links.numbers for run in runs])
+    bounds = np.repeat(scales, lengths) * np.concatenate([run.links.weights for run in runs])
+    # the paths that count, in walk order, and where each one is (its run and place in it)
+    kept = np.flatnonzero((bounds > 0.0) & ~np.isin(numbers, visited))
+    if not len(kept):
+        return []
+    run_of = np.repeat(np.arange(len(runs)), lengths)[kept]
+    place = (kept - np.repeat(np.cumsum(lengths) - lengths, lengths)[kept]).tolist()
+    # each memory's paths together in walk order; ``first``: where the walk first reached it
+    _, first, memory = np.unique(numbers[kept], return_index=True, return_inverse=True)
+    grouped = np.argsort(memory, kind="stable")
+    sizes = np.bincount(memory)
+    starts = np.cumsum(sizes) - sizes
+    best = np.maximum.reduceat(bounds[kept][grouped], starts)
+    path_bounds = bounds[kept].tolist()
+    path_runs = run_of.tolist()
+    grouped_paths, starts_at, sizes_of = grouped.tolist(), starts.tolist(), sizes.tolist()
+    first_at, best_of = first.tolist(), best.tolist()
     scored: list[tuple[float, int, str, str, str]] = []
     top: list[float] = []  # a min-heap of the best ``count`` scores so far
-    for bound, other, at in bounds:
-        if len(top) == count and bound < top[0]:
+    for reached in np.argsort(-best, kind="stable").tolist():
+        if len(top) == count and best_of[reached] < top[0]:
             break
+        at = first_at[reached]
+        other = runs[path_runs[at]].links.memory_ids[place[at]]
         fresh = fresh_factor(other)
         if fresh is None:
             continue
-        score, via, origin = NOT_REACHED
-        for path_bound, path_via, path_origin in paths[other]:
-            if (path_score := path_bound * fresh) > score:
-                score, via, origin = path_score, path_via, path_origin
-        if score <= 0.0:
+        score, path = 0.0, -1
+        start = starts_at[reached]
+        for candidate in grouped_paths[start : start + sizes_of[reached]]:
+            if (path_score := path_bounds[candidate] * fresh) > score:
+                score, path = path_score, candidate
+        if path < 0:
             continue
-        scored.append((score, at, other, via, origin))
+        run = runs[path_runs[path]]
+        scored.append((score, at, other, run.via, run.origin))
         if len(top) < count:
             heapq.heappush(top, score)
         elif score > top[0]:

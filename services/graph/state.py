@@ -17,7 +17,7 @@ import numpy as np
 
 from keymem.services.graph.dedup import DedupBuild, DedupTable, index_text
 from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
-from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable
+from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable, Strongest
 from keymem.services.graph.memory_vectors import PRODUCT_CODE, MemoryVectors, code_of
 from keymem.services.graph.text import normalize_content
 from keymem.store.changes import Changes
@@ -91,7 +91,7 @@ class GraphState:
         self.tallies: dict[str, NamespaceTally] = defaultdict(NamespaceTally)
         self.changes = Changes()
         # key id -> its strongest links, weight-descending (hub expansion reads these often)
-        self._strongest: dict[str, list[int | LinkRecord]] = {}
+        self._strongest: dict[str, Strongest] = {}
         self._count_active(loaded)
         by_namespace: dict[str, list[KeyRecord]] = defaultdict(list)
         for key in self.keys.values():
@@ -168,23 +168,20 @@ class GraphState:
     def link(self, key_id: str, memory_id: str) -> LinkRecord | None:
         return self.links.get(key_id, memory_id)
 
-    def _strongest_handles(self, key_id: str, count: int) -> list[int | LinkRecord]:
-        """``links.ranking``'s ``count`` strongest, cached up to STRONGEST_CACHED per key."""
+    def strongest_columns(self, key_id: str, count: int) -> Strongest:
+        """A key's ``count`` strongest links as columns (``links.Strongest``), strongest first,
+        ties in ``key_links`` order; cached up to STRONGEST_CACHED per key."""
         if count > STRONGEST_CACHED:
-            return self.links.ranking(key_id, count)
+            return self.links.strongest(key_id, count)
         cached = self._strongest.get(key_id)
         if cached is None:
-            cached = self.links.ranking(key_id, STRONGEST_CACHED)
+            cached = self.links.strongest(key_id, STRONGEST_CACHED)
             self._strongest[key_id] = cached
-        return cached[:count]
+        return cached if count >= len(cached.handles) else cached[:count]
 
     def strongest(self, key_id: str, count: int) -> list[LinkRecord]:
         """A key's ``count`` strongest links, strongest first, ties in ``key_links`` order."""
-        return self.links.at(self._strongest_handles(key_id, count))
-
-    def strongest_members(self, key_id: str, count: int) -> list[tuple[str, float]]:
-        """``strongest`` as (memory id, weight) pairs, for a hop walk's many keys."""
-        return self.links.members_at(self._strongest_handles(key_id, count))
+        return self.links.at(self.strongest_columns(key_id, count).handles)
 
     def ranked(self, key_id: str) -> list[LinkRecord]:
         """Every link of a key, strongest first (ties in ``key_links`` order)."""

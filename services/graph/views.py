@@ -13,6 +13,7 @@ from typing import Any
 from keymem.protocol.errors import BadRequest, NotFound
 from keymem.protocol.fields import body_of, opt_bool, opt_int
 from keymem.protocol.limits import CONTENT_MAX_CHARS
+from keymem.services.graph.links import AUTO, LEARNED
 from keymem.services.graph.requests import id_list, namespace_filter, namespace_of, req_str
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.validity import (
@@ -66,8 +67,8 @@ def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
     keeps: the alphabetical order read locomo_agentkeys 0.005 worse (recall@5)."""
     concepts = [
         state.keys[key_id].concept
-        for key_id, link in state.mem_links[memory_id].items()
-        if not link.auto and not link.learned
+        for key_id, flags in state.links.key_flags(memory_id)
+        if not flags & (AUTO | LEARNED)
     ]
     return ABOUT_SEPARATOR.join(concepts) or None
 
