@@ -533,8 +533,9 @@ class GraphStore:
                 MemoryCodes(positions[a:b], codes[a:b]) for a, b in itertools.pairwise(starts)
             ]
         missing = self.conn.execute(UNVECTORISED, [fingerprint]).fetchnumpy()["memory_row"]
-        # a damaged row beside a whole one (a load that could not drop it: a full disk) is moot
-        damaged = np.setdiff1d(rows[~whole], rows[whole])
+        # a damaged row beside a whole one (a load that could not drop it: a full disk) is moot;
+        # asked only when a row is damaged (the set difference sorts every row: 0.8 s at 1M)
+        damaged = rows[:0] if whole.all() else np.setdiff1d(rows[~whole], rows[whole])
         graph.unvectorised = memories.positions(np.concatenate([missing, damaged]))
 
     def release_cache(self) -> None:

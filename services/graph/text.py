@@ -202,8 +202,15 @@ def script_of(text: str) -> str | None:
     the single-language hint compares, since a key's language shows in its script."""
     for char in text:
         if char.isalpha():
-            return next((name for name, pattern in _SCRIPTS if pattern.match(char)), "other")
+            return _letter_script(char)
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _letter_script(letter: str) -> str:
+    """Cached: the graph's start asks it of every key's first letter (353k keys at 1M), and
+    a text's letters come from few scripts."""
+    return next((name for name, pattern in _SCRIPTS if pattern.match(letter)), "other")
 
 
 def key_words(text: str) -> list[str]:
