@@ -34,7 +34,7 @@ from keymem.store.records import (
     LinkColumns,
     MemoryRecord,
     Outcome,
-    shared,
+    shared_column,
 )
 from keymem.store.schema import damaged_meta, migrate
 from keymem.store.writelog import APPLIED_META, Record, WriteLog, log_path
@@ -439,9 +439,9 @@ class GraphStore:
             for row, (key_id, namespace, concept, key_type, created_at, vector) in enumerate(
                 zip(
                     cols["id"].tolist(),
-                    shared(cols["namespace"].tolist()),
+                    shared_column(cols["namespace"]),
                     cols["concept"].tolist(),
-                    shared(cols["key_type"].tolist()),
+                    shared_column(cols["key_type"]),
                     cols["created_at"].tolist(),
                     matrix,
                     strict=True,
@@ -472,7 +472,7 @@ class GraphStore:
         lists = [
             columns[name].tolist()
             if name in UNIQUE_MEMORY_COLUMNS
-            else shared(columns[name].tolist())
+            else shared_column(columns[name])
             for name, _ in MEMORY_COLUMNS
         ]
         lists.append(list(range(len(rows.ids))))  # each record's row

@@ -166,6 +166,23 @@ def shared(values: list[T]) -> list[T]:
     return [seen.setdefault(value, value) for value in values]
 
 
+def shared_column(column: np.ndarray) -> list[Any]:
+    """``shared(column.tolist())`` for a fetched column (a masked array where it holds NULLs),
+    without a Python step per row when every row holds one value or none: most of a memory's
+    bookkeeping columns (never superseded, never confirmed, one namespace), 13 of them on
+    every memory at load (1.8 s of CPU at 1M the row-by-row way)."""
+    if len(column):
+        mask = np.ma.getmaskarray(column)
+        if mask.all():
+            return [None] * len(column)
+        if not mask.any():
+            data = np.ma.getdata(column)
+            if bool((data == data[0]).all()):
+                first: list[Any] = data[:1].tolist()
+                return first * len(column)
+    return shared(column.tolist())
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The committed result of a keyed write (services/graph/idempotency.py)."""
