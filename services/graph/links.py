@@ -62,12 +62,12 @@ def flags_of(link: LinkRecord) -> int:
     return AUTO * link.auto | LEARNED * link.learned
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Strongest:
     """A key's strongest links, strongest first, as columns: the handles ``LinkTable.at``
     reads, and for a hop walk's arrays each link's memory id, memory number
-    (``LinkTable.memory_number``), weight and flags. The weights are the ones of the moment
-    it was made: whoever caches one drops it when a weight of the key changes."""
+    (``LinkTable.memory_number``), weight and flags. The weights and flags are the ones of the
+    moment it was made: whoever caches one drops it when a link of the key changes."""
 
     handles: list[int | LinkRecord]
     memory_ids: list[str]

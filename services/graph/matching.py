@@ -9,10 +9,10 @@ links) and the best ``per_hop`` memories carried into the next hop, so hub keys 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -313,8 +313,7 @@ def expand(state: GraphState, raw: Any, now: float) -> dict[str, Any]:
     return {"namespace": namespace, "memories": ordered}
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
+class _Run(NamedTuple):
     """One step of a hop from a frontier memory (``origin``): through a key's strongest links
     or through its related_to links (``via``), each link a path of bound ``scale`` × weight."""
 
@@ -357,40 +356,46 @@ def _best_reached(
     scales = np.array([run.scale for run in runs], dtype=np.float64)
     numbers = np.concatenate([run.links.numbers for run in runs])
     bounds = np.repeat(scales, lengths) * np.concatenate([run.links.weights for run in runs])
-    # the paths that count, in walk order, and where each one is (its run and place in it)
+    # the paths that count, in walk order (a path's position: its run's start + its place)
     kept = np.flatnonzero((bounds > 0.0) & ~np.isin(numbers, visited))
     if not len(kept):
         return []
-    run_of = np.repeat(np.arange(len(runs)), lengths)[kept]
-    place = (kept - np.repeat(np.cumsum(lengths) - lengths, lengths)[kept]).tolist()
+    ends = np.cumsum(lengths).tolist()
+
+    def run_of(path: int) -> tuple[_Run, int]:
+        """The run a path position lies in, and its place in the run."""
+        at = bisect.bisect_right(ends, path)
+        return runs[at], path - (ends[at] - len(runs[at].links.memory_ids))
+
     # each memory's paths together in walk order; ``first``: where the walk first reached it
     _, first, memory = np.unique(numbers[kept], return_index=True, return_inverse=True)
-    grouped = np.argsort(memory, kind="stable")
+    grouped = kept[np.argsort(memory, kind="stable")]
     sizes = np.bincount(memory)
     starts = np.cumsum(sizes) - sizes
-    best = np.maximum.reduceat(bounds[kept][grouped], starts)
-    path_bounds = bounds[kept].tolist()
-    path_runs = run_of.tolist()
-    grouped_paths, starts_at, sizes_of = grouped.tolist(), starts.tolist(), sizes.tolist()
-    first_at, best_of = first.tolist(), best.tolist()
+    grouped_bounds = bounds[grouped]
+    best = np.maximum.reduceat(grouped_bounds, starts)
+    first_paths, best_of = kept[first].tolist(), best.tolist()
+    starts_at, sizes_of = starts.tolist(), sizes.tolist()
     scored: list[tuple[float, int, str, str, str]] = []
     top: list[float] = []  # a min-heap of the best ``count`` scores so far
     for reached in np.argsort(-best, kind="stable").tolist():
         if len(top) == count and best_of[reached] < top[0]:
             break
-        at = first_at[reached]
-        other = runs[path_runs[at]].links.memory_ids[place[at]]
+        at = first_paths[reached]
+        run, place = run_of(at)
+        other = run.links.memory_ids[place]
         fresh = fresh_factor(other)
         if fresh is None:
             continue
         score, path = 0.0, -1
         start = starts_at[reached]
-        for candidate in grouped_paths[start : start + sizes_of[reached]]:
-            if (path_score := path_bounds[candidate] * fresh) > score:
+        paths = grouped_bounds[start : start + sizes_of[reached]].tolist()
+        for candidate, path_bound in enumerate(paths):
+            if (path_score := path_bound * fresh) > score:
                 score, path = path_score, candidate
         if path < 0:
             continue
-        run = runs[path_runs[path]]
+        run, _ = run_of(int(grouped[start + path]))
         scored.append((score, at, other, run.via, run.origin))
         if len(top) < count:
             heapq.heappush(top, score)
