@@ -32,7 +32,9 @@ the graph stage alone, under each garbage-collection policy in turn, in one proc
   ``GC_INTERVAL_S`` between calls.
 
 Each policy's pass runs every query of ``benchmarks.scale_1m`` (embedded in process with the
-default embedder, one phrase: the query's concept, no BM25 hits) once to warm, then again for
+default embedder, one phrase: the query's concept, no BM25 hits; or with ``--bodies`` the
+bodies a deployed run saved with ``--save-bodies``: the query's vector, its BM25 top 50 and
+its phrases' vectors, as a real search sends them) once to warm, then again for
 ``--seconds``: per call the wall and thread-CPU ms and every collection inside it (from
 ``gc.callbacks``), and apart from calls, the ticks' own cost. ``--writes N`` then remembers N
 synthetic memories under the policy, in batches of ``WRITE_BATCH`` with a search and the
@@ -66,6 +68,7 @@ from benchmarks.recall_bench import LIVENESS, _queries, _search_loop
 from benchmarks.scale_1m import UP_TIMEOUT_S, WARM_TIMEOUT_MS, lexicon_serving
 from benchmarks.scale_store import BUILD_REPORT
 from keymem.protocol.client import Client
+from keymem.protocol.codec import pack, unpack
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
 from keymem.protocol.limits import POOL_DEFAULT, RERANK_MAX_PASSAGES
@@ -140,26 +143,8 @@ def stage_calls(client: Client, queries: list[dict[str, Any]], seconds: float) -
         )
         timed("ping", "graph", "ping", None)
         timed("ping_memory", "memory", "ping", None)
-        embed_body = {"texts": [query], "kind": "query"}
-        vector = timed("embed_query", "embedder", "embed", embed_body)
-        search_body = {"query": query, "namespace": namespace, "top_n": BM25_DEPTH}
-        bm25 = timed("lexicon_search", "lexicon", "search", search_body)
-        extract_body = {"text": query, "limit": PHRASES_MAX, "content_words": True}
-        extracted = timed("extract_keys", "lexicon", "extract_keys", extract_body)
-        phrases = [c["key"] for c in extracted["keys"]]
-        graph_body: dict[str, Any] = {
-            "namespace": namespace,
-            "text": query,
-            "bm25": bm25["hits"],
-            "hops": 2,
-            "pool": POOL_DEFAULT,
-            "vector": vector["vectors"][0],
-        }
-        if phrases:
-            embedded = timed(
-                "embed_phrases", "embedder", "embed", {"texts": phrases, "kind": "key"}
-            )
-            graph_body["phrase_vectors"] = embedded["vectors"]
+        embed_body, search_body, extract_body = _analyse_bodies(query, namespace)
+        graph_body = _graph_body(timed, query, namespace)
         pool = timed("graph", "graph", "recall_candidates", graph_body)["candidates"]
         lexicon = [("lexicon", "search", search_body), ("lexicon", "extract_keys", extract_body)]
         timed_many("analyse_fanout", [("embedder", "embed", embed_body), *lexicon])
@@ -174,6 +159,46 @@ def stage_calls(client: Client, queries: list[dict[str, Any]], seconds: float) -
         "n": i,
         **{s: {"p50_ms": _pct(v, 50), "p99_ms": _pct(v, 99)} for s, v in samples.items()},
     }
+
+
+def _analyse_bodies(query: str, namespace: str) -> tuple[dict[str, Any], ...]:
+    """A search's analyse calls: the query's embedding, BM25 top 50, its phrases."""
+    return (
+        {"texts": [query], "kind": "query"},
+        {"query": query, "namespace": namespace, "top_n": BM25_DEPTH},
+        {"text": query, "limit": PHRASES_MAX, "content_words": True},
+    )
+
+
+def _graph_body(call: Callable[[str, str, str, Any], Any], query: str, namespace: str) -> Any:
+    """The ``recall_candidates`` body a search sends for ``query``, each of the analyse
+    stage's calls made through ``call(stage, service, method, body)`` in a search's order."""
+    embed_body, search_body, extract_body = _analyse_bodies(query, namespace)
+    vector = call("embed_query", "embedder", "embed", embed_body)
+    bm25 = call("lexicon_search", "lexicon", "search", search_body)
+    extracted = call("extract_keys", "lexicon", "extract_keys", extract_body)
+    body: dict[str, Any] = {
+        "namespace": namespace,
+        "text": query,
+        "bm25": bm25["hits"],
+        "hops": 2,
+        "pool": POOL_DEFAULT,
+        "vector": vector["vectors"][0],
+    }
+    phrases = [c["key"] for c in extracted["keys"]]
+    if phrases:
+        embedded = call("embed_phrases", "embedder", "embed", {"texts": phrases, "kind": "key"})
+        body["phrase_vectors"] = embedded["vectors"]
+    return body
+
+
+def search_bodies(client: Client, queries: list[dict[str, Any]]) -> list[Any]:
+    """Each query's ``recall_candidates`` body as a search makes it (``--save-bodies``)."""
+
+    def call(_: str, service: str, method: str, body: Any) -> Any:
+        return client.call(service, method, body, timeout_ms=CALL_TIMEOUT_MS)
+
+    return [_graph_body(call, q["query"], q["namespace"]) for q in queries]
 
 
 def _score_calls(query: str, passages: list[str]) -> list[tuple[str, str, Any]]:
@@ -207,7 +232,11 @@ def _with_cpu(
 
 
 def measure(
-    home_template: Path | None, store: Path | None, memories: int, seconds: float
+    home_template: Path | None,
+    store: Path | None,
+    memories: int,
+    seconds: float,
+    save_bodies: Path | None,
 ) -> dict[str, Any]:
     with bench_home("km-ss-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
@@ -225,6 +254,8 @@ def measure(
             queries = _queries(Synthetic(memories, seed=memories))
             for query in queries:  # each query's pool once, as scale_1m does
                 client.call("memory", "search", query, timeout_ms=WARM_TIMEOUT_MS)
+            if save_bodies is not None:
+                save_bodies.write_bytes(pack(search_bodies(client, queries)))
             processes = deployment_processes(deployment)
             report["search"] = _with_cpu(processes, _search_loop, client, queries, seconds)
             report["stages"] = stage_calls(client, queries, seconds)
@@ -415,7 +446,13 @@ def _writes(
 
 
 def in_process(
-    store: Path, work: Path, memories: int, seconds: float, policies: list[str], writes: int
+    store: Path,
+    work: Path,
+    memories: int,
+    seconds: float,
+    policies: list[str],
+    writes: int,
+    saved_bodies: Path | None,
 ) -> dict[str, Any]:
     threadpool_limits(limits=BLAS_THREADS)  # as the graph worker runs
     work.mkdir(parents=True, exist_ok=True)
@@ -429,7 +466,7 @@ def in_process(
     graph = GraphService(path)
     report["load_s"] = round(time.perf_counter() - started, 1)
     report["key_ann_wait_s"] = round(_wait_key_ann(graph), 1)
-    bodies = _graph_bodies(memories)
+    bodies = _graph_bodies(memories) if saved_bodies is None else unpack(saved_bodies.read_bytes())
     for policy in policies:
         collector = GcBetweenRequests() if policy == "between_requests" else None
         if collector is not None:
@@ -464,6 +501,8 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="with --in-process: the store copy's folder")
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     parser.add_argument("--writes", type=int, default=0, help="with --in-process: remembers")
+    parser.add_argument("--save-bodies", type=Path, help="a deployed run saves its graph bodies")
+    parser.add_argument("--bodies", type=Path, help="with --in-process: saved graph bodies")
     args = parser.parse_args()
     memories = args.memories
     if memories is None:
@@ -474,10 +513,10 @@ def main() -> int:
         if args.store is None or args.work is None:
             parser.error("--in-process needs --store and --work")
         report = in_process(
-            args.store, args.work, memories, args.seconds, args.policies, args.writes
+            args.store, args.work, memories, args.seconds, args.policies, args.writes, args.bodies
         )
     else:
-        report = measure(args.home, args.store, memories, args.seconds)
+        report = measure(args.home, args.store, memories, args.seconds, args.save_bodies)
     print(json.dumps(report, indent=2))
     return 0
 
