@@ -267,6 +267,7 @@ def recall_candidates(
     for memory_id in ranked:
         memory = state.memories[memory_id]
         hop = hop_score.get(memory_id)
+        links = state.links.key_flags(memory_id)
         candidates.append(
             {
                 "memory_id": memory_id,
@@ -299,8 +300,8 @@ def recall_candidates(
                     "near_key": near.get(memory_id),
                 },
                 "matched_keys": via_keys.get(memory_id, []),
-                "about": agent_keys_text(state, memory_id),
-                "subject": subject_of(state, memory_id),
+                "about": agent_keys_text(state, links),
+                "subject": subject_of(state, memory_id, links),
             }
         )
     anchor = {
@@ -331,14 +332,15 @@ def _dense_members(
     return state.memory_vectors.nearest(namespace, query, most, active)
 
 
-def subject_of(state: GraphState, memory_id: str) -> str | None:
-    """The person the memory is about: of the ``name`` keys its writer filed it under, the one
-    its text names first (None when it names none). "Caroline appreciates Melanie's love for
+def subject_of(state: GraphState, memory_id: str, links: list[tuple[str, int]]) -> str | None:
+    """The person the memory is about: of the ``name`` keys its writer filed it under (of
+    ``links``, its ``LinkTable.key_flags``), the one its text names first (None when it names
+    none). "Caroline appreciates Melanie's love for
     her family" is filed under both and is Caroline's; the router gives a memory about another
     person than the question names no key or hop evidence (``Fusion.subjects``)."""
     people = (
         (key_id, key.surfaces())
-        for key_id, flags in state.links.key_flags(memory_id)
+        for key_id, flags in links
         if (key := state.keys.get(key_id)) is not None
         and key.key_type == "name"
         and not flags & LEARNED

@@ -57,18 +57,17 @@ def key_view(state: GraphState, key: KeyRecord) -> dict[str, Any]:
 ABOUT_SEPARATOR = "; "
 
 
-def agent_keys_text(state: GraphState, memory_id: str) -> str | None:
-    """The keys its writer gave a memory, joined (``about``; None when it has none): the
-    router's reranker judges them as a second reading of the memory. A title or an agent's
-    keys say what a memory is about in a few words, where a passage's cosine is diluted by
-    everything else it says. Auto-keys and learned links are left out: auto-keys are words
-    of the text itself (no second reading), a learned link is a guess from traffic. In its
-    writer's order (the most telling key first, as the skill asks), which the graph's load
-    keeps: the alphabetical order read locomo_agentkeys 0.005 worse (recall@5)."""
+def agent_keys_text(state: GraphState, links: list[tuple[str, int]]) -> str | None:
+    """The keys its writer gave a memory (``links``: its ``LinkTable.key_flags``), joined
+    (``about``; None when it has none): the router's reranker judges them as a second reading
+    of the memory. A title or an agent's keys say what a memory is about in a few words, where
+    a passage's cosine is diluted by everything else it says. Auto-keys and learned links are
+    left out: auto-keys are words of the text itself (no second reading), a learned link is a
+    guess from traffic. In its writer's order (the most telling key first, as the skill asks),
+    which the graph's load keeps: the alphabetical order read locomo_agentkeys 0.005 worse
+    (recall@5)."""
     concepts = [
-        state.keys[key_id].concept
-        for key_id, flags in state.links.key_flags(memory_id)
-        if not flags & (AUTO | LEARNED)
+        state.keys[key_id].concept for key_id, flags in links if not flags & (AUTO | LEARNED)
     ]
     return ABOUT_SEPARATOR.join(concepts) or None
 
@@ -100,7 +99,7 @@ def memory_view(state: GraphState, memory: MemoryRecord, now: float) -> dict[str
         "last_confirmation_evidence": memory.last_confirmation_evidence,
         "validity": validity_view(memory, now),
         "keys": keys,
-        "about": agent_keys_text(state, memory.id),
+        "about": agent_keys_text(state, state.links.key_flags(memory.id)),
     }
 
 
