@@ -368,6 +368,19 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+# The issue's goals at 1M, drawn on their panels (docs/SCALING.md's table).
+GOALS_AT_1M = {
+    "search p50 ms": 60,
+    "search p99 ms": 150,
+    "hook p50 ms": 150,
+    "MCP remember, 1 client /s": 300,
+    "MCP remember_batch 100 /s": 1_000,
+    "lexicon restart s": 8,
+    "keymem up s": 30,
+    "RSS total MB": 4_096,
+}
+
+
 def _figure(read: Any, row: dict[str, Any]) -> float | None:
     """A figure of ``row``, None when its run stopped before measuring it."""
     try:
@@ -399,38 +412,59 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """One panel per figure, one line per commit measured."""
+    """One panel per figure: the newest commit measured as a line across the sizes it ran,
+    every earlier commit's points in grey behind it, and the goal at 1M dashed."""
     runs = {
         commit: sorted((r for r in rows if r["commit"] == commit), key=lambda r: r["memories"])
         for commit in dict.fromkeys(r["commit"] for r in rows)
     }
-    colour = {commit: f"C{i}" for i, commit in enumerate(runs)}  # one per commit in every panel
+    newest = list(runs)[-1]
+    sizes = [r["memories"] for r in rows]
+    span = (min(sizes) / 2, max(sizes) * 2)  # every panel on one axis, one size run or three
     columns = 4
     count = len(FIGURES)
     fig, axes = plt.subplots(-(-count // columns), columns, figsize=(16, 12))
     for ax, (label, unit, read) in zip(axes.flat, FIGURES, strict=False):
         for commit, run in runs.items():
-            points = [(r["memories"], _figure(read, r)) for r in run]
-            shown = [(size, value) for size, value in points if value is not None]
-            ax.plot(
-                *zip(*shown, strict=True), marker="o", label=commit or None, color=colour[commit]
-            )
+            shown = [(r["memories"], value) for r in run if (value := _figure(read, r)) is not None]
+            if not shown:
+                continue
+            if commit == newest:
+                ax.plot(
+                    *zip(*shown, strict=True),
+                    marker="o",
+                    lw=2,
+                    color="C0",
+                    zorder=3,
+                    label=f"{newest or 'this run'} (newest)",
+                )
+            else:
+                ax.plot(
+                    *zip(*shown, strict=True),
+                    marker=".",
+                    ls=":",
+                    color="0.6",
+                    alpha=0.6,
+                    label="earlier commits",
+                )
+        if label in GOALS_AT_1M:
+            ax.axhline(GOALS_AT_1M[label], color="C3", ls="--", lw=1, label="goal at 1M")
         if ax.has_data():  # a run cut short has no value for the later figures
             ax.set_xscale("log")
             ax.set_yscale("log")
+            ax.set_xlim(*span)
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("memories")
         ax.set_ylabel(unit)
     for ax in list(axes.flat)[count:]:
         ax.axis("off")
-    if len(runs) > 1:  # every commit's line, whichever panels it reached
-        seen = {
-            label: handle
-            for ax in axes.flat
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
-        }
-        fig.legend(list(seen.values()), list(seen), title="commit", loc="lower right")
-    fig.suptitle("keymem on one 2-core machine (shared, loaded): figures against store size")
+    seen = {
+        label: handle
+        for ax in axes.flat
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
+    }
+    fig.legend(list(seen.values()), list(seen), loc="lower right")
+    fig.suptitle("keymem on one 2-core machine: figures against store size")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
