@@ -185,7 +185,7 @@ def recall_candidates(
         strongest = state.strongest_columns(key["key_id"], per_key)
         word_level = key["match_type"] == "phrase" and phrase_links == "auto"
         for memory_id, weight, flags in zip(
-            strongest.memory_ids, strongest.weights.tolist(), strongest.flags, strict=True
+            strongest.memory_ids, strongest.weights.tolist(), strongest.flags.tolist(), strict=True
         ):
             memory = state.memories.get(memory_id)
             if memory is None or not memory.active(now) or (word_level and not flags & AUTO):

@@ -65,15 +65,16 @@ def flags_of(link: LinkRecord) -> int:
 @dataclass(slots=True)
 class Strongest:
     """A key's strongest links, strongest first, as columns: the handles ``LinkTable.at``
-    reads, and for a hop walk's arrays each link's memory id, memory number
+    reads (the column indices as an array when every link is a loaded one: a cache holds one
+    per key walked), and for a hop walk's arrays each link's memory id, memory number
     (``LinkTable.memory_number``), weight and flags. The weights and flags are the ones of the
     moment it was made: whoever caches one drops it when a link of the key changes."""
 
-    handles: list[int | LinkRecord]
+    handles: np.ndarray | list[int | LinkRecord]
     memory_ids: list[str]
     numbers: np.ndarray  # int64
     weights: np.ndarray  # float64
-    flags: list[int]
+    flags: np.ndarray  # uint8
 
     def __getitem__(self, cut: slice) -> Strongest:
         return Strongest(
@@ -283,8 +284,11 @@ class LinkTable:
         at = indices.tolist()
         return [at[i] if i < loaded else new[i - loaded] for i in order]
 
-    def at(self, handles: Sequence[int | LinkRecord]) -> list[LinkRecord]:
-        """The links ``ranking`` handed out, as records with their current weights."""
+    def at(self, handles: np.ndarray | Sequence[int | LinkRecord]) -> list[LinkRecord]:
+        """The links ``ranking`` handed out (or their column indices), as records with their
+        current weights."""
+        if isinstance(handles, np.ndarray):
+            return self.records(handles)
         return [h if isinstance(h, LinkRecord) else self._record(h) for h in handles]
 
     def strongest(self, key_id: str, count: int) -> Strongest:
@@ -293,11 +297,11 @@ class LinkTable:
         if all(isinstance(h, int) for h in handles):
             at = np.array(handles, dtype=np.int64)
             return Strongest(
-                handles,
+                at,
                 self.memory_ids_at(at),
                 self._memory[at].astype(np.int64),
                 self._weight[at],
-                self._flags[at].tolist(),
+                self._flags[at],
             )
         links = self.at(handles)
         return Strongest(
@@ -305,7 +309,7 @@ class LinkTable:
             [link.memory_id for link in links],
             np.array([self.memory_number(link.memory_id) for link in links], dtype=np.int64),
             np.array([link.weight for link in links], dtype=np.float64),
-            [flags_of(link) for link in links],
+            np.array([flags_of(link) for link in links], dtype=np.uint8),
         )
 
     def kinds(self) -> tuple[int, int, int]:

@@ -330,7 +330,7 @@ class _Run(NamedTuple):
             others,
             np.array([state.links.memory_number(m) for m in others], dtype=np.int64),
             np.ones(len(others), dtype=np.float64),
-            [0] * len(others),
+            np.zeros(len(others), dtype=np.uint8),
         )
         return cls(scale, links, "related_to", origin)
 
