@@ -70,7 +70,7 @@ import matplotlib.pyplot as plt  # after the backend is chosen
 UP_TIMEOUT_S = "1800"
 MCP_BATCH = 100
 # Batches of the batch row: three (0.25-0.4 s of calls) gave 744-1,191 memories/s in eight
-# runs of this phase on one 1M deployment of one commit (docs/history/batch-rate-2026-12-03d.md);
+# runs of this phase on three 1M deployments of one commit (docs/history/batch-rate-2026-12-03d.md);
 # ten read the rate the box sustains. The first three's rate is kept beside it, the row's
 # measure before.
 MCP_BATCHES = 10
