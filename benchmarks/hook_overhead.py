@@ -20,7 +20,12 @@ home with its lexicon cache and key indexes: run the whole benchmark under ``flo
   inject (the ipc client connects and greets the router in its first call), format + write,
   exit;
 - the interpreter's floors: ``python -I -S -c pass``, ``python -c pass``, ``import msgpack``,
-  ``import zmq, msgpack``.
+  ``import zmq, msgpack``;
+- with ``--installed VENV``, a keymem installed as a user installs it (``pip install .`` into
+  VENV, README's first command): its ``keymem-hook`` (``hook_installed``) and its
+  ``python -c pass`` in the same rounds. A development checkout's editable install starts every
+  interpreter through setuptools' editable finder (its ``.pth`` imports pathlib, importlib.util,
+  urllib.parse: ~23 ms of ``import site`` here), which a user's install does not pay.
 
 It also reports how many modules the hook imports and any it compiled from source (a stale or
 missing ``.pyc``: every prompt would pay for the compile). Absolute times follow the box's load
@@ -47,7 +52,7 @@ from keymem.hooks.prompt_submit import shorten
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
-from keymem.services.cli.hosts import this_installation
+from keymem.services.cli.hosts import HOOK_SCRIPT, this_installation
 from keymem.services.config import load
 from keymem.services.scope import scope_of
 from keymem.store.database import graph_path
@@ -231,7 +236,7 @@ def lexicon_caught_up(client: Client) -> int:
     raise TimeoutError("the lexicon did not catch up with the graph in time")
 
 
-def measure(store: Path, runs: int) -> dict[str, Any]:
+def measure(store: Path, runs: int, installed: Path | None = None) -> dict[str, Any]:
     with bench_home("km-ho-") as deployment:
         report: dict[str, Any] = {"store": str(store), **deploy(deployment, store)}
         env = deployment.env
@@ -249,6 +254,9 @@ def measure(store: Path, runs: int) -> dict[str, Any]:
             "import zmq, msgpack": [sys.executable, "-c", "import zmq, msgpack"],
         }
         hooks = {"hook": hook, "hook_pyzmq": [sys.executable, "-c", HOOK_PYZMQ]}
+        if installed is not None:
+            hooks["hook_installed"] = [str(installed / "bin" / HOOK_SCRIPT)]
+            floors["installed python -c pass"] = [str(installed / "bin" / "python"), "-c", "pass"]
         walls: dict[str, list[float]] = {name: [] for name in (*hooks, "inject", *floors)}
         cpu: dict[str, list[float]] = {name: [] for name in hooks}
         answered = {name: 0 for name in hooks}
@@ -294,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         "--store", type=Path, default=Path("/tmp/km-scale5/store-10000/graph.duckdb")
     )
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument(
+        "--installed", type=Path, help="a venv holding a user's install of keymem (pip install .)"
+    )
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.store, args.runs), indent=2))
+    print(json.dumps(measure(args.store, args.runs, args.installed), indent=2))
     return 0
 
 
