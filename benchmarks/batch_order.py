@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from benchmarks import scale_1m
 from benchmarks.deployment import BenchHome, bench_home, timed_tool
 from benchmarks.graph_bench import Synthetic
+from benchmarks.host import host_loop_s
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _wait_indexed
 from benchmarks.write_rate import _cpu_ms_per, _cpu_s, _programs
 from keymem.protocol.client import Client
@@ -45,16 +45,7 @@ from keymem.store.database import graph_path
 
 SCALE_CALLS = 40  # scale_1m's --mcp-calls at 1M
 HOOK_RUNS = 10
-HOST_LOOP_ADDS = 5_000_000
 INDEX_TIMEOUT_MS = 60_000
-
-
-def host_loop_s() -> float:
-    """CPU seconds of a fixed loop of integer adds: the host's speed at this moment."""
-    started, total = time.process_time(), 0
-    for i in range(HOST_LOOP_ADDS):
-        total += i
-    return round(time.process_time() - started, 3)
 
 
 def _rates(out: dict[str, Any], seconds: list[float]) -> None:

@@ -39,11 +39,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from benchmarks.deployment import timed_tool
 from benchmarks.graph_bench import Synthetic
+from benchmarks.host import host_loop_s
 from benchmarks.write_rate import RawSession
 from keymem.services.mcp.backend import MemoryBackend
 
 SYNTHETIC_SIZE = 10_000  # the vocabulary the items' keys are drawn from, as write_rate's 10k
-REFERENCE_LOOP_ADDS = 5_000_000  # the host-speed probe: this many integer adds in Python
 SERVE = [sys.executable, "-m", "benchmarks.mcp_floor", "--serve"]
 
 
@@ -72,14 +72,6 @@ def serve() -> int:
     )
     anyio.run(serve_stdio, server)
     return 0
-
-
-def reference_loop_s() -> float:
-    started = time.process_time()
-    total = 0
-    for i in range(REFERENCE_LOOP_ADDS):
-        total += i
-    return round(time.process_time() - started, 3)
 
 
 async def _timed_calls(
@@ -138,7 +130,7 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
         ]
         report["rounds"].append(
             {
-                "reference_loop_s": reference_loop_s(),
+                "reference_loop_s": host_loop_s(),
                 "sdk_client": asyncio.run(_sdk_round(items)),
                 "plain_client": asyncio.run(_raw_round(items)),
             }

@@ -463,9 +463,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         for ax in axes.flat
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)
     }
-    fig.legend(list(seen.values()), list(seen), loc="lower right")
+    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=len(seen))
     fig.suptitle("keymem on one 2-core machine: figures against store size")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))  # the legend's row below the panels
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
