@@ -7,15 +7,17 @@ Opens a copy of the graph file with ``GraphService``, waits until every namespac
 approximate key index serves (as a deployment does before it answers: at 1M a first build
 takes minutes; ``--key-ann-cache DIR`` keeps the built indexes there and reuses them), then
 sends ``--batches`` ``remember_batch`` of 100 from ``benchmarks.graph_bench.Synthetic`` (another
-stream than the store's), each preceded by the memory service's ``held_vectors`` lookups for its
-keys, and runs the worker's fold and checkpoint timers between them. Reports CPU ms per memory:
-``held`` (the lookups), ``write`` (the acknowledged write: parse, keys, links, hints, the log's
-append), ``timers`` (the fold into DuckDB, and the checkpoints, also given on their own), and the
-checkpoint count. ``--pace-s S`` waits S before each batch, as batches through a deployment
-arrive (~0.1 s apart from one client on a quiet box): the write-behind timer then sees the
-gaps a deployment's does. ``--key-ann-min-keys`` lowers the key index threshold, so a small
-store serves its keys from the index as a large one does. Run it nice'd; compare trees by
-running it with each tree first on ``PYTHONPATH``.
+stream than the store's) as the memory service sends them: without vectors, and when the graph
+refuses one for keys it does not hold, again with those keys' vectors (``embedded_keys``); runs
+the worker's fold and checkpoint timers between them. Reports CPU ms per memory: ``refused``
+(the first tries the graph refused, naming keys), ``write`` (the acknowledged write: parse,
+keys, links, hints, the log's append), ``timers`` (the fold into DuckDB, and the checkpoints,
+also given on their own), the checkpoint count and the share of batches refused once.
+``--pace-s S`` waits S before each batch, as batches through a deployment arrive (~0.1 s apart
+from one client on a quiet box): the write-behind timer then sees the gaps a deployment's does.
+``--key-ann-min-keys`` lowers the key index threshold, so a small store serves its keys from the
+index as a large one does. Run it nice'd; compare trees by running it with each tree first on
+``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.graph_bench import Synthetic
+from keymem.protocol.errors import BadRequest
 from keymem.protocol.worker import Timer
 from keymem.services import config as cfg
 from keymem.services.graph import GraphService, keyann
@@ -53,28 +56,21 @@ def _key_indexes_serve(graph: GraphService) -> bool:
     return all(i.approximate is not None and i.approximate.ready() for i in large)
 
 
-def _with_held_vectors(graph: GraphService, items: list[dict[str, Any]]) -> dict[str, Any]:
-    """A batch body as the memory service sends it: each item's key vectors, the stored ones
-    from ``held_vectors`` (a key the store lacks gets any unit vector: it is new either way)."""
-    wanted: dict[str, list[str]] = {}
-    for item in items:
-        wanted.setdefault(item["namespace"], []).extend(item["keys"])
-    vectors: dict[tuple[str, str], np.ndarray] = {}
-    fingerprint = None
-    for namespace, texts in wanted.items():
-        unique = list(dict.fromkeys(texts))
-        answer = graph.held_vectors({"keys": unique, "namespace": namespace})
-        fingerprint = answer["fingerprint"]
-        held = iter(answer["vectors"])
-        new = np.eye(1, answer["vectors"].shape[1] or 1, dtype=np.float32)[0]
-        for text, is_held in zip(unique, answer["held"], strict=True):
-            vectors[(namespace, text)] = next(held) if is_held else new
-    for item in items:
-        item["key_vectors"] = np.stack([vectors[(item["namespace"], k)] for k in item["keys"]])
-    body: dict[str, Any] = {"items": items, "idempotency_key": uuid.uuid4().hex}
-    if fingerprint is not None:
-        body["fingerprint"] = fingerprint
-    return body
+def _by_text(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A batch body as the memory service first sends it: no vector, an idempotency key."""
+    return {"items": items, "idempotency_key": uuid.uuid4().hex}
+
+
+def _with_embedded(graph: GraphService, body: dict[str, Any], refused: Any) -> dict[str, Any]:
+    """``body`` again after the graph's refusal, with a vector for each text it named (any unit
+    vector: those keys are new either way), in the store's space."""
+    named = refused.detail["unheld_keys"]
+    width = graph.state.dim or 1
+    vectors = np.tile(np.eye(1, width, dtype=np.float32), (len(named), 1))
+    table: dict[str, Any] = {"embedded_keys": named, "embedded_vectors": vectors}
+    if graph.state.fingerprint is not None:
+        table["fingerprint"] = graph.state.fingerprint
+    return {**body, **table}
 
 
 def measure(
@@ -109,10 +105,13 @@ def measure(
                 {k: v for k, v in data.item().items() if k != "key_vectors"} for _ in range(BATCH)
             ]
 
-        graph.write_group(graph.prepare_remember_batch, [_with_held_vectors(graph, items())])
+        first = _by_text(items())
+        (refused,) = graph.write_group(graph.prepare_remember_batch, [first])
+        if isinstance(refused, BadRequest):
+            graph.write_group(graph.prepare_remember_batch, [_with_embedded(graph, first, refused)])
         graph.store.checkpoint()  # the session's first write, and the dedup table built
-        cpu = {"held": 0.0, "write": 0.0, "timers": 0.0, "checkpoints": 0.0}
-        checkpoints = 0
+        cpu = {"refused": 0.0, "write": 0.0, "timers": 0.0, "checkpoints": 0.0}
+        checkpoints = refusals = 0
         checkpoint = graph.store.checkpoint
 
         def counted_checkpoint() -> None:
@@ -129,11 +128,17 @@ def measure(
         ]
         for batch in [items() for _ in range(batches)]:
             time.sleep(pace_s)  # the client's, the MCP server's and the router's part
-            spent = time.process_time()
-            body = _with_held_vectors(graph, batch)
-            cpu["held"] += time.process_time() - spent
+            body = _by_text(batch)
             spent = time.process_time()
             (result,) = graph.write_group(graph.prepare_remember_batch, [body], "remember_batch")
+            if isinstance(result, BadRequest):
+                refusals += 1
+                cpu["refused"] += time.process_time() - spent
+                body = _with_embedded(graph, body, result)
+                spent = time.process_time()
+                (result,) = graph.write_group(
+                    graph.prepare_remember_batch, [body], "remember_batch"
+                )
             cpu["write"] += time.process_time() - spent
             assert isinstance(result, dict), result
             spent = time.process_time()
@@ -152,6 +157,7 @@ def measure(
     written = batches * BATCH
     report["cpu_ms_per_memory"] = {k: round(v / written * 1000, 3) for k, v in cpu.items()}
     report["checkpoints"] = checkpoints
+    report["batches_refused_once"] = round(refusals / batches, 2)
     report["load_average"] = round(os.getloadavg()[0], 1)
     return report
 

@@ -26,10 +26,11 @@ cache, so a 1M store needs no first index per run) it starts the real deployment
 
 ``--hops N`` first takes one remember apart hop by hop, from a plain client on the router's
 front end (no MCP): the router alone (``router.ping``), the graph's key-vector lookup
-(``graph.held_vectors``), the graph's durable write with vectors already attached
-(``graph.remember``), the memory service's whole ``remember`` (lookup, write, the reranker's
-warm-up), and the same through MCP; for each, p50 wall and every process's CPU per call, so the
-difference between two rows is what one hop costs.
+(``graph.held_vectors``, which a correction makes), the graph's durable write with vectors
+already attached (``graph.remember``), the memory service's whole ``remember`` (the write
+without vectors, its held keys filed by their text, sent again with a new key's vector after
+the graph names it; the reranker's warm-up), and the same through MCP; for each, p50 wall
+and every process's CPU per call, so the difference between two rows is what one hop costs.
 
 It measures once the lexicon has indexed the whole store (it does after every start), so
 that work is not counted as the writes'; ``--during-index`` measures at once instead, while the

@@ -21,6 +21,7 @@ class ErrorCode(StrEnum):
     TOO_LARGE = "too_large"
     UNSUPPORTED_VERSION = "unsupported_version"
     FORBIDDEN = "forbidden"
+    KEYS_UNHELD = "keys_unheld"
 
 
 class KeymemError(Exception):
@@ -95,6 +96,15 @@ class Forbidden(KeymemError):
     code = ErrorCode.FORBIDDEN
 
 
+class KeysUnheld(KeymemError):
+    """A write under keys the graph does not hold by their text: nothing was written, every
+    other check passed, and ``detail["unheld_keys"]`` names the texts whose vectors the write
+    must carry when sent again. A step of the write protocol between the memory service and
+    the graph, not a failure: stats count it apart from errors."""
+
+    code = ErrorCode.KEYS_UNHELD
+
+
 _BY_CODE: dict[str, type[KeymemError]] = {
     cls.code.value: cls
     for cls in (
@@ -107,6 +117,7 @@ _BY_CODE: dict[str, type[KeymemError]] = {
         TooLarge,
         UnsupportedVersion,
         Forbidden,
+        KeysUnheld,
     )
 }
 

@@ -10,6 +10,9 @@ LATENCY_WINDOW_SAMPLES = 1024
 # Every service's liveness probe (``keymem up`` sends dozens while the services start): its
 # answers, ``unavailable`` included, are counted apart so they never read as errors or latency.
 PROBE_METHOD = "ping"
+# A write the graph answers with the keys it lacks (``KeysUnheld``): the memory service sends it
+# again with their vectors, so it is counted as a step of the write (``keys_asked``), not an error.
+KEYS_ASKED_CODE = "keys_unheld"
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -48,6 +51,7 @@ class RequestStats:
     latency: LatencyWindow = field(default_factory=LatencyWindow)
     probes: int = 0
     probes_failed: int = 0
+    keys_asked: int = 0
 
     def record(self, micros: float, error_code: str | None = None, method: str = "") -> None:
         if method == PROBE_METHOD:
@@ -56,7 +60,9 @@ class RequestStats:
             return
         self.requests += 1
         self.latency.add(micros)
-        if error_code is not None:
+        if error_code == KEYS_ASKED_CODE:
+            self.keys_asked += 1
+        elif error_code is not None:
             self.errors[error_code] += 1
 
     def to_wire(self) -> dict[str, Any]:
@@ -67,5 +73,6 @@ class RequestStats:
             "expired": self.expired,
             "probes": self.probes,
             "probes_failed": self.probes_failed,
+            "keys_asked": self.keys_asked,
             **self.latency.summary(),
         }

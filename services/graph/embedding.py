@@ -18,15 +18,20 @@ import numpy as np
 
 from keymem.protocol.errors import BadRequest, Conflict, NotFound
 from keymem.protocol.fields import body_of, opt_int
-from keymem.protocol.limits import BATCH_MAX_ITEMS, KEYS_PER_MEMORY_MAX, PASSAGE_HEAD_CHARS
+from keymem.protocol.limits import PASSAGE_HEAD_CHARS
 from keymem.services.graph.keyindex import KeyIndex
-from keymem.services.graph.requests import id_list, namespace_of, opt_str, req_str
+from keymem.services.graph.requests import (
+    KEYS_PER_BATCH_MAX,
+    KeyInput,
+    id_list,
+    namespace_of,
+    opt_str,
+    req_str,
+)
 from keymem.services.graph.state import GraphState
 from keymem.store.records import KeyRecord
 
 REEMBED_PAGE_MAX = 5_000
-# Surfaces one ``held_vectors`` call may ask about: every key of the largest batch.
-HELD_LOOKUP_MAX = BATCH_MAX_ITEMS * KEYS_PER_MEMORY_MAX
 MAX_FINGERPRINT_CHARS = 200
 
 
@@ -44,35 +49,50 @@ def recorded(state: GraphState) -> dict[str, Any] | None:
     return {"fingerprint": state.fingerprint, "dim": state.dim}
 
 
+def _held(state: GraphState, namespace: str, clean: str) -> KeyRecord | None:
+    """The key ``namespace`` holds as a concept under exactly the text ``clean`` (stripped,
+    case and all): the embedding of this text in the store's space (``fingerprint``)."""
+    index = state.indexes.get(namespace)
+    key_id = index.exact.get(clean.lower()) if index is not None else None
+    key = state.keys.get(key_id) if key_id is not None else None
+    return key if key is not None and key.concept == clean else None
+
+
 def held_keys(state: GraphState, body: dict[str, Any]) -> tuple[list[bool], list[KeyRecord]]:
     """Whether the namespace holds each of ``keys`` as a concept under exactly that text, and
     the keys it holds (``held_vectors``)."""
     keys = body.get("keys")
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise BadRequest("keys must be a list of strings")
-    if len(keys) > HELD_LOOKUP_MAX:
-        raise BadRequest(f"at most {HELD_LOOKUP_MAX} keys per lookup, got {len(keys)}")
-    index = state.indexes.get(namespace_of(body))
-    held: list[bool] = []
-    found: list[KeyRecord] = []
-    for surface in keys:
-        clean = surface.strip()
-        key_id = index.exact.get(clean.lower()) if index is not None else None
-        key = state.keys.get(key_id) if key_id is not None else None
-        held.append(key is not None and key.concept == clean)
-        if key is not None and held[-1]:
-            found.append(key)
-    return held, found
+    if len(keys) > KEYS_PER_BATCH_MAX:
+        raise BadRequest(f"at most {KEYS_PER_BATCH_MAX} keys per lookup, got {len(keys)}")
+    namespace = namespace_of(body)
+    found = [_held(state, namespace, surface.strip()) for surface in keys]
+    return [key is not None for key in found], [key for key in found if key is not None]
+
+
+def unheld(state: GraphState, writes: list[tuple[str, list[KeyInput]]]) -> list[str]:
+    """The texts of keys filed by their text (no vector: ``requests.keys_of``) that their
+    namespace does not hold, each once, for ``(namespace, keys)`` of each write."""
+    return list(
+        dict.fromkeys(
+            key.surface
+            for namespace, keys in writes
+            for key in keys
+            if not key.vector.size and _held(state, namespace, key.surface) is None
+        )
+    )
 
 
 def held_vectors(state: GraphState, raw: Any) -> dict[str, Any]:
     """The stored vectors of the namespace's keys whose concept is one of ``keys`` exactly.
 
-    A write needs a vector for each key, but a key the graph already holds resolves by its
+    A correction's keys need a vector each, but a key the graph already holds resolves by its
     text and its vector is the one stored: the memory service asks here first and embeds only
     the rest, so a store whose vocabulary outgrows the embedder's cache does not pay a model
-    call per remember. Only a surface equal to a key's concept (case and all) counts: that
-    vector is the embedding of exactly this text in the store's space (``fingerprint``).
+    call per correction (a remember sends held keys no vector at all: ``unheld``). Only a
+    surface equal to a key's concept (case and all) counts: that vector is the embedding of
+    exactly this text in the store's space (``fingerprint``).
     """
     body = body_of(raw)
     held, found = held_keys(state, body)

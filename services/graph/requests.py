@@ -7,6 +7,7 @@ first and only then touch the graph, so a rejected request leaves no trace (inva
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 from keymem.protocol import fields
 from keymem.protocol.errors import BadRequest, TooLarge
 from keymem.protocol.limits import (
+    BATCH_MAX_ITEMS,
     CONTENT_MAX_CHARS,
     ID_MAX_CHARS,
     KEY_MAX_CHARS,
@@ -29,6 +31,9 @@ from keymem.store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
 MAX_TTL_SECONDS = 100 * 365 * 86_400
 MAX_SOURCE_JSON_BYTES = 4_096
 MAX_IDS_PER_REQUEST = 1_000
+# Key texts one request may name apart from its items' keys (``embedded_of``, a
+# ``held_vectors`` lookup): every key of the largest batch.
+KEYS_PER_BATCH_MAX = BATCH_MAX_ITEMS * KEYS_PER_MEMORY_MAX
 
 
 def opt_str(body: dict[str, Any], name: str, max_chars: int = ID_MAX_CHARS) -> str | None:
@@ -149,18 +154,20 @@ def _auto_keys(body: dict[str, Any], keys: list[str]) -> set[str]:
     return auto
 
 
-def _unit_vectors(vectors: Any, count: int, dim: int | None) -> np.ndarray:
-    """``key_vectors`` checked (``count`` finite, non-zero rows of the graph's ``dim``) and
-    scaled to unit length."""
+def _unit_vectors(
+    vectors: Any, count: int, dim: int | None, name: str = "key_vectors"
+) -> np.ndarray:
+    """Key vectors (field ``name``) checked (``count`` finite, non-zero rows of the graph's
+    ``dim``) and scaled to unit length."""
     if not isinstance(vectors, np.ndarray) or vectors.ndim != 2 or vectors.shape[0] != count:
-        raise BadRequest("key_vectors must be a float32 array of shape (len(keys), dim)")
+        raise BadRequest(f"{name} must be a float32 array of shape ({count}, dim)")
     if dim is not None and vectors.shape[1] != dim:
         raise BadRequest(
             f"key vectors have dimension {vectors.shape[1]}, this graph stores {dim}",
             {"dim": dim},
         )
     if vectors.shape[1] == 0 or not np.all(np.isfinite(vectors)):
-        raise BadRequest("key_vectors must be finite and non-empty")
+        raise BadRequest(f"{name} must be finite and non-empty")
     norms = np.linalg.norm(vectors, axis=1)
     if np.any(norms == 0):
         raise BadRequest("a key vector is all zeros")
@@ -182,16 +189,43 @@ def _key_types(body: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def embedded_of(body: dict[str, Any], dim: int | None) -> dict[str, np.ndarray]:
+    """The vectors a write carries for key texts the graph may not hold, by stripped text, at
+    unit length: ``embedded_keys`` (texts) and ``embedded_vectors`` (row i for text i), both or
+    neither. A batch carries them once for all its items (``keys_of``'s ``by_text``)."""
+    texts, vectors = body.get("embedded_keys"), body.get("embedded_vectors")
+    if texts is None and vectors is None:
+        return {}
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise BadRequest("embedded_keys must be a list of strings, with embedded_vectors")
+    if len(texts) > KEYS_PER_BATCH_MAX:
+        raise TooLarge(f"at most {KEYS_PER_BATCH_MAX} embedded_keys, got {len(texts)}")
+    unit = _unit_vectors(vectors, len(texts), dim, "embedded_vectors")
+    return {text.strip(): unit[i] for i, text in enumerate(texts)}
+
+
+def vector_width(vectors: Iterable[np.ndarray]) -> int | None:
+    """The width of the first vector of ``vectors`` that is not empty (None: all are, every key
+    filed by its text)."""
+    return next((vector.size for vector in vectors if vector.size), None)
+
+
 def keys_of(
-    body: dict[str, Any], dim: int | None, *, required: bool = True, held: bool = False
+    body: dict[str, Any],
+    dim: int | None,
+    *,
+    required: bool = True,
+    by_text: Mapping[str, np.ndarray] | None = None,
 ) -> list[KeyInput] | None:
     """Keys with their vectors (row i of ``key_vectors`` belongs to ``keys[i]``), sanitised.
 
     Non-string keys and vectors that do not fit are errors; strings too short to be keys are
-    dropped (as the original does), and nothing usable left is an error. ``held``: the graph
-    holds every key as a concept under exactly its text (``embedding.held_keys``), so each
-    resolves by its text (``keys.resolve_key``) and no vector is sent, fetched or read: its
-    ``vector`` is ``RELEASED_VECTOR``, empty, so a reader that would use it fails on the shape.
+    dropped (as the original does), and nothing usable left is an error. ``by_text``: a body
+    without ``key_vectors`` may be sent, and each key takes the vector ``by_text`` holds for
+    its text (``embedded_of``), else ``RELEASED_VECTOR``, empty: it is filed by its text, which
+    the graph must hold as a concept (``embedding.unheld``), and resolves by it
+    (``keys.resolve_key``) without a vector being sent, fetched or read; a reader that would use
+    it fails on the shape.
     """
     raw = body.get("keys")
     if raw is None and not required:
@@ -206,7 +240,8 @@ def keys_of(
         raise BadRequest("every key must be a string")
     if any(len(k) > KEY_MAX_CHARS for k in raw):
         raise TooLarge(f"a key is longer than {KEY_MAX_CHARS} characters")
-    unit = None if held else _unit_vectors(body.get("key_vectors"), len(raw), dim)
+    aligned = by_text is None or "key_vectors" in body
+    unit = _unit_vectors(body.get("key_vectors"), len(raw), dim) if aligned else None
     types = _key_types(body)
     auto = _auto_keys(body, raw)
     seen: set[str] = set()
@@ -216,7 +251,11 @@ def keys_of(
         if not usable_key(clean) or clean.lower() in seen:
             continue
         seen.add(clean.lower())
-        vector = RELEASED_VECTOR if unit is None else unit[i]
+        if unit is not None:
+            vector = unit[i]
+        else:
+            assert by_text is not None
+            vector = by_text.get(clean, RELEASED_VECTOR)
         keys.append(KeyInput(clean, vector, types.get(clean, "concept"), clean.lower() in auto))
     if not keys:
         raise BadRequest(

@@ -27,6 +27,7 @@ from keymem.protocol.errors import (
     BadRequest,
     InternalError,
     KeymemError,
+    KeysUnheld,
     NotFound,
     Unavailable,
     outcome_to_wire,
@@ -56,7 +57,13 @@ from keymem.services.graph import (
 )
 from keymem.services.graph.feedback import RecallBuffer
 from keymem.services.graph.profile import KeyProfile, Thresholds, key_profile_of
-from keymem.services.graph.requests import namespace_of, req_str, source_of
+from keymem.services.graph.requests import (
+    embedded_of,
+    namespace_of,
+    req_str,
+    source_of,
+    vector_width,
+)
 from keymem.services.graph.state import GraphState
 from keymem.services.journal import Journal
 from keymem.store.backup import BACKUPS_KEPT, BackupJob, backup_dir, start_backup
@@ -534,9 +541,9 @@ class GraphService:
         return self.key_profile.thresholds(self.state.fingerprint or claimed)
 
     # -- writes ----------------------------------------------------------------------------
-    def _claim_space(self, body: dict[str, Any], dim: int) -> None:
+    def _claim_space(self, body: dict[str, Any], dim: int | None) -> None:
         claimed = embedding.check_write_fingerprint(self.state, body)
-        if self.state.dim is None:
+        if self.state.dim is None and dim is not None:
             self.state.dim = dim
             self.state.changes.set_meta("dim", dim)
         if claimed is not None and self.state.fingerprint is None:
@@ -545,60 +552,59 @@ class GraphService:
 
     def prepare_remember(self, raw: Any) -> Action:
         body = body_of(raw)
-        held = self._keys_held(body)
         claimed = embedding.check_write_fingerprint(self.state, body)
-        item = writes.parse_remember(body, self.state.dim, held=held)
+        by_text = embedded_of(body, self.state.dim)
+        dim = self.state.dim or vector_width(by_text.values())
+        item = writes.parse_remember(body, dim, by_text=by_text)
         writes.check_related(self.state, item.related_to, item.namespace)
+        self._filed_by_text([item])
         thresholds = self.thresholds(claimed)
 
         def action(now: float) -> dict[str, Any]:
-            self._claim_space(body, len(item.keys[0].vector))
+            self._claim_space(body, vector_width(key.vector for key in item.keys))
             return writes.remember(self.state, item, thresholds, now)
 
         return action
 
-    def _keys_held(self, body: dict[str, Any]) -> bool:
-        """Whether a remember sent without ``key_vectors`` is filed under keys this graph holds
-        under exactly those texts (``embedding.held_keys``): each resolves by its text, so no
-        vector is fetched or checked, and the memory service needs no lookup of its own first.
-        When some key is not held, nothing is written: the ``bad_request`` carries the lookup's
-        answer (``unheld_keys``, ``held``, ``vectors``, ``fingerprint``), for the caller to
-        embed only the rest and send the write again. False when vectors were sent (or the
-        keys are malformed: parse_remember names the problem)."""
-        keys = body.get("keys")
-        if "key_vectors" in body or not isinstance(keys, list) or not keys:
-            return False
-        if not all(isinstance(k, str) for k in keys):
-            return False
-        held, _ = embedding.held_keys(self.state, body)
-        if not all(held):
-            raise BadRequest(
-                "key_vectors are needed for keys this graph does not hold",
-                {"unheld_keys": True, **embedding.held_vectors(self.state, body)},
+    def _filed_by_text(self, items: list[writes.RememberItem]) -> None:
+        """A key a write sends no vector for (neither in ``key_vectors`` nor in
+        ``embedded_keys``) is filed by its text: each one its namespace holds under exactly
+        that text resolves by it, so no vector is sent, fetched or checked, and a write under
+        known keys is one graph round trip with no lookup first. When some is not held,
+        nothing is written: the refusal (``KeysUnheld``) comes after every other check of the
+        write passed and names those texts (``unheld_keys``), for the caller to embed exactly
+        them and send the write again with their vectors (``embedded_keys``,
+        ``embedded_vectors``)."""
+        missing = embedding.unheld(self.state, [(item.namespace, item.keys) for item in items])
+        if missing:
+            raise KeysUnheld(
+                "key vectors are needed for keys this graph does not hold",
+                {"unheld_keys": missing},
             )
-        return True
 
     def prepare_remember_batch(self, raw: Any) -> Action:
         body = body_of(raw)
         claimed = embedding.check_write_fingerprint(self.state, body)
         items_raw = batch_items(body)
-        dim = self.state.dim
+        by_text = embedded_of(body, self.state.dim)  # one table for every item
+        dim = self.state.dim or vector_width(by_text.values())
         items = []
         for position, item_raw in enumerate(items_raw):
             try:
-                item = writes.parse_remember(item_raw, dim)
+                item = writes.parse_remember(item_raw, dim, by_text=by_text)
             except KeymemError as exc:
                 exc.detail = {**exc.detail, "item": position}
                 exc.message = f"item {position}: {exc.message}"
                 raise
-            dim = dim or len(item.keys[0].vector)
+            dim = dim or vector_width(key.vector for key in item.keys)
             writes.check_related(self.state, item.related_to, item.namespace)
             items.append(item)
+        self._filed_by_text(items)
         thresholds = self.thresholds(claimed)
         shared_source = source_of(body)
 
         def action(now: float) -> dict[str, Any]:
-            self._claim_space(body, len(items[0].keys[0].vector))
+            self._claim_space(body, dim)
             batch_id = self.state.new_id()
             results = []
             for item in items:

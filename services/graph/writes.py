@@ -9,6 +9,7 @@ reported as ``deduplicated``; when the two share a key the save is also flagged 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,10 +71,12 @@ class RememberItem:
     source: dict[str, Any] | None
 
 
-def parse_remember(raw: Any, dim: int | None, *, held: bool = False) -> RememberItem:
-    """``held``: the graph holds every key under exactly its text (``requests.keys_of``)."""
+def parse_remember(
+    raw: Any, dim: int | None, *, by_text: Mapping[str, np.ndarray] | None = None
+) -> RememberItem:
+    """``by_text``: the vectors the request carries by key text (``requests.keys_of``)."""
     body = body_of(raw)
-    keys = keys_of(body, dim, held=held)
+    keys = keys_of(body, dim, by_text=by_text)
     assert keys is not None
     return RememberItem(
         content=content_of(body),

@@ -1,8 +1,9 @@
 """The ``memory`` service: keymem's agent-facing API, orchestrated inside the router process.
 
 Agents (through the MCP front end) and the hook speak to this one service; it composes the
-workers. A write gets its key vectors from the embedder and then goes to the graph, which
-acknowledges it after commit; reads go to the graph; ``search`` and ``inject`` are hybrid
+workers. A write goes to the graph without key vectors (it files the keys it holds by their
+text; the ones it names as new are embedded and the write sent again: ``MemoryAPI.filed``)
+and is acknowledged after commit; reads go to the graph; ``search`` and ``inject`` are hybrid
 recall (``recall.py``, ``inject.py``). Every call it makes to another service gets
 only the time its own caller has left (``remaining_ms``), so a slow dependency becomes a typed
 ``timeout`` for the agent, not a hang.
@@ -10,12 +11,15 @@ only the time its own caller has left (``remaining_ms``), so a slow dependency b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from keymem.protocol.client import with_idempotency_key
 from keymem.protocol.errors import (
     BadRequest,
     KeymemError,
+    KeysUnheld,
     Unavailable,
     outcome_from_wire,
     outcome_to_wire,
@@ -42,6 +46,9 @@ from keymem.services.memory.warmup import Warmer
 
 # The embedder's per-request limit on texts; larger batches are split and sent in parallel.
 EMBED_TEXTS_PER_CALL = 256
+
+# A write's fields that carry key vectors (and their space): the memory service's alone.
+VECTOR_FIELDS = ("key_vectors", "embedded_keys", "embedded_vectors", "fingerprint")
 
 # Graph methods the agent API exposes unchanged (they need no vectors). read_memory is not
 # among them: it goes through the learner, which teaches the graph when it reads what inject
@@ -103,65 +110,43 @@ class MemoryAPI:
             raise Unavailable("embedder workers disagree on their model; retry after a restart")
         return np.concatenate([o["vectors"] for o in outcomes]), fingerprints.pop()
 
-    def key_vectors(
-        self, groups: list[tuple[Any, list[str]]], answered: list[Any] | None = None
-    ) -> tuple[list[Any], str | None]:
-        """One float32 matrix per ``(namespace, key texts)`` group, and the space it is in.
+    def key_vectors(self, namespace: Any, texts: list[str]) -> tuple[Any, str | None]:
+        """A float32 matrix for ``texts`` (one row each), keys of ``namespace``, and its space.
 
         A key the graph already holds under exactly this text keeps its stored vector
-        (``graph.held_vectors``); only the others go to the embedder, so a remember under
-        known keys makes no model call however large the vocabulary. Vectors of two spaces
+        (``graph.held_vectors``); only the others go to the embedder. Vectors of two spaces
         are never mixed (nor rows of two widths stacked): when the embedder's fingerprint is
-        not the store's, every key is embedded and the graph refuses the write by its space,
-        as it did before. A failed lookup just means every key is embedded. ``answered``: the
-        graph's lookup for each group's texts, already made (remembers it refused for keys it
-        does not hold).
+        not the store's, every key is embedded and the graph refuses the write by its space.
+        A failed lookup just means every key is embedded.
         """
         import numpy as np
 
-        wanted: dict[str | None, list[str]] = {}
-        for namespace, texts in groups:
-            if namespace is None or isinstance(namespace, str):
-                wanted.setdefault(namespace, []).extend(texts)
-        lookups = [(ns, list(dict.fromkeys(texts))) for ns, texts in wanted.items()]
-        if answered is not None:
-            lookups, outcomes = [(ns, texts) for ns, texts in groups], answered
-        else:
-            outcomes = self.client.call_many(
-                [("graph", "held_vectors", {"keys": t, "namespace": ns}) for ns, t in lookups],
-                timeout_ms=remaining_ms(DEFAULT_BUDGET_MS),
-            )
-        held: dict[tuple[str | None, str], Any] = {}
+        unique = list(dict.fromkeys(texts))
+        held: dict[str, Any] = {}
         fingerprint: str | None = None
-        for (namespace, texts), outcome in zip(lookups, outcomes, strict=True):
-            if isinstance(outcome, KeymemError):
-                continue
-            fingerprint = outcome["fingerprint"]
-            found = [(namespace, t) for t, h in zip(texts, outcome["held"], strict=True) if h]
-            held.update(zip(found, outcome["vectors"], strict=True))
-
-        def stored(namespace: Any, text: str) -> Any:
-            return held.get((namespace, text)) if isinstance(namespace, str | None) else None
-
-        missing = list(
-            dict.fromkeys(t for ns, texts in groups for t in texts if stored(ns, t) is None)
-        )
-        embedded: dict[str, Any] = {}
+        if namespace is None or isinstance(namespace, str):
+            try:
+                answer = self._call(
+                    "graph", "held_vectors", {"keys": unique, "namespace": namespace}
+                )
+            except KeymemError:
+                answer = None
+            if answer is not None:
+                fingerprint = answer["fingerprint"]
+                found = [t for t, h in zip(unique, answer["held"], strict=True) if h]
+                held.update(zip(found, answer["vectors"], strict=True))
+        missing = [t for t in unique if t not in held]
         if missing:
             vectors, embedder_space = self.embed_keys(missing)
             if held and embedder_space != fingerprint:
                 held.clear()  # another space: embed them all, for the graph to judge
-                missing = list(dict.fromkeys(t for _, texts in groups for t in texts))
+                missing = unique
                 vectors, embedder_space = self.embed_keys(missing)
-            embedded = dict(zip(missing, vectors, strict=True))
+            held.update(zip(missing, vectors, strict=True))
             fingerprint = embedder_space
-        matrices = [
-            np.stack([v if (v := stored(ns, t)) is not None else embedded[t] for t in texts])
-            for ns, texts in groups
-        ]
-        return matrices, fingerprint
+        return np.stack([held[t] for t in texts]), fingerprint
 
-    def _with_vectors(self, item: Any, *, keys_required: bool, answered: Any = None) -> Any:
+    def _with_vectors(self, item: Any, *, keys_required: bool) -> Any:
         """``item`` with ``key_vectors`` (and the fingerprint of their space) for its keys.
 
         Keys that are not a list of strings are passed on untouched: the graph names the
@@ -177,33 +162,74 @@ class MemoryAPI:
             return item
         if not usable:
             return {**item, "keys": usable}
-        (vectors,), fingerprint = self.key_vectors(
-            [(item.get("namespace"), usable)], None if answered is None else [answered]
-        )
+        vectors, fingerprint = self.key_vectors(item.get("namespace"), usable)
         return {**item, "keys": usable, "key_vectors": vectors, **fingerprinted(fingerprint)}
+
+    def filed(self, bodies: list[Any], send: Callable[[list[Any]], list[Any]]) -> list[Any]:
+        """``send``'s outcome for each of ``bodies`` (remembers, or batches of them), written
+        with no key vectors: the graph files every key it holds by its text, so a write under
+        known keys is one graph round trip and no vector crosses the wire.
+
+        A body the graph refuses for keys it does not hold (``unheld_keys``: nothing written,
+        every other check passed) goes again carrying the vectors of exactly the texts named
+        (``embedded_keys``, ``embedded_vectors``, in the embedder's space ``fingerprint``,
+        which the graph checks against its own). A key dropped between two tries is named by
+        the next refusal, so bodies go again while a refusal names a text not yet embedded
+        for them: at most once per text. Any other outcome is final.
+        """
+        import numpy as np
+
+        outcomes = send(bodies)
+        named: list[list[str]] = [[] for _ in bodies]
+        vectors: dict[str, Any] = {}
+        space: str | None = None
+        while True:
+            again = {
+                i: new
+                for i, outcome in enumerate(outcomes)
+                if (new := [t for t in unheld_keys(outcome) if t not in named[i]])
+            }
+            if not again:
+                return outcomes
+            wanted = list(dict.fromkeys(t for texts in again.values() for t in texts))
+            wanted = [t for t in wanted if t not in vectors]
+            if wanted:
+                embedded, embedder_space = self.embed_keys(wanted)
+                if space is not None and embedder_space != space:
+                    raise Unavailable("the embedder changed its model during a write; retry")
+                space = embedder_space
+                vectors.update(zip(wanted, embedded, strict=True))
+            for i, texts in again.items():
+                named[i].extend(texts)
+            resent = [
+                {
+                    **bodies[i],
+                    "embedded_keys": list(named[i]),
+                    "embedded_vectors": np.stack([vectors[t] for t in named[i]]),
+                    **fingerprinted(space),
+                }
+                for i in again
+            ]
+            outcomes = _placed(outcomes, list(again), send(resent))
+
+    def _write_filed(self, method: str, body: Any) -> Any:
+        """One write (``remember``, ``remember_batch``) of ``body`` as ``filed`` sends it."""
+        (outcome,) = self.filed([body], self.alone(method))
+        if isinstance(outcome, KeymemError):
+            raise outcome
+        return outcome
+
+    def alone(self, method: str) -> Callable[[list[Any]], list[Any]]:
+        """A ``filed`` send of ``method``: each body its own write, its outcome a result or
+        a ``KeymemError``."""
+        return lambda bodies: [self._outcome(partial(self._write, method), b) for b in bodies]
 
     # -- writes that need vectors ----------------------------------------------------------
     def remember(self, body: Any) -> Any:
         (body,) = self.autokeys.complete([body])
-        saved = self._remember(body)
+        saved = self._write_filed("remember", unvectored(body))
         self.warmer.written()
         return saved
-
-    def _remember(self, body: Any) -> Any:
-        """One graph round trip when the graph holds every key: the write goes without
-        vectors and the graph files it under the ones it stores. Otherwise it writes nothing
-        and answers which keys it holds, with their vectors: only the others are embedded,
-        and the write goes again with all of them."""
-        usable = usable_keys(body)
-        if not usable or "key_vectors" in body:
-            return self._write("remember", self._with_vectors(body, keys_required=True))
-        try:
-            return self._write("remember", {**body, "keys": usable})
-        except BadRequest as refused:
-            if not refused.detail.get("unheld_keys"):
-                raise
-            stamped = self._with_vectors(body, keys_required=True, answered=refused.detail)
-            return self._write("remember", stamped)
 
     def remember_each(self, body: Any) -> dict[str, Any]:
         """Several remembers, each answered as a lone ``remember`` would be (its result or
@@ -213,35 +239,10 @@ class MemoryAPI:
         horizon."""
         items = batch_items(body_of(body))
         outcomes = self.autokeys.complete_each(items)
-        # Keyed items go without vectors first; the rest (malformed, keyless, carrying their
-        # own vectors) take the lone path, which names their problem or embeds them.
-        trip = []
-        for i, item in enumerate(outcomes):
-            if isinstance(item, KeymemError):
-                continue
-            if usable_keys(item) and "key_vectors" not in item:
-                trip.append(i)
-            else:
-                outcomes[i] = self._outcome(self._remember, item)
+        trip = [i for i, item in enumerate(outcomes) if not isinstance(item, KeymemError)]
         if trip:
-            sent = [{**outcomes[i], "keys": usable_keys(outcomes[i])} for i in trip]
-            replies = self._write_each(sent)
-            unheld = [
-                (i, item, reply.detail)
-                for i, item, reply in zip(trip, sent, replies, strict=True)
-                if isinstance(reply, BadRequest) and reply.detail.get("unheld_keys")
-            ]
-            outcomes = _placed(outcomes, trip, replies)
-            if unheld:
-                matrices, fingerprint = self.key_vectors(
-                    [(item.get("namespace"), item["keys"]) for _, item, _ in unheld],
-                    [detail for _, _, detail in unheld],
-                )
-                stamped = [
-                    {**item, "key_vectors": vectors, **fingerprinted(fingerprint)}
-                    for (_, item, _), vectors in zip(unheld, matrices, strict=True)
-                ]
-                outcomes = _placed(outcomes, [i for i, _, _ in unheld], self._write_each(stamped))
+            sent = [unvectored(outcomes[i]) for i in trip]
+            outcomes = _placed(outcomes, trip, self.filed(sent, self._write_each))
         self.warmer.written()
         seqs = [o["seq"] for o in outcomes if isinstance(o, dict) and isinstance(o.get("seq"), int)]
         return {"results": [outcome_to_wire(o) for o in outcomes], "seq": max(seqs, default=0)}
@@ -287,26 +288,8 @@ class MemoryAPI:
     def remember_batch(self, body: Any) -> Any:
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
             return self._write("remember_batch", body)  # the graph names the problem
-        items = self.autokeys.complete(body["items"])
-        keyed = [
-            (i, [k for k in item["keys"] if k.strip()])
-            for i, item in enumerate(items)
-            if isinstance(item, dict)
-            and isinstance(item.get("keys"), list)
-            and all(isinstance(k, str) for k in item["keys"])
-        ]
-        if keyed:
-            items = list(items)
-            for i, keys in keyed:  # blank keys dropped; none left: the graph says so
-                items[i] = {**items[i], "keys": keys}
-            keyed = [(i, keys) for i, keys in keyed if keys]
-            matrices, fingerprint = self.key_vectors(
-                [(items[i].get("namespace"), keys) for i, keys in keyed]
-            )
-            for (i, _), vectors in zip(keyed, matrices, strict=True):
-                items[i]["key_vectors"] = vectors
-            body = {**body, "items": items, **fingerprinted(fingerprint)}
-        saved = self._write("remember_batch", body)
+        items = [unvectored(item) for item in self.autokeys.complete(body["items"])]
+        saved = self._write_filed("remember_batch", {**unvectored(body), "items": items})
         self.warmer.written()
         return saved
 
@@ -326,6 +309,22 @@ def _placed(outcomes: list[Any], positions: list[int], replies: list[Any]) -> li
     for position, reply in zip(positions, replies, strict=True):
         placed[position] = reply
     return placed
+
+
+def unvectored(body: Any) -> Any:
+    """A write's body without vectors of its caller's: the memory service sends the ones the
+    graph lacks (``MemoryAPI.filed``), in the space the store is in."""
+    if not isinstance(body, dict):
+        return body  # the graph names the problem
+    return {k: v for k, v in body.items() if k not in VECTOR_FIELDS}
+
+
+def unheld_keys(outcome: Any) -> list[str]:
+    """The key texts a write was refused for because the graph does not hold them."""
+    named = outcome.detail.get("unheld_keys") if isinstance(outcome, KeysUnheld) else None
+    if not isinstance(named, list) or not all(isinstance(t, str) for t in named):
+        return []
+    return named
 
 
 def usable_keys(item: Any) -> list[str] | None:
