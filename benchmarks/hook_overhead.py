@@ -15,6 +15,14 @@ home with its lexicon cache and key indexes: run the whole benchmark under ``flo
   (protocol/zmtp.py), as a router on tcp is reached: the before of that change, in the same run;
 - ``inject``: the body the hook sends (``shorten``-ed prompt, ``scope_of``'s namespaces), sent by
   a ``Client`` in this process to the same frontend; ``overhead`` is the difference of the p50s;
+- ``inject_rounds``: the same body through ``Inject`` run in this process over a ``Client``
+  of its own (the memory service's code, its calls timed here): the wall ms of each round of
+  parallel calls it makes, named by the calls in it (``graph.recall_candidates``,
+  ``reranker.score``, ...), how many ids it annotated (coverage, subjects), and, apart,
+  ``lexicon.coverage`` and ``graph.memory_keys`` for the pool's first ``CANDIDATES`` ids and
+  for the whole pool (what annotating more ids costs the lexicon and the graph); those rounds
+  are warm (the prompts are cycled), ``inject_rounds_fresh`` the same for a prompt never asked
+  before, one each round (its query embedded afresh, as a user's new prompt is);
 - ``phases``: a probe process that runs the hook's ``main`` with ``IpcClient.__init__`` and
   ``IpcClient.call`` timed: interpreter start, imports, settings + stdin + scope, client,
   inject (the ipc client connects and greets the router in its first call), format + write,
@@ -44,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +62,11 @@ from keymem.hooks.prompt_submit import shorten
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.errors import KeymemError
+from keymem.protocol.limits import COVERAGE_MAX_IDS
 from keymem.services.cli.hosts import HOOK_SCRIPT, this_installation
 from keymem.services.config import load
+from keymem.services.memory.inject import CANDIDATES, Inject
+from keymem.services.memory.search import GATED_FUSION, Search
 from keymem.services.scope import scope_of
 from keymem.store.database import graph_path
 
@@ -62,6 +74,7 @@ PROJECT_DIR = "/tmp/km-hook-project"  # the hook's cwd, mapped to NAMESPACE
 NAMESPACE = "ns0"  # the synthetic stores' first namespace (benchmarks.graph_bench)
 SESSION_ID = "bench-hook-overhead"
 PROMPTS = 8  # distinct prompts, cycled
+FRESH_FIRST = 1_000  # inject_rounds_fresh's prompts: one never asked before, each round
 UP_TIMEOUT_S = "900"
 CALL_TIMEOUT_MS = 60_000
 WARM_ROUNDS = 2
@@ -103,12 +116,65 @@ prompt_submit.main()
 """
 
 
-def prompt_texts() -> list[str]:
+class RoundClient(Client):
+    """A ``Client`` that times each ``call_many`` round and keeps the graph stage's pools."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint, timeout_ms=CALL_TIMEOUT_MS)
+        self.rounds: dict[str, float] = {}
+        self.pools: list[tuple[str, list[str]]] = []
+
+    def call_many(
+        self, calls: Sequence[tuple[str, str, Any]], *, timeout_ms: int | None = None
+    ) -> list[Any]:
+        started = time.perf_counter()
+        outcomes = super().call_many(calls, timeout_ms=timeout_ms)
+        name = "+".join(sorted({f"{service}.{method}" for service, method, _ in calls}))
+        self.rounds[name] = self.rounds.get(name, 0.0) + (time.perf_counter() - started) * 1000
+        for (_, method, body), outcome in zip(calls, outcomes, strict=True):
+            if method == "recall_candidates" and isinstance(outcome, dict):
+                ids = [c["memory_id"] for c in outcome["candidates"]]
+                self.pools.append((body["namespace"], ids))
+            if method == "memory_keys":
+                self.rounds["annotated ids"] = len(body["memory_ids"])
+        return outcomes
+
+
+def inject_rounds(client: RoundClient, body: dict[str, Any]) -> dict[str, float]:
+    """One inject by the memory service's code in this process: each round's wall ms, and
+    the annotate calls alone for the pool's first ``CANDIDATES`` ids and for its whole pool."""
+    client.rounds, client.pools = {}, []
+    Inject(Search(client, GATED_FUSION)).inject(body)
+    rounds = dict(client.rounds)
+    for namespace, ids in client.pools[:1]:
+        for size, chosen in (("top", ids[:CANDIDATES]), ("pool", ids)):
+            coverage = [
+                (
+                    "lexicon",
+                    "coverage",
+                    {"query": body["prompt"], "namespace": namespace, "ids": part},
+                )
+                for part in chunks(chosen, COVERAGE_MAX_IDS)
+            ]
+            keys = [("graph", "memory_keys", {"namespace": namespace, "memory_ids": chosen})]
+            for name, calls in (("lexicon.coverage", coverage), ("graph.memory_keys", keys)):
+                started = time.perf_counter()
+                client.call_many(calls)
+                rounds[f"alone {name} {size}"] = (time.perf_counter() - started) * 1000
+        rounds["pool size"] = len(ids)
+    return rounds
+
+
+def chunks(ids: list[str], size: int) -> list[list[str]]:
+    return [ids[at : at + size] for at in range(0, len(ids), size)]
+
+
+def prompt_texts(first: int = 1, count: int = PROMPTS) -> list[str]:
     """Prompts about the synthetic store's concepts, worded as a user would ask."""
     return [
         f"what do we know about {NAMESPACE} concept {j} and how it relates to {NAMESPACE} "
         f"concept {j + 7}?"
-        for j in range(1, PROMPTS + 1)
+        for j in range(first, first + count)
     ]
 
 
@@ -262,8 +328,16 @@ def measure(store: Path, runs: int, installed: Path | None = None) -> dict[str, 
         cpu: dict[str, list[float]] = {name: [] for name in hooks}
         answered = {name: 0 for name in hooks}
         phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+        rounds: dict[str, list[float]] = {}
+        fresh_rounds: dict[str, list[float]] = {}
+        fresh = [
+            {**bodies[0], "prompt": prompt}
+            for prompt in prompt_texts(FRESH_FIRST, WARM_ROUNDS + runs)
+        ]
         report["load_average_start"] = [round(x, 1) for x in os.getloadavg()]
-        with Client(ipc_endpoints(deployment.home).frontend) as client:
+        frontend = ipc_endpoints(deployment.home).frontend
+        timed = RoundClient(frontend)
+        with Client(frontend) as client, timed:
             for round_ in range(WARM_ROUNDS + runs):
                 i = round_ % PROMPTS
                 started = time.perf_counter()
@@ -272,8 +346,14 @@ def measure(store: Path, runs: int, installed: Path | None = None) -> dict[str, 
                 spawned = {name: spawn(argv, payloads[i], env) for name, argv in hooks.items()}
                 probed = probe_phases(env, payloads[i])
                 floor_ms = {name: spawn(argv, b"", env)[0] for name, argv in floors.items()}
+                rounds_ms = inject_rounds(timed, bodies[i])
+                fresh_ms = inject_rounds(timed, fresh[round_])
                 if round_ < WARM_ROUNDS:
                     continue
+                for name, ms in rounds_ms.items():
+                    rounds.setdefault(name, []).append(ms)
+                for name, ms in fresh_ms.items():
+                    fresh_rounds.setdefault(name, []).append(ms)
                 walls["inject"].append(inject_ms)
                 for name, (wall_ms, cpu_ms, out) in spawned.items():
                     walls[name].append(wall_ms)
@@ -293,6 +373,10 @@ def measure(store: Path, runs: int, installed: Path | None = None) -> dict[str, 
             report["wall"]["hook"]["p50_ms"] - report["wall"]["inject"]["p50_ms"], 1
         )
         report["phases_p50_ms"] = {p: round(statistics.median(v), 1) for p, v in phases.items()}
+        for name, timed_rounds in (("", rounds), ("_fresh", fresh_rounds)):
+            report[f"inject_rounds{name}_p50_ms"] = {
+                round_name: round(statistics.median(v), 1) for round_name, v in timed_rounds.items()
+            }
         report["imports"] = import_report(hook, env, payloads[0])
         return report
 

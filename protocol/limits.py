@@ -24,6 +24,7 @@ PROMPT_MAX_CHARS = 4_000
 POOL_DEFAULT = 64
 POOL_MAX = 200
 RERANK_MAX_PASSAGES = 64  # per reranker call: a bigger pool goes in pieces
+COVERAGE_MAX_IDS = 100  # memories per lexicon.coverage call
 RERANK_QUERY_MAX_CHARS = 2_000  # the reranker cuts a longer query
 
 # Liveness: a peer silent for interval x liveness is dead (router and workers, both ways).

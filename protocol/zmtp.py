@@ -32,7 +32,7 @@ peer that breaks ZMTP is an ``Unavailable`` that no retry cures.
 
 from __future__ import annotations
 
-import socket
+import _socket
 import struct
 import time
 from pathlib import Path
@@ -133,7 +133,9 @@ class Connection:
         self.endpoint = endpoint
         self.give_up = give_up  # a call moves it on for its own deadline
         self._buffer = bytearray()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # the C module's socket: socket.py turns its constants into enums at import, a tenth
+        # of the hook's imports, and the hook needs none of what it adds (docs/SCALING.md)
+        self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             self._arm()
             self._sock.connect(str(ipc_socket_path(endpoint)))

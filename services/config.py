@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from keymem.protocol import curve
 from keymem.protocol.endpoints import (
     DEFAULT_TCP_PORT,
     EndpointError,
@@ -30,7 +29,6 @@ from keymem.protocol.endpoints import (
     tcp_endpoints,
 )
 from keymem.protocol.limits import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_HEARTBEAT_LIVENESS
-from keymem.services import keys
 
 if TYPE_CHECKING:
     from keymem.protocol.worker import HeartbeatPolicy
@@ -700,18 +698,25 @@ def endpoints_of(config: Config) -> Endpoints:
     public key) it also registers this host's client key for both endpoints, so every socket
     this process connects there authenticates with it (protocol/curve.py)."""
     home = config[HOME]
+    if config[TRANSPORT] != "tcp":
+        try:
+            return ipc_endpoints(home)
+        except EndpointError as exc:
+            raise ConfigError(str(exc)) from exc
+    # the key store and CURVE are read here only: the hook, on ipc, never imports them
+    from keymem.protocol import curve
+    from keymem.services import keys
+
     try:
-        if config[TRANSPORT] == "tcp":
-            if keys.secured(home):
-                endpoints = tcp_endpoints(config[TCP_HOST], config[TCP_PORT], secure=True)
-                client = keys.client_keys(home, config[CLIENT_KEY])
-                for endpoint in (endpoints.frontend, endpoints.backend):
-                    curve.present(endpoint, client)
-                return endpoints
-            if not config[TCP_INSECURE]:
-                raise ConfigError(TCP_REFUSED)
-            return tcp_endpoints(config[TCP_HOST], config[TCP_PORT])
-        return ipc_endpoints(home)
+        if keys.secured(home):
+            endpoints = tcp_endpoints(config[TCP_HOST], config[TCP_PORT], secure=True)
+            client = keys.client_keys(home, config[CLIENT_KEY])
+            for endpoint in (endpoints.frontend, endpoints.backend):
+                curve.present(endpoint, client)
+            return endpoints
+        if not config[TCP_INSECURE]:
+            raise ConfigError(TCP_REFUSED)
+        return tcp_endpoints(config[TCP_HOST], config[TCP_PORT])
     except (EndpointError, keys.KeyStoreError) as exc:
         raise ConfigError(str(exc)) from exc
 

@@ -303,12 +303,18 @@ def test_doctor_and_status_count_only_recent_hook_failures(short_home: Path) -> 
     assert doctor_hook_check(settings)[0].status == "ok"
 
 
-# What the hook must never load: each costs the host tens to hundreds of ms on every prompt
-# (``logging`` comes with zmq.auth, which only a CURVE key file needs; ``dataclasses`` brings
-# ``inspect`` and generates each class's methods at import, ~1 ms a class; pyzmq is for a
-# router on tcp only: a local one is reached by protocol/zmtp.py).
+# What the hook must never load: each costs the host milliseconds to hundreds of them on every
+# prompt (``logging`` comes with zmq.auth, which only a CURVE key file needs; ``dataclasses``
+# brings ``inspect`` and generates each class's methods at import, ~1 ms a class; pyzmq is for a
+# router on tcp only: a local one is reached by protocol/zmtp.py, over the C module ``_socket``:
+# ``socket`` converts its constants to enums at import and brings ``selectors``; the key store
+# and CURVE are for a router on tcp only).
 HEAVY_MODULES = frozenset(
     {
+        "socket",
+        "selectors",
+        "keymem.services.keys",
+        "keymem.protocol.curve",
         "zmq",
         "dataclasses",
         "numpy",
@@ -332,8 +338,8 @@ HEAVY_MODULES = frozenset(
 
 
 def packages_the_installed_hook_imports(env: dict[str, str], stdin: bytes) -> set[str]:
-    """The top-level package of every module the command ``keymem install`` writes imports on
-    one run, lazy imports included: ``-X importtime`` reports each as it loads."""
+    """Every module the command ``keymem install`` writes imports on one run, and its top-level
+    package, lazy imports included: ``-X importtime`` reports each as it loads."""
     hook = list(this_installation(load(env)).hook)
     argv = hook[1:] if hook[0] == sys.executable else hook
     done = subprocess.run(
@@ -347,7 +353,7 @@ def packages_the_installed_hook_imports(env: dict[str, str], stdin: bytes) -> se
     lines = done.stderr.decode().splitlines()
     names = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")]
     assert len(names) > 1, done.stderr  # the header and at least one module
-    return {name.split(".")[0] for name in names[1:]}
+    return {*names[1:], *(name.split(".")[0] for name in names[1:])}
 
 
 def test_a_prompt_answered_loads_no_heavy_module(

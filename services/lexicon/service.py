@@ -23,7 +23,7 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.errors import BadRequest
 from keymem.protocol.fields import body_of, opt_bool, opt_int, opt_int_or_none, req_str
-from keymem.protocol.limits import NAMESPACE_MAX_CHARS, QUERY_MAX_CHARS
+from keymem.protocol.limits import COVERAGE_MAX_IDS, NAMESPACE_MAX_CHARS, QUERY_MAX_CHARS
 from keymem.protocol.worker import HeartbeatPolicy, Service, remaining_ms
 from keymem.services.config import Settings
 from keymem.services.lexicon import cache
@@ -40,7 +40,6 @@ GRAPH_SERVICE = "graph"
 MAX_TEXT_CHARS = 262_144  # extract_keys input; Kiwi takes ~1 s per 200k chars
 DEFAULT_TOP_N = 10
 MAX_TOP_N = 1000
-MAX_COVERAGE_IDS = 100
 DEFAULT_WAIT_MS = 1000  # how long search waits for min_seq by default
 MAX_SLICE_S = 0.25  # longest sync slice between two passes of the serving loop
 SLICE_SHARE_OF_EXPIRY = 0.15  # ... and at most this share of the heartbeat expiry
@@ -371,10 +370,10 @@ class Lexicon:
         ids = body.get("ids")
         if (
             not isinstance(ids, list)
-            or len(ids) > MAX_COVERAGE_IDS
+            or len(ids) > COVERAGE_MAX_IDS
             or not all(isinstance(i, str) for i in ids)
         ):
-            raise BadRequest(f"'ids' must be a list of at most {MAX_COVERAGE_IDS} strings")
+            raise BadRequest(f"'ids' must be a list of at most {COVERAGE_MAX_IDS} strings")
         caught_up = self.wait_for(min_seq, wait_ms)
         terms = self.tokenizer.tokenize(query, content_only=True)
         shares = self.index.coverage(namespace, Counter(terms), ids)

@@ -486,8 +486,9 @@ class Inject:
         }
 
     def observe(self, prompt: str, namespaces: list[str]) -> list[Observation]:
-        """Search's candidates in every namespace and the lexicon's coverage of what the
-        prompt asks by each: one analysis of the prompt, the namespaces in parallel."""
+        """Search's candidates in every namespace, then how much of what the prompt asks each
+        holds and, where the prompt names a person, each one's subject (``_annotate``): one
+        analysis of the prompt, the namespaces in parallel."""
         requests = [
             SearchRequest.parse(
                 {"query": prompt, "namespace": namespace, "top_k": CANDIDATES, "hops": 2}
@@ -503,8 +504,9 @@ class Inject:
         return observations
 
     def _annotate(self, prompt: str, observations: list[Observation]) -> None:
-        """Each candidate's coverage of the prompt, its named entities left out, and its
-        subject, in one parallel round of ``lexicon.coverage`` and ``graph.memory_keys`` calls.
+        """Each candidate's coverage of the prompt, its named entities left out, and, where the
+        prompt names a person (the one case ``admit`` reads it), its subject: one parallel round
+        of ``lexicon.coverage`` and ``graph.memory_keys`` calls for the ranked top.
 
         A long prompt is mostly pasted material around a question, so, as for the reranker, its
         sentences at both ends are covered separately and a candidate keeps its best share. A
@@ -517,9 +519,12 @@ class Inject:
             if not ids:
                 seen.coverage = {}
                 continue
-            calls.append(("graph", "memory_keys", {"memory_ids": ids, "namespace": seen.namespace}))
-            owners.append(seen)
-            asked = without_entities(prompt, named_entities(prompt, seen.keys))
+            entities = named_entities(prompt, seen.keys)
+            if any(entity.person for entity in entities):
+                body = {"memory_ids": ids, "namespace": seen.namespace}
+                calls.append(("graph", "memory_keys", body))
+                owners.append(seen)
+            asked = without_entities(prompt, entities)
             if not re.search(r"\w", asked):
                 continue
             for segment in rerank_segments(asked):
