@@ -23,7 +23,7 @@ from keymem.services.graph import state as state_module
 from keymem.services.graph.links import AUTO, LEARNED
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import normalize_content
-from keymem.store.database import EFFECTIVE_LINKS, GraphStore
+from keymem.store.database import GraphStore, effective_links
 from keymem.store.records import KeyAlias, KeyRecord, LinkRecord
 from tests.graph_helpers import GRAPH_FILE, damage_file, key_id_of, open_graph
 from tests.vectors import remember_body
@@ -217,10 +217,16 @@ def test_key_vectors_load_from_one_matrix_per_namespace(tmp_path: Path, namespac
 
 
 def file_links(path: Path) -> list[tuple[str, str, float, bool, bool]]:
-    """The file's links with their latest weights, by memory id: what a load must hold."""
+    """The file's links with their latest weights, by memory in the order the memories were
+    written, each memory's in the order written: what a load must hold."""
+    query = (
+        "SELECT l.key_id, l.memory_id, l.weight, l.auto, l.learned "
+        f"FROM ({effective_links(', l.rowid AS link_row')}) l "
+        "JOIN memories m ON m.id = l.memory_id ORDER BY m.rowid, l.link_row"
+    )
     conn = duckdb.connect(str(path), read_only=True)
     try:
-        rows = conn.execute(f"{EFFECTIVE_LINKS} ORDER BY memory_id, key_id").fetchall()
+        rows = conn.execute(query).fetchall()
     finally:
         conn.close()
     return [(str(k), str(m), float(w), bool(a), bool(ln)) for k, m, w, a, ln in rows]
@@ -257,7 +263,7 @@ def test_loaded_links_answer_as_the_files_rows(tmp_path: Path) -> None:
     stored_graph(tmp_path)
     rows = file_links(tmp_path / GRAPH_FILE)
     assert any(learned for *_, learned in rows) and any(w != 1.0 for _, _, w, _, _ in rows)
-    # the mappings as plain dicts would hold them, filled in the file's memory id order
+    # the mappings as plain dicts would hold them, filled in the file's order
     by_key: dict[str, dict[str, tuple[float, bool, bool]]] = {}
     by_memory: dict[str, dict[str, tuple[float, bool, bool]]] = {}
     for k, m, w, auto, learned in rows:

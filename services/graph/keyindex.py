@@ -57,8 +57,8 @@ class KeyIndex:
         index = cls(dim)
         capacity = max(INITIAL_CAPACITY, 2 * len(keys))
         index.matrix = np.zeros((capacity, dim), dtype=np.float32)
-        if keys:
-            index.matrix[: len(keys)] = np.stack([k.vector for k in keys])
+        if keys:  # stacked in place: a temporary copy costs a key matrix of page faults
+            np.stack([k.vector for k in keys], out=index.matrix[: len(keys)])
         index.concept_mask = np.zeros(capacity, dtype=bool)
         index.concept_mask[: len(keys)] = [not k.is_entity for k in keys]
         index.ids = [k.id for k in keys]
