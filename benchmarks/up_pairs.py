@@ -6,10 +6,11 @@ day, so `up` figures of two runs hours apart do not compare).
 
 Each ``--tree`` is a byte-compiled ``git archive`` snapshot whose ``pkg/keymem`` links its
 top-level folders (docs/BENCHMARKS.md), run as ``PYTHONPATH=TREE/pkg:TREE``; with none, this
-checkout alone. One home is made from a copy of the store and started once (the lexicon's
-first index, its cache saved at the next ``down``); then each round stops it and starts it
-under each tree in turn, timing ``up`` until every service is ready and then until the
-lexicon serves every memory again. One JSON line per start.
+checkout alone. One home is made from a copy of the store and started once, until the
+deployment is quiet (the lexicon's first index, the graph's approximate key indexes: both
+saved, so no round builds them); then each round stops it and starts it under each tree in
+turn, timing ``up`` until every service is ready and then until the lexicon serves every
+memory again. One JSON line per start.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import psutil
 
 from benchmarks.deployment import bench_home
 from benchmarks.recall_bench import LIVENESS
@@ -31,6 +33,9 @@ from keymem.protocol.endpoints import ipc_endpoints
 from keymem.store.database import graph_path
 
 SETTLE_S = 3.0  # after a `down`, before the next `up`: the stopped processes' pages go back
+QUIET_WINDOW_S = 5.0
+QUIET_CPU_SHARE = 0.1  # of one core, all the deployment's processes over a window
+QUIET_GIVE_UP_S = 1_800.0
 
 
 def active_memories(store: Path) -> int:
@@ -42,6 +47,29 @@ def active_memories(store: Path) -> int:
     finally:
         conn.close()
     return int(count)
+
+
+def deployment_cpu_s(home: Path) -> float:
+    """CPU seconds so far of every live process started for ``home``."""
+    spent = 0.0
+    for proc in psutil.process_iter(["environ", "cpu_times"]):
+        if (proc.info["environ"] or {}).get("KEYMEM_HOME") == str(home):
+            times = proc.info["cpu_times"]
+            spent += times.user + times.system
+    return spent
+
+
+def wait_quiet(home: Path) -> float:
+    """Seconds until the deployment's processes use under ``QUIET_CPU_SHARE`` of a core."""
+    started = time.monotonic()
+    before = deployment_cpu_s(home)
+    while time.monotonic() - started < QUIET_GIVE_UP_S:
+        time.sleep(QUIET_WINDOW_S)
+        now = deployment_cpu_s(home)
+        if now - before < QUIET_CPU_SHARE * QUIET_WINDOW_S:
+            return time.monotonic() - started
+        before = now
+    raise TimeoutError("the deployment did not settle")
 
 
 def main() -> int:
@@ -71,7 +99,9 @@ def main() -> int:
                 up_s = time.perf_counter() - started
                 with Client(endpoints.frontend) as client:
                     lexicon_s = lexicon_serving(client, memories)
-                if round_number >= 0:
+                if round_number < 0:
+                    wait_quiet(deployment.home)
+                else:
                     print(
                         json.dumps(
                             {
