@@ -1,12 +1,15 @@
 """What the graph worker's start-up costs on a built store: CPU and memory by phase.
 
-    python -m benchmarks.graph_load --store /tmp/km-scale/store-100000 [--trace 20] [--json]
+    env NUMPY_MADVISE_HUGEPAGE=0 python -m benchmarks.graph_load \
+        --store /tmp/km-scale/store-100000 [--trace 20] [--json]
 
-In a fresh process (so its RSS is the graph's alone) it copies the store's graph file and
-starts the graph as the service does (``GraphService._load_state``: the cyclic GC paused, then
-``store.load``, ``rows.quarantine``, ``GraphState``), timing each phase in CPU seconds (load
-inflates CPU time less than wall time) and reading the RSS after each, the peak RSS, and the
-RSS once the loaded rows are dropped and the C heap trimmed (what the worker then holds).
+The variable is the graph program's environment (services/catalog.py); numpy reads it at
+import, so it is set on the command line (``costs`` sets it). In a fresh process (so its RSS
+is the graph's alone) it copies the store's graph file and starts the graph as the service
+does (``GraphService._load_state``: the cyclic GC paused, then ``store.load``,
+``rows.quarantine``, ``GraphState``), timing each phase in CPU seconds (load inflates CPU time
+less than wall time) and reading the RSS after each, the peak RSS, and the RSS once the loaded
+rows are dropped and the C heap trimmed (what the worker then holds).
 ``--trace N`` runs it again under tracemalloc and lists the N source lines that hold the most
 memory after the load (the traced run is several times slower; its times are not comparable).
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -42,6 +46,7 @@ import psutil
 from threadpoolctl import threadpool_limits
 
 from keymem.services import config as cfg
+from keymem.services.catalog import PROGRAM_ENVIRONMENT
 from keymem.services.graph import keyann, rows
 from keymem.services.graph.state import GraphState
 from keymem.store.database import GraphStore, graph_path, trim_heap
@@ -197,11 +202,13 @@ def measure(
 
 
 def costs(store: Path, trace: int = 0) -> dict[str, Any]:
-    """``measure`` in a fresh interpreter (this one's heap would count in the RSS)."""
+    """``measure`` in a fresh interpreter (this one's heap would count in the RSS), with the
+    environment the graph program runs with."""
     command = [sys.executable, "-m", "benchmarks.graph_load", "--store", str(store), "--json"]
     if trace:
         command += ["--trace", str(trace)]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    env = {**os.environ, **PROGRAM_ENVIRONMENT["graph"]}
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     figures: dict[str, Any] = json.loads(done.stdout)
     return figures
 

@@ -75,3 +75,11 @@ STOP_WAIT_S = {"graph": GRAPH_BACKUP_WAIT_AT_STOP_S + CLOSE_BUDGET_S, "lexicon":
 
 def stop_wait_s(program: str) -> float:
     return STOP_WAIT_S.get(program, DEFAULT_STOP_WAIT_S)
+
+
+# What a program's environment holds besides the settings. numpy asks the kernel for
+# transparent huge pages for each large array; on the virtual machines measured here a huge
+# page's first touch cost so much kernel time that the graph's start at 1M memories took 28-31
+# s with them and 11-12 s without, its searches as fast either way (NUMPY_MADVISE_HUGEPAGE,
+# numpy's own switch; docs/history/graph-start-2026-12-03f.md).
+PROGRAM_ENVIRONMENT = {"graph": {"NUMPY_MADVISE_HUGEPAGE": "0"}}

@@ -29,7 +29,13 @@ from typing import Any
 from keymem.protocol.client import Client
 from keymem.protocol.endpoints import prepare_run_dir, private_home
 from keymem.protocol.errors import KeymemError
-from keymem.services.catalog import DEFAULT_STOP_WAIT_S, STOP_WAIT_S, placement, stop_wait_s
+from keymem.services.catalog import (
+    DEFAULT_STOP_WAIT_S,
+    PROGRAM_ENVIRONMENT,
+    STOP_WAIT_S,
+    placement,
+    stop_wait_s,
+)
 from keymem.services.config import (
     ALL_PROGRAMS,
     REGISTRY,
@@ -86,6 +92,13 @@ def services_environment(config: Config) -> dict[str, str]:
     for program in ALL_PROGRAMS:
         found.update(config.environment(program))
     return found
+
+
+def program_environment(program: str) -> str:
+    """The ``environment=`` line of ``program``'s section, or nothing: what it starts with
+    besides what every program has (catalog.PROGRAM_ENVIRONMENT)."""
+    values = PROGRAM_ENVIRONMENT.get(program)
+    return f"environment={render_environment(values)}" if values else ""
 
 
 def render_environment(values: dict[str, str]) -> str:
@@ -186,6 +199,7 @@ class Supervision:
                 priority=10 * (i + 1),
                 stop_wait_s=math.ceil(stop_wait_s(name)),
                 log=_literal(str(self.log_path(name)), expansions=2),
+                program_environment=program_environment(name),
             )
             for i, name in enumerate(self.programs)
         ]
