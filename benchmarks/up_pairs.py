@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 import duckdb
-import psutil
 
-from benchmarks.deployment import bench_home
+from benchmarks.deployment import BenchHome, bench_home
+from benchmarks.footprint import cpu_s, deployment_processes
 from benchmarks.recall_bench import LIVENESS
 from benchmarks.scale_1m import UP_TIMEOUT_S, lexicon_serving
 from keymem.protocol.client import Client
@@ -49,23 +49,18 @@ def active_memories(store: Path) -> int:
     return int(count)
 
 
-def deployment_cpu_s(home: Path) -> float:
-    """CPU seconds so far of every live process started for ``home``."""
-    spent = 0.0
-    for proc in psutil.process_iter(["environ", "cpu_times"]):
-        if (proc.info["environ"] or {}).get("KEYMEM_HOME") == str(home):
-            times = proc.info["cpu_times"]
-            spent += times.user + times.system
-    return spent
+def deployment_cpu_s(deployment: BenchHome) -> float:
+    """CPU seconds so far of every process supervisord runs for the deployment."""
+    return sum(cpu_s(process) for process in deployment_processes(deployment))
 
 
-def wait_quiet(home: Path) -> float:
+def wait_quiet(deployment: BenchHome) -> float:
     """Seconds until the deployment's processes use under ``QUIET_CPU_SHARE`` of a core."""
     started = time.monotonic()
-    before = deployment_cpu_s(home)
+    before = deployment_cpu_s(deployment)
     while time.monotonic() - started < QUIET_GIVE_UP_S:
         time.sleep(QUIET_WINDOW_S)
-        now = deployment_cpu_s(home)
+        now = deployment_cpu_s(deployment)
         if now - before < QUIET_CPU_SHARE * QUIET_WINDOW_S:
             return time.monotonic() - started
         before = now
@@ -100,7 +95,7 @@ def main() -> int:
                 with Client(endpoints.frontend) as client:
                     lexicon_s = lexicon_serving(client, memories)
                 if round_number < 0:
-                    wait_quiet(deployment.home)
+                    wait_quiet(deployment)
                 else:
                     print(
                         json.dumps(
