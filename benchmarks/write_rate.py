@@ -42,6 +42,11 @@ share the box, and their figures carry the lexicon's CPU).
 statement of the write-behind's transactions (wall and CPU) and the checkpoints, with the
 logged writes folded into the file and the checkpoints checked on the worker's timers; with
 ``--statement-batch N`` each call is a ``remember_batch`` of N, and every figure is per memory.
+A directory for ``--store`` there is a stopped home: its graph file and its saved approximate
+key indexes are copied, and the timing starts once those serve. ``--new-keys N`` adds N keys
+the store has never seen to every memory (unique texts, random unit vectors: the worst case
+for the approximate index), as an agent's writes coin them; the synthetic keys alone coin
+~0.03-0.05 a memory.
 
 Run it nice'd on the shared box. To compare two trees, run it once with each tree's
 ``keymem`` first on ``PYTHONPATH``: the deployment and the MCP server inherit it.
@@ -76,7 +81,7 @@ from benchmarks.recall_bench import _wait_indexed
 from keymem.protocol.client import Client, with_idempotency_key
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.protocol.worker import Timer
-from keymem.services.graph import GraphService
+from keymem.services.graph import GraphService, keyann
 from keymem.services.graph import service as graph_service
 from keymem.store.database import graph_path
 
@@ -87,6 +92,7 @@ RAW_CLIENT = {"name": "write_rate-raw", "version": "1"}
 RAW_LINE_LIMIT_BYTES = 16 * 1024 * 1024  # a reply line the raw client reads whole
 LIVENESS = "30"  # heartbeat intervals: a re-embedding's long calls at start
 COUNTS_TIMEOUT_MS = 60_000  # one pass over every memory
+KEY_INDEX_WAIT_S = 600.0  # --statements: a saved index loads in seconds, a build takes minutes
 SETTLE_S = 3.0  # after a phase: the lexicon and the reranker finish what it gave them
 IDLE_S = 3.0  # the deployment's CPU with nothing asked of it (heartbeats, timers), per second
 KEYMEM_MCP = (sys.executable, "-m", "keymem.services.cli", "mcp")
@@ -460,23 +466,68 @@ class TimedConnection:
             self.cpu_s[kind] += time.process_time() - cpu
 
 
-def statements(size: int, store: Path, calls: int, batch: int) -> dict[str, Any]:
+def _wait_key_indexes(graph: GraphService) -> None:
+    """Until every namespace's approximate key index serves (loaded, or built), so the timing
+    does not share the box with a build."""
+    deadline = time.monotonic() + KEY_INDEX_WAIT_S
+    while time.monotonic() < deadline:
+        graph.key_ann_tick()
+        waiting = [
+            index
+            for index in graph.state.indexes.values()
+            if index.approximate is not None and not index.approximate.ready()
+        ]
+        if not waiting and not any(
+            index.approximate is None and index.concept_count() >= graph.key_ann.min_keys > 0
+            for index in graph.state.indexes.values()
+        ):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the key indexes did not serve within {KEY_INDEX_WAIT_S} s")
+
+
+def _with_new_keys(item: dict[str, Any], count: int, rng: np.random.Generator) -> dict[str, Any]:
+    """``item`` with ``count`` more keys no store holds (unique texts, random unit vectors)."""
+    if count == 0:
+        return item
+    vectors = rng.standard_normal((count, item["key_vectors"].shape[1])).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    coined = [f"coined {rng.integers(1 << 62):x}" for _ in range(count)]
+    return {
+        **item,
+        "keys": [*item["keys"], *coined],
+        "key_vectors": np.vstack([item["key_vectors"], vectors]),
+    }
+
+
+def statements(size: int, store: Path, calls: int, batch: int, new_keys: int = 0) -> dict[str, Any]:
     """Durable remembers (``batch`` > 1: remember_batch calls of that many) in process, by
     part (ms per memory; see the module doc)."""
     work = Path(tempfile.mkdtemp(prefix="km-wr-sql-", dir="/tmp"))
     try:
-        shutil.copy(store, graph_path(work))
+        if store.is_dir():
+            shutil.copy(graph_path(store), graph_path(work))
+            if (store / keyann.DIRECTORY).is_dir():
+                shutil.copytree(store / keyann.DIRECTORY, work / keyann.DIRECTORY)
+        else:
+            shutil.copy(store, graph_path(work))
         graph = GraphService(graph_path(work))
+        _wait_key_indexes(graph)
         data = Synthetic(size, seed=size + 29)
         graph.remember(data.item())  # the session's first write, as a deployment's
         graph.store.checkpoint()
+        coined = np.random.default_rng(size + 31)
+
+        def item() -> dict[str, Any]:
+            return _with_new_keys(data.item(), new_keys, coined)
+
         bodies: list[dict[str, Any]]
         if batch > 1:
             prepare, method = graph.prepare_remember_batch, "remember_batch"
-            bodies = [{"items": [data.item() for _ in range(batch)]} for _ in range(calls)]
+            bodies = [{"items": [item() for _ in range(batch)]} for _ in range(calls)]
         else:
             prepare, method = graph.prepare_remember, "remember"
-            bodies = [data.item() for _ in range(calls)]
+            bodies = [item() for _ in range(calls)]
         timed = TimedConnection(graph.store.conn)
         graph.store.conn = timed  # type: ignore[assignment]
         wall, cpu = time.perf_counter(), time.process_time()
@@ -504,6 +555,7 @@ def statements(size: int, store: Path, calls: int, batch: int) -> dict[str, Any]
     return {
         "memories": size,
         "batch": batch,
+        "new_keys": new_keys,
         "remember_ms": {"wall": per_memory_ms(wall), "cpu": per_memory_ms(cpu)},
         "sql_ms": {
             kind: {
@@ -532,6 +584,9 @@ def main() -> int:
         "--statement-batch", type=int, default=1, help="with --statements: remember_batch of N"
     )
     parser.add_argument(
+        "--new-keys", type=int, default=0, help="with --statements: N unseen keys a memory"
+    )
+    parser.add_argument(
         "--during-index", action="store_true", help="measure while the lexicon's first index runs"
     )
     parser.add_argument(
@@ -555,7 +610,9 @@ def main() -> int:
     for spec in args.store:
         size, _, path = spec.partition("=")
         if args.statements:
-            rows.append(statements(int(size), Path(path), args.calls, args.statement_batch))
+            rows.append(
+                statements(int(size), Path(path), args.calls, args.statement_batch, args.new_keys)
+            )
         else:
             rows.append(
                 measure(

@@ -19,7 +19,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from keymem.services.graph.keyann import Approximate, HnswKeys, Snapshot, candidates_for
+from keymem.services.graph.keyann import (
+    LOOKUP_EXPANSION,
+    SEARCH_EXPANSION,
+    Approximate,
+    HnswKeys,
+    Snapshot,
+    candidates_for,
+)
 from keymem.services.graph.text import script_of, surface_norm
 from keymem.store.records import KeyRecord
 
@@ -219,7 +226,9 @@ class KeyIndex:
             self.matrix[rows].astype(np.float16),
         )
 
-    def nearest_concepts(self, vectors: np.ndarray, take: int) -> list[Nearest]:
+    def nearest_concepts(
+        self, vectors: np.ndarray, take: int, expansion: int = SEARCH_EXPANSION
+    ) -> list[Nearest]:
         """For each row of ``vectors`` (m, dim; unit length) the rows of its ``take`` nearest
         concept keys and their cosines, nearest first: every key scored (exact) or, in a
         namespace with a ready approximate index, its candidates re-scored from the float32
@@ -234,7 +243,7 @@ class KeyIndex:
             assert keys is not None
             found = []
             for vector, (ids, cosines) in zip(
-                vectors, keys.search(vectors, candidates_for(take)), strict=True
+                vectors, keys.search(vectors, candidates_for(take), expansion), strict=True
             ):
                 rows = np.array([self.pos[k] for k in ids], dtype=np.intp)
                 if self.matrix is not None:  # re-scored exactly while the matrix is held
@@ -256,9 +265,10 @@ class KeyIndex:
     def best_concept(
         self, vector: np.ndarray, exclude: set[str] | None = None
     ) -> tuple[str, float] | None:
-        """The concept key closest to ``vector`` (optionally skipping some ids)."""
+        """The concept key closest to ``vector`` (optionally skipping some ids): the lookup a
+        write makes for a key it coins, at the approximate index's ``LOOKUP_EXPANSION``."""
         skip = exclude or set()
-        (nearest,) = self.nearest_concepts(vector[None, :], 1 + len(skip))
+        (nearest,) = self.nearest_concepts(vector[None, :], 1 + len(skip), LOOKUP_EXPANSION)
         for row, cosine in zip(nearest.rows.tolist(), nearest.cosines.tolist(), strict=True):
             if self.ids[row] not in skip:
                 return self.ids[row], cosine
