@@ -1,7 +1,8 @@
 """How one machine's figures grow with the store: 10k -> 100k -> 1M memories, in one run per size.
 
     python -m benchmarks.scale_1m --memories 10000 100000 1000000 [--stores /tmp/km-scale5]
-        [--seconds 10] [--hook-runs 20] [--mcp-calls 100] [--out docs/scaling] [--commit SHA]
+        [--seconds 10] [--hook-runs 20] [--mcp-calls 100] [--remember-calls 1000]
+        [--out docs/scaling] [--commit SHA]
 
 For each size it builds (once; kept under ``--stores`` and copied for every run, since the
 build is the expensive part) the synthetic store of ``benchmarks.scale_store`` (the stream of
@@ -13,9 +14,11 @@ change feed), and measures:
 - hybrid search (`memory.search`, rerank on) p50/p99 warm, and the lexicon's own query time;
 - the hook round trip p50/p95 (spawned as a host does);
 - the MCP tools over stdio (`keymem mcp` spawned by the SDK's client): `recall` p50, and
-  durable `remember` from one sequential client (memories/s), the same client with 8 calls in
-  flight at once, and ten `remember_batch` of 100 (and the rate of the first three, the row's
-  measure before 2026-12-03d), with every program's CPU a batched memory;
+  durable `remember` from one sequential client (memories/s, over ``--remember-calls``: the
+  rate is the mean call's, and a run of ~1 s is one fold or one stall away from another
+  figure), the same client with 8 calls in flight at once, and ten `remember_batch` of 100
+  (and the rate of the first three, the row's measure before 2026-12-03d), with every
+  program's CPU a batched memory;
 - memory per process (RSS and PSS), the DuckDB file size;
 - a lexicon worker's restart (kill -9 to every document indexed again, from its cache);
 - `keymem down` then `keymem up` to ready, and to the lexicon serving every document.
@@ -141,19 +144,22 @@ def lexicon_restart(client: Client, memories: int) -> float:
     return round(lexicon_serving(client, memories, old_pid), 2)
 
 
-async def _mcp(deployment: BenchHome, data: Synthetic, calls: int, out: dict[str, Any]) -> None:
-    """The MCP figures into ``out``, each as soon as it is measured (a later tool may fail)."""
+async def _mcp(
+    deployment: BenchHome, data: Synthetic, calls: tuple[int, int], out: dict[str, Any]
+) -> None:
+    """The MCP figures into ``out``, each as soon as it is measured (a later tool may fail):
+    ``calls`` is (recalls and calls in flight, sequential remembers)."""
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "keymem.services.cli", "mcp"], env=deployment.env
     )
-    queries = [data.query() for _ in range(calls)]
+    queries = [data.query() for _ in range(calls[0])]
     items = [
         {k: v for k, v in data.item().items() if k != "key_vectors"}
-        for _ in range(2 * calls + MCP_BATCH * MCP_BATCHES)
+        for _ in range(sum(calls) + MCP_BATCH * MCP_BATCHES)
     ]
     with tempfile.TemporaryFile("w+") as errlog:
         try:
-            await _mcp_session(deployment, params, queries, items, calls, errlog, out)
+            await _mcp_session(deployment, params, queries, items, calls[1], errlog, out)
         except Exception as exc:  # the SDK's task group wraps it; its stderr says why
             errlog.seek(0)
             tail = errlog.read()[-MCP_STDERR_TAIL_CHARS:].strip()
@@ -244,7 +250,7 @@ def measure(
     stores: Path,
     seconds: float,
     hook_runs: int,
-    mcp_calls: int,
+    mcp_calls: tuple[int, int],
     report: dict[str, Any],
 ) -> None:
     """Fill ``report`` figure by figure: what was measured stays when a later step fails."""
@@ -480,7 +486,12 @@ def main() -> int:
     parser.add_argument("--stores", type=Path, default=Path("/tmp/km-scale5"))
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--hook-runs", type=int, default=20)
-    parser.add_argument("--mcp-calls", type=int, default=100)
+    parser.add_argument(
+        "--mcp-calls", type=int, default=100, help="recalls, and remembers with 8 in flight"
+    )
+    parser.add_argument(
+        "--remember-calls", type=int, default=1000, help="one client's sequential remembers"
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/scaling"))
     parser.add_argument("--commit", default="", help="the commit measured, kept in each row")
     parser.add_argument(
@@ -522,7 +533,14 @@ def main() -> int:
     for memories in args.memories:
         row: dict[str, Any] = {"commit": args.commit, "memories": memories}
         try:
-            measure(memories, args.stores, args.seconds, args.hook_runs, args.mcp_calls, row)
+            measure(
+                memories,
+                args.stores,
+                args.seconds,
+                args.hook_runs,
+                (args.mcp_calls, args.remember_calls),
+                row,
+            )
         except (Exception, KeyboardInterrupt) as exc:  # keep what was measured, and where it
             # stopped: a run cut short (^C, or SIGTERM: a background job ignores SIGINT)
             row["error"] = _cause(exc)
