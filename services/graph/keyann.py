@@ -58,8 +58,9 @@ SEARCH_EXPANSION = 256
 # A write's lookup of the one concept key nearest a key it coins (``KeyIndex.best_concept``)
 # decides a merge (a near-duplicate: cosine >= 0.96 on USE-m) and a near-key hint, and looks
 # less far: over 57k real keys, 3,000 held out and looked up as coined (``python -m
-# benchmarks.key_ann --coined 3000``), 0.29 ms CPU a lookup against 0.80 at SEARCH_EXPANSION,
-# the same 137 merges, the same hint decision for 99.9 % (the same nearest key 97.9 %).
+# benchmarks.key_ann --coined 3000``, two runs), 0.29-0.34 ms CPU a lookup against 0.80-0.88
+# at SEARCH_EXPANSION, the same 137 merges, the same hint decision for 99.9 % (the same nearest
+# key 97.9 %).
 LOOKUP_EXPANSION = 64
 CANDIDATE_FACTOR = 2
 MIN_CANDIDATES = 32
