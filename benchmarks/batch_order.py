@@ -43,7 +43,7 @@ from keymem.protocol.client import Client
 from keymem.protocol.endpoints import ipc_endpoints
 from keymem.store.database import graph_path
 
-SCALE_CALLS = 40  # scale_1m's --mcp-calls at 1M
+SCALE_CALLS = (40, 1000)  # scale_1m's --mcp-calls and --remember-calls at 1M
 HOOK_RUNS = 10
 INDEX_TIMEOUT_MS = 60_000
 
