@@ -15,12 +15,14 @@ with the index (per query vector, candidates re-scored exactly from the float32 
 recall@10 of that against the exact scan, the index's memory and file size, and a save / load
 / catch-up round; then the same search and recall with the matrix released (``released_*``:
 the candidates ranked by the index's own half-precision cosines, as the graph serves).
+``--compare`` also builds faiss-cpu (HNSW, flat float32) and voyager (HNSW, E4M3) at the
+same parameters, when installed, and reports their raw recall@10 and query CPU (40 candidates,
+re-scored exactly): the measurements that chose usearch (docs/SCALING.md).
+
 ``--coined N`` instead holds N of the keys out of one index of all the others and looks each
 up as a write that coins it does (``KeyIndex.best_concept`` on the released index): CPU per
 lookup and whether the merge and near-key-hint decisions match the exact scan's, by search
-expansion. ``--compare`` also builds faiss-cpu (HNSW, flat float32) and voyager (HNSW, E4M3) at the
-same parameters, when installed, and reports their raw recall@10 and query CPU (40 candidates,
-re-scored exactly): the measurements that chose usearch (docs/SCALING.md).
+expansion.
 """
 
 from __future__ import annotations
@@ -218,10 +220,10 @@ def coined(vectors: np.ndarray, coined_keys: np.ndarray) -> dict[str, Any]:
     nearest = sims.argmax(axis=0)
     best = sims.max(axis=0)
     snapshot = index.snapshot("bench", "bench")
-    hnsw = keyann.HnswKeys(vectors.shape[1])
-    hnsw.add_many(snapshot.ids, snapshot.vectors)
-    index.approximate = _ready(hnsw)
-    assert index.release()
+    with tempfile.TemporaryDirectory() as scratch:  # prepared as a start prepares it
+        index.approximate = keyann.Approximate(Path(scratch) / "bench", snapshot)
+        index.approximate.done.wait()
+    assert index.approximate.ready() and index.release()
     out: dict[str, Any] = {
         "keys": len(vectors),
         "coined": len(coined_keys),
@@ -241,13 +243,6 @@ def coined(vectors: np.ndarray, coined_keys: np.ndarray) -> dict[str, Any]:
             (hint == ((best >= KEY_RECALL) & (best < KEY_MERGE))).mean()
         )
     return out
-
-
-def _ready(hnsw: keyann.HnswKeys) -> keyann.Approximate:
-    """An ``Approximate`` serving ``hnsw`` at once (no background preparation)."""
-    approximate = keyann.Approximate.__new__(keyann.Approximate)
-    approximate.keys, approximate.pending, approximate.failed = hnsw, [], False
-    return approximate
 
 
 def compare(name: str, vectors: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
