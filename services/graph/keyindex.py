@@ -233,7 +233,8 @@ class KeyIndex:
         concept keys and their cosines, nearest first: every key scored (exact) or, in a
         namespace with a ready approximate index, its candidates re-scored from the float32
         matrix, or once that is released ranked by the index's own cosines (half precision:
-        fetching each candidate's vector to re-score it would cost ~2.5 us a key)."""
+        fetching each candidate's vector to re-score it would cost ~2.5 us a key). The index
+        looks at ``expansion`` candidates (``keyann``: a search's, or a write's lookup's)."""
         n = len(self.ids)
         if n == 0 or take <= 0:
             return [Nearest(np.zeros(0, dtype=np.intp), np.zeros(0, np.float32)) for _ in vectors]
