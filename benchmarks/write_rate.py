@@ -1,7 +1,7 @@
 """Durable remember throughput through MCP, and where each write's CPU goes, per store size.
 
     python -m benchmarks.write_rate --store 10000=/tmp/km-scale/store-10000/graph.duckdb
-        --store 100000=/tmp/km-scale/store-100000/graph.duckdb [--calls 100] [--batches 3]
+        --store 100000=/tmp/km-scale/store-100000/graph.duckdb [--calls 1000] [--batches 3]
 
 For each ``SIZE=PATH`` (a graph file: ``benchmarks.scale_1m`` builds them under its
 ``--stores``; one that a `keymem up` has already re-embedded with the default embedder starts
@@ -576,7 +576,12 @@ def main() -> int:
         required=True,
         help="SIZE=PATH of a graph file or a stopped home, repeatable",
     )
-    parser.add_argument("--calls", type=int, default=100, help="sequential remembers")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=1000,
+        help="sequential remembers (the rate is the mean call's: ~100 calls are one fold away)",
+    )
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--statements", action="store_true", help="in process, by SQL statement")
