@@ -207,7 +207,7 @@ def costs(store: Path, trace: int = 0) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.graph_load", "--store", str(store), "--json"]
     if trace:
         command += ["--trace", str(trace)]
-    env = {**os.environ, **PROGRAM_ENVIRONMENT["graph"]}
+    env = {**os.environ, **PROGRAM_ENVIRONMENT}
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     figures: dict[str, Any] = json.loads(done.stdout)
     return figures

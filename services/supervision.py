@@ -94,13 +94,6 @@ def services_environment(config: Config) -> dict[str, str]:
     return found
 
 
-def program_environment(program: str) -> str:
-    """The ``environment=`` line of ``program``'s section, or nothing: what it starts with
-    besides what every program has (catalog.PROGRAM_ENVIRONMENT)."""
-    values = PROGRAM_ENVIRONMENT.get(program)
-    return f"environment={render_environment(values)}" if values else ""
-
-
 def render_environment(values: dict[str, str]) -> str:
     """supervisord's ``environment=`` value for these variables, checked with its own parser.
 
@@ -190,7 +183,9 @@ class Supervision:
         }
         common = {
             **{name: _literal(str(path)) for name, path in paths.items()},
-            "environment": render_environment(services_environment(self.settings.config)),
+            "environment": render_environment(
+                {**PROGRAM_ENVIRONMENT, **services_environment(self.settings.config)}
+            ),
         }
         sections = [
             program.substitute(
@@ -199,7 +194,6 @@ class Supervision:
                 priority=10 * (i + 1),
                 stop_wait_s=math.ceil(stop_wait_s(name)),
                 log=_literal(str(self.log_path(name)), expansions=2),
-                program_environment=program_environment(name),
             )
             for i, name in enumerate(self.programs)
         ]

@@ -3,6 +3,7 @@ from the running ones says so instead of being silently ignored (docs/CONFIGURAT
 
 from __future__ import annotations
 
+import configparser
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,17 +65,22 @@ def test_the_config_file_reaches_the_services_and_its_changes_are_reported(
     assert not reranking(deployment)
 
 
-def test_the_graph_starts_without_numpys_huge_pages_and_the_others_as_they_are(
-    deployment: Deployment,
-) -> None:
-    """Huge pages made the graph's start at 1M 2.6 times slower here (catalog.py): the graph's
-    processes, parent and forked worker, run with numpy's switch off; no other program does."""
+def test_every_service_runs_without_numpys_huge_pages(deployment: Deployment) -> None:
+    """Huge pages made the graph's start at 1M 2.6 times slower here and the lexicon's saves
+    and updates dearer (catalog.py): every program's processes, the parent that keeps a
+    model and the worker forked from it, run with numpy's switch off."""
     deployment.keymem("up")
-    with Client(ipc_endpoints(deployment.home).frontend, timeout_ms=5_000) as client:
-        graph, lexicon = (client.call(s, "ping")["pid"] for s in ("graph", "lexicon"))
-    worker = psutil.Process(graph)
-    parent = worker.parent()
-    assert parent is not None and "graph" in parent.cmdline()
-    for process in (worker, parent):
-        assert process.environ().get("NUMPY_MADVISE_HUGEPAGE") == "0"
-    assert "NUMPY_MADVISE_HUGEPAGE" not in psutil.Process(lexicon).environ()
+    deployment.wait_all_running()
+    group = configparser.RawConfigParser()
+    group.read(deployment.home / "supervisord.conf")
+    supervised = set(group.get("group:keymem", "programs").split(","))
+    programs: dict[str, list[psutil.Process]] = {}
+    for process in deployment.processes():
+        command = process.cmdline()
+        if command[-2:-1] == ["keymem.services"]:
+            programs.setdefault(command[-1], []).append(process)
+    assert set(programs) == supervised
+    assert len(programs["graph"]) == 2  # the parent and its forked worker
+    for processes in programs.values():
+        for process in processes:
+            assert process.environ().get("NUMPY_MADVISE_HUGEPAGE") == "0", process.cmdline()
