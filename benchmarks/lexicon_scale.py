@@ -27,6 +27,11 @@ For each corpus size it:
 document) instead of document by document: what makes 1M documents a matter of seconds; the
 per-document add rate and the rank-bm25 reference are then not measured. In process it also
 times ``cache.load`` of the saved cache into an empty index, and the file's checksum alone.
+
+The processes it starts get the environment a deployment gives its programs
+(``catalog.PROGRAM_ENVIRONMENT``) unless this one sets a variable itself:
+``NUMPY_MADVISE_HUGEPAGE=1 python -m benchmarks.lexicon_scale ...`` measures everything with
+numpy's huge pages, as before keymem turned them off (``=0``: as deployed).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from keymem.protocol.endpoints import ipc_endpoints, prepare_run_dir
 from keymem.protocol.errors import KeymemError
 from keymem.protocol.stats import percentile
 from keymem.protocol.worker import Service, Worker
+from keymem.services.catalog import PROGRAM_ENVIRONMENT
 from keymem.services.lexicon import cache
 from keymem.services.lexicon.index import (
     DIGEST_DTYPE,
@@ -405,7 +411,9 @@ def measure_service(
     path = cache.cache_path(home)
     info = cache.save(path, lexicon, tokenizer=TOKENIZER_VERSION, epoch=EPOCH, seq=n)
     save_s = time.perf_counter() - started
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYMEM_")}
+    # the environment a deployment gives its programs, where this process sets no other
+    env = {**PROGRAM_ENVIRONMENT, **os.environ}
+    env = {k: v for k, v in env.items() if not k.startswith("KEYMEM_")}
     env["KEYMEM_HOME"] = str(home)
     endpoints = ipc_endpoints(home)
     prepare_run_dir(endpoints)
@@ -445,6 +453,8 @@ def measure_service(
             )
             documents = n + UPDATE_EVENTS // 2
             _wait_saved(client, head)
+            # the running service's own save: its mapped base and the updates since
+            report["service_save_s"] = client.call("lexicon", "index_stats")["cache"]["save_s"]
             report["worker_restart"] = _restart_worker(client, documents, head, queries[0])
             head = client.call("graph", "release", {"count": CATCH_UP_EVENTS})["head"]
             documents += CATCH_UP_EVENTS // 2
