@@ -126,7 +126,8 @@ def _literal(text: str, expansions: int = 1) -> str:
 
 
 def written_environment(config_path: Path) -> dict[str, str] | None:
-    """The settings a generated supervisord.conf hands its programs (None: no such file)."""
+    """The variables a generated supervisord.conf hands its programs, the settings and
+    ``catalog.PROGRAM_ENVIRONMENT`` (None: no such file)."""
     from supervisor.datatypes import dict_of_key_value_pairs
 
     parser = configparser.RawConfigParser()
