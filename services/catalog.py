@@ -80,8 +80,8 @@ def stop_wait_s(program: str) -> float:
 # What every program's environment holds besides the settings. numpy asks the kernel for
 # transparent huge pages for each large array; on the virtual machines measured here a huge
 # page's first touch costs so much kernel time that the graph's start at 1M memories took 28-31
-# s with them and 11-12 s without, the lexicon's cache save 0.3-1.7 s of CPU against 0.3 and
-# its updates 1,785/s against 2,869/s, the embedder's load 1.5 s against 0.7; searches, queries
-# and embeddings as fast either way (NUMPY_MADVISE_HUGEPAGE, numpy's own switch;
-# docs/history/graph-start-2026-12-03f.md, docs/history/huge-pages-2026-12-03h.md).
+# s with them and 11-12 s without, and the lexicon's updates 1,785-1,844/s against
+# 2,869-3,048/s (benchmarks.lexicon_scale); searches and queries as fast either way. When every
+# fault is dear on the host, both settings pay alike (NUMPY_MADVISE_HUGEPAGE, numpy's own
+# switch; docs/history/graph-start-2026-12-03f.md, docs/history/huge-pages-2026-12-03h.md).
 PROGRAM_ENVIRONMENT = {"NUMPY_MADVISE_HUGEPAGE": "0"}
