@@ -49,6 +49,10 @@ DUCKDB_RELEASE_LIMIT = "1MB"
 VALUES_MAX_PARAMS = 200
 # Up to this many rows an UPDATE runs per row through the primary-key index; more rows join.
 POINT_UPDATE_MAX_ROWS = 2
+# The load reads key vectors this many rows at a time into one matrix: read whole, each vector
+# was a bytes object and then a joined copy (0.7 GB each at 1M keys, fresh pages the start
+# faults in: docs/history/graph-start-2026-12-04.md); a batch's objects are reused memory.
+KEY_VECTORS_PER_FETCH = 8192
 
 # Tables of memory-pair flags and the MemoryRecord list each loads into.
 FLAG_TABLES = (("contradictions", "contradicts"), ("near_duplicates", "near_duplicates"))
@@ -423,13 +427,11 @@ class GraphStore:
         return graph
 
     def _load_keys(self, graph: LoadedGraph) -> TableRows:
-        dim = meta_number(graph.meta, "dim")
         cols = self.conn.execute(
-            "SELECT rowid, id, namespace, concept, key_type, created_at, vector FROM keys"
+            "SELECT rowid, id, namespace, concept, key_type, created_at FROM keys"
         ).fetchnumpy()
         if len(cols["id"]):
-            width = dim or len(cols["vector"][0]) // 4
-            matrix = _vectors(cols["vector"], width)
+            matrix = self._key_vectors(cols["rowid"], meta_number(graph.meta, "dim"))
             if isinstance(matrix, np.ndarray):
                 graph.key_matrix = matrix
             graph.key_columns = {
@@ -464,6 +466,32 @@ class GraphStore:
             if key is not None:
                 key.candidates[query_norm] = AliasCandidate(query, count, last_seen)
         return TableRows(cols["rowid"], cols["id"])
+
+    def _key_vectors(self, rowids: np.ndarray, dim: int) -> np.ndarray | list[np.ndarray]:
+        """The keys' vectors in the order of ``rowids`` (as ``_vectors`` gives them), read
+        ``KEY_VECTORS_PER_FETCH`` at a time into one matrix; a damaged blob turns the rest
+        into one array per key."""
+        cursor = self.conn.execute("SELECT rowid, vector FROM keys")
+        matrix: np.ndarray | None = None
+        damaged: list[np.ndarray] | None = None
+        done = 0
+        while batch := cursor.fetchmany(KEY_VECTORS_PER_FETCH):
+            read, blobs = zip(*batch, strict=True)
+            if read != tuple(rowids[done : done + len(batch)].tolist()):
+                raise RuntimeError("the keys table changed between two reads of the load")
+            if matrix is None:  # a file that never recorded its dimension: the first vector's
+                matrix = np.empty((len(rowids), dim or len(blobs[0]) // 4), dtype=np.float32)
+            part = _vectors(blobs, matrix.shape[1])
+            if damaged is None and isinstance(part, np.ndarray):
+                matrix[done : done + len(batch)] = part
+            else:
+                if damaged is None:
+                    damaged = list(matrix[:done])
+                damaged.extend(part)
+            done += len(batch)
+        if matrix is None or done != len(rowids):
+            raise RuntimeError("the keys table changed between two reads of the load")
+        return matrix if damaged is None else damaged
 
     def _load_memories(self, graph: LoadedGraph) -> TableRows:
         names = ", ".join(name for name, _ in MEMORY_COLUMNS)

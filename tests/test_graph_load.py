@@ -23,6 +23,7 @@ from keymem.services.graph import state as state_module
 from keymem.services.graph.links import AUTO, LEARNED
 from keymem.services.graph.state import GraphState
 from keymem.services.graph.text import normalize_content
+from keymem.store import database
 from keymem.store.database import GraphStore, effective_links
 from keymem.store.records import KeyAlias, KeyRecord, LinkRecord
 from tests.graph_helpers import GRAPH_FILE, damage_file, key_id_of, open_graph
@@ -138,6 +139,36 @@ def test_damaged_rows_of_every_kind_are_quarantined_and_their_neighbours_load(
         assert graph.get_memories({"ids": [sound]})["memories"][0]["content"] == "Sound memory"
     finally:
         graph.close()
+
+
+def test_key_vectors_read_in_batches_keep_their_keys_past_a_damaged_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load reads key vectors a batch at a time; every key must get its own vector back,
+    also after a batch holding a vector of another dimension (the rest then load one by one)."""
+    graph = open_graph(tmp_path)
+    try:
+        for i in range(7):
+            keys = [f"topic {i}", f"place {i}"]
+            graph.remember(remember_body(f"Fact number {i}", keys, namespace=f"ns{i % 2}"))
+        given = {k.id: graph.state.key_vector(k).copy() for k in graph.state.keys.values()}
+        bent = key_id_of(graph, "place 4", namespace="ns0")
+    finally:
+        graph.close()
+    monkeypatch.setattr(database, "KEY_VECTORS_PER_FETCH", 3)
+    for damage in ([], [("UPDATE keys SET vector = ? WHERE id = ?", [b"\0\0\x80?" * 7, bent])]):
+        damage_file(tmp_path / GRAPH_FILE, damage)
+        graph = open_graph(tmp_path)
+        try:
+            state = graph.state
+            loaded = {k.id: state.key_vector(k) for k in state.keys.values()}
+            quarantined = {q["row"] for q in graph.quarantine({})["rows"] if q["table"] == "keys"}
+        finally:
+            graph.close()
+        assert quarantined == ({bent} if damage else set())
+        assert set(loaded) == set(given) - quarantined
+        for key_id, vector in loaded.items():
+            assert np.array_equal(vector, given[key_id]), key_id
 
 
 def unit(rng: np.random.Generator, dim: int) -> np.ndarray:
