@@ -49,10 +49,14 @@ DUCKDB_RELEASE_LIMIT = "1MB"
 VALUES_MAX_PARAMS = 200
 # Up to this many rows an UPDATE runs per row through the primary-key index; more rows join.
 POINT_UPDATE_MAX_ROWS = 2
-# The load reads key vectors this many rows at a time into one matrix: read whole, each vector
-# was a bytes object and then a joined copy (0.7 GB each at 1M keys, fresh pages the start
-# faults in: docs/history/graph-start-2026-12-04.md); a batch's objects are reused memory.
+# The load reads key vectors this many rows at a time into their namespaces' matrices: read
+# whole, each vector was a bytes object and then a joined copy (0.7 GB each at 1M keys, fresh
+# pages the start faults in: docs/history/graph-start-2026-12-04.md); a batch's objects are
+# reused memory.
 KEY_VECTORS_PER_FETCH = 8192
+# A namespace's loaded key matrix has this many rows per key, the rest room its index grows
+# into in place (``np.zeros``: rows never written are never backed by memory).
+KEY_MATRIX_ROOM = 2
 
 # Tables of memory-pair flags and the MemoryRecord list each loads into.
 FLAG_TABLES = (("contradictions", "contradicts"), ("near_duplicates", "near_duplicates"))
@@ -233,9 +237,12 @@ UNVECTORISED = (
 class LoadedGraph:
     """The file's rows as the graph starts from them.
 
-    ``key_matrix`` (the matrix the key vectors are rows of, when every vector has the graph's
-    dimension), ``key_columns`` and ``memory_columns`` are the fetched columns in the records'
-    order, kept so the start-up quarantine can check whole columns at once.
+    The keys come grouped by namespace. ``key_matrices`` holds, when every vector has the
+    graph's dimension, each namespace's matrix: its keys' vectors as its first rows in the
+    records' order (the records' vectors are those rows), then room to grow, so the namespace's
+    index serves from it without a copy. ``key_columns`` and ``memory_columns`` are the fetched
+    columns in the records' order, kept so the start-up quarantine can check whole columns at
+    once.
     """
 
     keys: dict[str, KeyRecord] = field(default_factory=dict)
@@ -244,7 +251,7 @@ class LoadedGraph:
     meta: dict[str, str] = field(default_factory=dict)
     head_seq: int = 0
     first_seq: int = 1
-    key_matrix: np.ndarray | None = None
+    key_matrices: dict[str, np.ndarray] = field(default_factory=dict)
     key_columns: dict[str, np.ndarray] = field(default_factory=dict)
     memory_columns: dict[str, np.ndarray] = field(default_factory=dict)
     # per link: both ends were in the file, in one namespace
@@ -296,15 +303,6 @@ def trim_heap() -> None:
     except (OSError, AttributeError):
         return
     trim(0)
-
-
-def _vectors(blobs: Any, width: int) -> np.ndarray | list[np.ndarray]:
-    """One float32 row per key: a matrix when every blob has ``width`` floats, else (a damaged
-    file) one array per blob, so the graph's quarantine can name the bad ones instead of the
-    whole load failing."""
-    if all(len(blob) == 4 * width for blob in blobs):
-        return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), width)
-    return [np.frombuffer(blob[: len(blob) - len(blob) % 4], dtype="<f4") for blob in blobs]
 
 
 class GraphStore:
@@ -428,12 +426,13 @@ class GraphStore:
 
     def _load_keys(self, graph: LoadedGraph) -> TableRows:
         cols = self.conn.execute(
-            "SELECT rowid, id, namespace, concept, key_type, created_at FROM keys"
+            "SELECT rowid, id, namespace, concept, key_type, created_at FROM keys "
+            "ORDER BY namespace, rowid"
         ).fetchnumpy()
-        if len(cols["id"]):
-            matrix = self._key_vectors(cols["rowid"], meta_number(graph.meta, "dim"))
-            if isinstance(matrix, np.ndarray):
-                graph.key_matrix = matrix
+        rows = TableRows(cols["rowid"], cols["id"])
+        if len(rows.ids):
+            namespaces = shared_column(cols["namespace"])
+            vectors = self._key_vectors(graph, rows, namespaces)
             graph.key_columns = {
                 "id": cols["id"],
                 "created_at": cols["created_at"],
@@ -442,11 +441,11 @@ class GraphStore:
             for row, (key_id, namespace, concept, key_type, created_at, vector) in enumerate(
                 zip(
                     cols["id"].tolist(),
-                    shared_column(cols["namespace"]),
+                    namespaces,
                     cols["concept"].tolist(),
                     shared_column(cols["key_type"]),
                     cols["created_at"].tolist(),
-                    matrix,
+                    vectors,
                     strict=True,
                 )
             ):
@@ -467,31 +466,48 @@ class GraphStore:
                 key.candidates[query_norm] = AliasCandidate(query, count, last_seen)
         return TableRows(cols["rowid"], cols["id"])
 
-    def _key_vectors(self, rowids: np.ndarray, dim: int) -> np.ndarray | list[np.ndarray]:
-        """The keys' vectors in the order of ``rowids`` (as ``_vectors`` gives them), read
-        ``KEY_VECTORS_PER_FETCH`` at a time into one matrix; a damaged blob turns the rest
-        into one array per key."""
+    def _key_vectors(
+        self, graph: LoadedGraph, rows: TableRows, namespaces: list[str]
+    ) -> list[np.ndarray]:
+        """Each loaded key's float32 vector, in the records' order: rows of its namespace's
+        matrix (``graph.key_matrices``), read ``KEY_VECTORS_PER_FETCH`` at a time. A blob of
+        another size (a damaged file) is an array of its own, and then no matrix is kept, so
+        the quarantine checks every key one by one and names the bad ones."""
+        starts = [0, *(i for i in range(1, len(namespaces)) if namespaces[i] != namespaces[i - 1])]
+        counts = np.diff([*starts, len(namespaces)])
+        width = meta_number(graph.meta, "dim") or self._first_vector_floats()
+        matrices = [np.zeros((KEY_MATRIX_ROOM * n, width), dtype=np.float32) for n in counts]
+        odd: dict[int, np.ndarray] = {}
         cursor = self.conn.execute("SELECT rowid, vector FROM keys")
-        matrix: np.ndarray | None = None
-        damaged: list[np.ndarray] | None = None
-        done = 0
+        read = 0
         while batch := cursor.fetchmany(KEY_VECTORS_PER_FETCH):
-            read, blobs = zip(*batch, strict=True)
-            if read != tuple(rowids[done : done + len(batch)].tolist()):
-                raise RuntimeError("the keys table changed between two reads of the load")
-            if matrix is None:  # a file that never recorded its dimension: the first vector's
-                matrix = np.empty((len(rowids), dim or len(blobs[0]) // 4), dtype=np.float32)
-            part = _vectors(blobs, matrix.shape[1])
-            if damaged is None and isinstance(part, np.ndarray):
-                matrix[done : done + len(batch)] = part
-            else:
-                if damaged is None:
-                    damaged = list(matrix[:done])
-                damaged.extend(part)
-            done += len(batch)
-        if matrix is None or done != len(rowids):
+            rowids, blobs = zip(*batch, strict=True)
+            at = rows.positions(np.asarray(rowids, dtype=np.int64))
+            sized = [len(blob) == 4 * width for blob in blobs]
+            if not all(sized):
+                for position, blob, fits in zip(at.tolist(), blobs, sized, strict=True):
+                    if not fits:
+                        odd[position] = np.frombuffer(blob[: len(blob) - len(blob) % 4], "<f4")
+                at, blobs = at[np.array(sized)], tuple(itertools.compress(blobs, sized))
+            part = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(at), width)
+            group = np.searchsorted(starts, at, side="right") - 1
+            for g in np.unique(group).tolist():
+                chosen = group == g
+                matrices[g][at[chosen] - starts[g]] = part[chosen]
+            read += len(batch)
+        if read != len(rows.ids):
             raise RuntimeError("the keys table changed between two reads of the load")
-        return matrix if damaged is None else damaged
+        vectors: list[np.ndarray] = []
+        for g, (start, count) in enumerate(zip(starts, counts.tolist(), strict=True)):
+            vectors.extend(odd.get(start + i, matrices[g][i]) for i in range(count))
+        if not odd:
+            graph.key_matrices = dict(zip((namespaces[s] for s in starts), matrices, strict=True))
+        return vectors
+
+    def _first_vector_floats(self) -> int:
+        """A file that never recorded its dimension: its first key vector's."""
+        (size,) = self.conn.execute("SELECT octet_length(vector) FROM keys LIMIT 1").fetchall()[0]
+        return int(size) // 4
 
     def _load_memories(self, graph: LoadedGraph) -> TableRows:
         names = ", ".join(name for name, _ in MEMORY_COLUMNS)

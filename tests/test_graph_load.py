@@ -219,7 +219,7 @@ def test_key_vectors_stay_their_own_through_growth_deletes_and_alias_changes(
     added = [add(f"grown {i}") for i in range(capacity)]  # past the spare rows: it reallocates
     assert index.matrix is not None and len(index.matrix) > capacity
     assert_vectors(state, given)
-    for key in (state.keys["k1"], added[5], added[-1]):  # the last row and rows swapped into
+    for key in (state.keys["k1"], added[len(added) // 2], added[-1]):  # the last row, rows swapped into
         state.delete_key(key)
         del given[key.id]
         assert_vectors(state, given)
@@ -242,9 +242,14 @@ def test_key_vectors_load_from_one_matrix_per_namespace(tmp_path: Path, namespac
         given[key.id] = vector.copy()
         state.add_key(key)
     store.commit(state.changes, state.head_seq)
-    state = GraphState(store.load(), hub_min_links=50)
+    loaded = store.load()
+    read = dict(loaded.key_matrices)
+    state = GraphState(loaded, hub_min_links=50)
     store.close()
     assert_vectors(state, given)
+    # one copy of each vector at start: every index serves the matrix the load read into
+    assert read.keys() == state.indexes.keys()
+    assert all(state.indexes[ns].matrix is matrix for ns, matrix in read.items())
 
 
 def file_links(path: Path) -> list[tuple[str, str, float, bool, bool]]:

@@ -59,13 +59,18 @@ class KeyIndex:
         self.approximate: Approximate | None = None
 
     @classmethod
-    def bulk(cls, dim: int, keys: list[KeyRecord]) -> KeyIndex:
-        """An index over ``keys`` built in one go (start-up), with room to grow."""
+    def bulk(cls, dim: int, keys: list[KeyRecord], held: np.ndarray | None = None) -> KeyIndex:
+        """An index over ``keys`` built in one go (start-up), with room to grow: ``held`` is a
+        matrix whose first rows are already the keys' vectors, in order (the load's), which
+        the index then serves from and grows into instead of a copy."""
         index = cls(dim)
-        capacity = max(INITIAL_CAPACITY, 2 * len(keys))
-        index.matrix = np.zeros((capacity, dim), dtype=np.float32)
-        if keys:  # stacked in place: a temporary copy costs a key matrix of page faults
-            np.stack([k.vector for k in keys], out=index.matrix[: len(keys)])
+        if held is not None:
+            index.matrix = held
+        else:
+            index.matrix = np.zeros((max(INITIAL_CAPACITY, 2 * len(keys)), dim), dtype=np.float32)
+            if keys:  # stacked in place: a temporary copy costs a key matrix of page faults
+                np.stack([k.vector for k in keys], out=index.matrix[: len(keys)])
+        capacity = len(index.matrix)
         index.concept_mask = np.zeros(capacity, dtype=bool)
         index.concept_mask[: len(keys)] = [not k.is_entity for k in keys]
         index.ids = [k.id for k in keys]

@@ -174,15 +174,23 @@ def _flagged(rows: list[T], ok: np.ndarray) -> list[T]:
 
 def _key_suspects(loaded: LoadedGraph, dim: int | None) -> list[KeyRecord]:
     """The keys that may break a rule: those a column check flags, or every key when the
-    vectors did not load as one matrix of the graph's dimension."""
+    vectors did not load as their namespaces' matrices of the graph's dimension."""
     keys = list(loaded.keys.values())
-    matrix, columns = loaded.key_matrix, loaded.key_columns
-    if matrix is None or matrix.shape != (len(keys), dim) or not columns:
+    matrices, columns = loaded.key_matrices, loaded.key_columns
+    counts = Counter(key.namespace for key in keys)  # the records come grouped by namespace
+    if not columns or counts.keys() != matrices.keys():
         return keys
     ok = _finite_column(columns["created_at"]) & _one_of(columns["key_type"], KEY_TYPES)
-    for start in range(0, len(keys), SCREEN_ROWS):
-        block = matrix[start : start + SCREEN_ROWS]
-        ok[start : start + SCREEN_ROWS] &= np.isfinite(block).all(axis=1) & block.any(axis=1)
+    start = 0
+    for namespace, count in counts.items():
+        matrix = matrices[namespace]
+        if matrix.shape[1] != dim:
+            return keys
+        for first in range(0, count, SCREEN_ROWS):
+            block = matrix[first : min(count, first + SCREEN_ROWS)]
+            at = start + first
+            ok[at : at + len(block)] &= np.isfinite(block).all(axis=1) & block.any(axis=1)
+        start += count
     return _flagged(keys, ok)
 
 

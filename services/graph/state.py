@@ -97,7 +97,8 @@ class GraphState:
         for key in self.keys.values():
             by_namespace[key.namespace].append(key)
         for namespace, keys in by_namespace.items():
-            index = KeyIndex.bulk(len(keys[0].vector), keys)
+            held = _loaded_rows(loaded.key_matrices.get(namespace), keys)
+            index = KeyIndex.bulk(len(keys[0].vector), keys, held)
             self.indexes[namespace] = index
             self._share_vectors(index, index.ids)
         links_of = np.bincount(
@@ -467,3 +468,14 @@ class GraphState:
         self.links.set_weight(link, clamp_weight(weight))
         self._strongest.pop(link.key_id, None)
         self.changes.touch_link(link)
+
+
+def _loaded_rows(held: np.ndarray | None, keys: list[KeyRecord]) -> np.ndarray | None:
+    """``held`` when ``keys`` are its first rows, in order: the load's matrix, unless the
+    quarantine took a key out (it only takes out, so the last key in the last row means none
+    before it was)."""
+    if held is None or len(keys) > len(held):
+        return None
+    last = keys[-1].vector
+    in_place = last.base is held and last.ctypes.data == held[len(keys) - 1].ctypes.data
+    return held if in_place else None
