@@ -219,7 +219,8 @@ def test_key_vectors_stay_their_own_through_growth_deletes_and_alias_changes(
     added = [add(f"grown {i}") for i in range(capacity)]  # past the spare rows: it reallocates
     assert index.matrix is not None and len(index.matrix) > capacity
     assert_vectors(state, given)
-    for key in (state.keys["k1"], added[len(added) // 2], added[-1]):  # the last row, rows swapped into
+    # rows swapped into and the last row
+    for key in (state.keys["k1"], added[len(added) // 2], added[-1]):
         state.delete_key(key)
         del given[key.id]
         assert_vectors(state, given)
