@@ -50,9 +50,9 @@ VALUES_MAX_PARAMS = 200
 # Up to this many rows an UPDATE runs per row through the primary-key index; more rows join.
 POINT_UPDATE_MAX_ROWS = 2
 # The load reads key vectors this many rows at a time into their namespaces' matrices: read
-# whole, each vector was a bytes object and then a joined copy (0.7 GB each at 1M keys, fresh
-# pages the start faults in: docs/history/graph-start-2026-12-04.md); a batch's objects are
-# reused memory.
+# whole, every vector would be a bytes object and then a joined copy (0.7 GB each at 1M keys,
+# fresh pages the start faults in: docs/history/graph-start-2026-12-04.md); one batch's objects
+# are memory the next reuses.
 KEY_VECTORS_PER_FETCH = 8192
 # A namespace's loaded key matrix has this many rows per key, the rest room its index grows
 # into in place (``np.zeros``: rows never written are never backed by memory).
@@ -464,7 +464,7 @@ class GraphStore:
             key = graph.keys.get(key_id)
             if key is not None:
                 key.candidates[query_norm] = AliasCandidate(query, count, last_seen)
-        return TableRows(cols["rowid"], cols["id"])
+        return rows
 
     def _key_vectors(
         self, graph: LoadedGraph, rows: TableRows, namespaces: list[str]
