@@ -287,6 +287,9 @@ class TableRows(NamedTuple):
         NULL) and its id, the loaded record's own string (a link then adds no string) or,
         where there is no row, the id the link names (``lost``)."""
         found = ~np.ma.getmaskarray(rows)
+        if found.all():  # nothing lost (a sound file): no column of lost ids to merge into
+            everywhere = self.positions(np.ma.getdata(rows))
+            return everywhere, self.ids[everywhere]
         at = self.positions(np.ma.getdata(rows)[found])
         positions = np.full(len(found), -1, dtype=np.int64)
         positions[found] = at
