@@ -144,8 +144,10 @@ def test_damaged_rows_of_every_kind_are_quarantined_and_their_neighbours_load(
 def test_key_vectors_read_in_batches_keep_their_keys_past_a_damaged_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The load reads key vectors a batch at a time; every key must get its own vector back,
-    also after a batch holding a vector of another dimension (the rest then load one by one)."""
+    """The load reads key vectors a batch at a time into each namespace's matrix; every key
+    must get its own vector back: in a sound file, after a batch holding a vector of another
+    dimension (the rest then load one by one), and after a key of the right size but not finite
+    leaves its namespace's matrix (its index then copies the rest instead of serving it)."""
     graph = open_graph(tmp_path)
     try:
         for i in range(7):
@@ -153,10 +155,23 @@ def test_key_vectors_read_in_batches_keep_their_keys_past_a_damaged_one(
             graph.remember(remember_body(f"Fact number {i}", keys, namespace=f"ns{i % 2}"))
         given = {k.id: graph.state.key_vector(k).copy() for k in graph.state.keys.values()}
         bent = key_id_of(graph, "place 4", namespace="ns0")
+        infinite = key_id_of(graph, "topic 2", namespace="ns0")  # not its namespace's last
     finally:
         graph.close()
     monkeypatch.setattr(database, "KEY_VECTORS_PER_FETCH", 3)
-    for damage in ([], [("UPDATE keys SET vector = ? WHERE id = ?", [b"\0\0\x80?" * 7, bent])]):
+    vector_sql = "UPDATE keys SET vector = ? WHERE id = ?"
+    cases = [
+        ([], set()),
+        ([(vector_sql, [b"\0\0\x80?" * 7, bent])], {bent}),
+        (
+            [
+                (vector_sql, [given[bent].astype("<f4").tobytes(), bent]),
+                (vector_sql, [b"\0\0\x80\x7f" * len(given[infinite]), infinite]),
+            ],
+            {infinite},
+        ),
+    ]
+    for damage, expected in cases:
         damage_file(tmp_path / GRAPH_FILE, damage)
         graph = open_graph(tmp_path)
         try:
@@ -165,7 +180,7 @@ def test_key_vectors_read_in_batches_keep_their_keys_past_a_damaged_one(
             quarantined = {q["row"] for q in graph.quarantine({})["rows"] if q["table"] == "keys"}
         finally:
             graph.close()
-        assert quarantined == ({bent} if damage else set())
+        assert quarantined == expected
         assert set(loaded) == set(given) - quarantined
         for key_id, vector in loaded.items():
             assert np.array_equal(vector, given[key_id]), key_id
