@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +53,56 @@ CONCURRENT_CLIENTS = 8
 IN_PROCESS_WRITES = 300
 
 
+# The dev files the recall benchmarks read (../shared/data beside the checkout).
+DEV_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def agent_key_texts(data: Path = DEV_DATA) -> list[str]:
+    """The distinct keys agents wrote for the memories of the dev files (locomo_agentkeys and
+    its kin), sorted: real key texts for a stream that coins keys."""
+    texts = {
+        key
+        for path in data.glob("*.dev.json")
+        for memory in json.loads(path.read_text())["memories"]
+        for key in memory.get("keys") or ()
+    }
+    if not texts:
+        raise FileNotFoundError(f"no dev file under {data} holds agent-written keys")
+    return sorted(texts)
+
+
 def vocabulary_size(memories: int) -> int:
     """Keys per namespace of the synthetic store of ``memories``."""
     return max(50, int(max(1, memories // NAMESPACES) * 4.5 / MEMORIES_PER_KEY))
 
 
 class Synthetic:
-    """Deterministic synthetic memories over shared, Zipf-popular keys."""
+    """Deterministic synthetic memories over shared, Zipf-popular keys.
 
-    def __init__(self, memories: int, seed: int = 1) -> None:
+    With ``coined_per_memory`` each memory also gets on average that many keys no store holds
+    (Poisson), as an agent's writes do: its keys name people and topics the store has not seen
+    (1.6 new keys a memory in the second half of locomo_agentkeys' conversations). Their
+    texts pair two of ``coined_texts`` (real agent keys, shuffled), each pair once a stream. The
+    Zipf stream alone coins a key only where its draw falls past the store's vocabulary, which
+    depends on the store's size (0.002 a memory at 10k, 0.047 at 1M).
+    """
+
+    def __init__(
+        self,
+        memories: int,
+        seed: int = 1,
+        coined_per_memory: float = 0.0,
+        coined_texts: Sequence[str] = (),
+    ) -> None:
+        if coined_per_memory and len(coined_texts) < 2:
+            raise ValueError("coined keys need at least two texts to pair")
         self.rng = np.random.default_rng(seed)
+        # draws of their own, so the keys a stream shares with the store stay the same
+        self.coin_rng = np.random.default_rng([seed, 1])
+        self.coined_per_memory = coined_per_memory
+        order = self.coin_rng.permutation(len(coined_texts))  # neighbours unrelated
+        self.coined_texts = [coined_texts[i] for i in order.tolist()]
+        self.coined = 0
         vocabulary = vocabulary_size(memories)
         self.namespaces = [f"ns{i}" for i in range(NAMESPACES)]
         self.words = {
@@ -80,13 +120,34 @@ class Synthetic:
         count = int(self.rng.integers(KEYS_PER_MEMORY[0], KEYS_PER_MEMORY[1] + 1))
         picks = self.rng.choice(len(self.popularity), size=count, replace=False, p=self.popularity)
         keys = [self.words[namespace][j] for j in picks]
+        vectors = self.vectors[ns_index, picks]
+        if self.coined_per_memory:
+            coined = self._coined(int(self.coin_rng.poisson(self.coined_per_memory)))
+            keys += coined
+            vectors = np.vstack([vectors, self._unit_vectors(len(coined))])
         self.counter += 1
         return {
             "content": f"synthetic memory {self.counter} about {' and '.join(keys)}",
             "keys": keys,
-            "key_vectors": self.vectors[ns_index, picks],
+            "key_vectors": vectors,
             "namespace": namespace,
         }
+
+    def _coined(self, count: int) -> list[str]:
+        """``count`` key texts this stream has not coined before: the n-th pairs text n with
+        the text n // len(texts) + 1 places after it."""
+        texts, size = self.coined_texts, len(self.coined_texts)
+        coined = []
+        for n in range(self.coined, self.coined + count):
+            first, step = n % size, n // size % (size - 1) + 1
+            coined.append(f"{texts[first]} {texts[(first + step) % size]}")
+        self.coined += count
+        return coined
+
+    def _unit_vectors(self, count: int) -> np.ndarray:
+        raw = self.coin_rng.standard_normal((count, DIM)).astype(np.float32)
+        unit: np.ndarray = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+        return unit
 
     def query(self) -> dict[str, Any]:
         ns_index = int(self.rng.integers(NAMESPACES))

@@ -10,7 +10,9 @@ cache, so a 1M store needs no first index per run) it starts the real deployment
 (`keymem up`), spawns `keymem mcp` over stdio with the SDK's client, and measures:
 
 - ``remember`` from one sequential client (remembers/s, p50), 3-6 keys drawn Zipf-like from the
-  store's vocabulary (``benchmarks.graph_bench.Synthetic``), so most keys already exist;
+  store's vocabulary (``benchmarks.graph_bench.Synthetic``), so most keys already exist; with
+  ``--coined-per-memory X`` each memory also coins X keys on average, as an agent's do (texts
+  made of the dev files' agent keys, which the memory service embeds);
 - ``remember_batch`` of ``--batch-size`` from the same client (memories/s);
 - with ``--raw-client``, the sequential and in-flight remember phases again from a plain
   JSON-RPC client (``RawSession``: lines on the server's pipes, the handshake era a host such
@@ -76,7 +78,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from benchmarks.deployment import BenchHome, bench_home, timed_tool
 from benchmarks.footprint import deployment_processes
-from benchmarks.graph_bench import Synthetic
+from benchmarks.graph_bench import Synthetic, agent_key_texts
 from benchmarks.recall_bench import _wait_indexed
 from keymem.protocol.client import Client, with_idempotency_key
 from keymem.protocol.endpoints import ipc_endpoints
@@ -417,6 +419,7 @@ def measure(
     hops: int,
     in_flight: list[int],
     raw_client: bool,
+    coined_per_memory: float = 0.0,
 ) -> dict[str, Any]:
     with bench_home("km-wr-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS
@@ -426,7 +429,11 @@ def measure(
             shutil.copy(store, graph_path(deployment.home))
         started = time.perf_counter()
         deployment.keymem("up", "--timeout", UP_TIMEOUT_S)
-        report: dict[str, Any] = {"memories": size, "up_s": round(time.perf_counter() - started, 1)}
+        report: dict[str, Any] = {
+            "memories": size,
+            "coined_per_memory": coined_per_memory,
+            "up_s": round(time.perf_counter() - started, 1),
+        }
         if not during_index:
             with Client(
                 ipc_endpoints(deployment.home).frontend, timeout_ms=COUNTS_TIMEOUT_MS
@@ -434,7 +441,12 @@ def measure(
                 # the lexicon indexes the whole store after a start: wait, or its CPU is counted
                 active = client.call("graph", "counts", {})["memories"]
                 report["lexicon_index_s"] = round(_wait_indexed(client, active), 1)
-        data = Synthetic(size, seed=size + 17)  # another stream than the build's
+        data = Synthetic(  # another stream than the build's
+            size,
+            seed=size + 17,
+            coined_per_memory=coined_per_memory,
+            coined_texts=agent_key_texts() if coined_per_memory else (),
+        )
         if hops:
             report["hops"] = _hops(deployment, data, hops)
         measured = _measure_mcp(deployment, data, calls, batches, batch_size, in_flight)
@@ -592,6 +604,13 @@ def main() -> int:
         "--new-keys", type=int, default=0, help="with --statements: N unseen keys a memory"
     )
     parser.add_argument(
+        "--coined-per-memory",
+        type=float,
+        default=0.0,
+        help="keys no store holds a memory, on average, as an agent coins them (real agent keys "
+        "of the dev files, paired); 0: the Zipf stream's keys alone",
+    )
+    parser.add_argument(
         "--during-index", action="store_true", help="measure while the lexicon's first index runs"
     )
     parser.add_argument(
@@ -630,6 +649,7 @@ def main() -> int:
                     args.hops,
                     args.in_flight,
                     args.raw_client,
+                    args.coined_per_memory,
                 )
             )
         print(json.dumps(rows[-1]), flush=True)
