@@ -607,11 +607,12 @@ class GraphService:
             self._claim_space(body, dim)
             batch_id = self.state.new_id()
             results = []
-            for item in items:
-                source = {**(shared_source or {}), **(item.source or {}), "batch_id": batch_id}
-                results.append(
-                    writes.remember(self.state, replace(item, source=source), thresholds, now)
-                )
+            with writes.keys_looked_up(self.state, items):
+                for item in items:
+                    source = {**(shared_source or {}), **(item.source or {}), "batch_id": batch_id}
+                    results.append(
+                        writes.remember(self.state, replace(item, source=source), thresholds, now)
+                    )
             return {"results": results, "batch_id": batch_id}
 
         return action

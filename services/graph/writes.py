@@ -8,8 +8,10 @@ reported as ``deduplicated``; when the two share a key the save is also flagged 
 
 from __future__ import annotations
 
+import contextlib
 import heapq
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,6 +190,29 @@ def remember_hints(
     if language is not None:
         hints["single_language"] = language
     return hints
+
+
+@contextlib.contextmanager
+def keys_looked_up(state: GraphState, items: list[RememberItem]) -> Iterator[None]:
+    """Within, the keys ``items`` may coin (no key of their namespace has the text) have their
+    nearest concept keys looked up already, in one call a namespace (``KeyIndex.look_ahead``):
+    a batch of agent-written facts coins about a key a memory."""
+    wanted: defaultdict[str, dict[bytes, np.ndarray]] = defaultdict(dict)
+    for item in items:
+        index = state.indexes.get(item.namespace)
+        if index is None or not len(index):
+            continue
+        for key in item.keys:
+            if len(key.vector) == index.dim and key.surface.lower() not in index.exact:
+                wanted[item.namespace].setdefault(key.vector.tobytes(), key.vector)
+    ahead = [state.indexes[namespace] for namespace in wanted]
+    try:
+        for index, vectors in zip(ahead, wanted.values(), strict=True):
+            index.look_ahead(np.stack(list(vectors.values())))
+        yield
+    finally:
+        for index in ahead:
+            index.end_look_ahead()
 
 
 def link_keys(
