@@ -21,10 +21,12 @@ import numpy as np
 import pytest
 
 from keymem.services.embedder.calibrate import FIXTURE
-from keymem.services.graph import GraphService, keyann
+from keymem.services.graph import GraphService, keyann, keyindex
+from keymem.services.graph import service as graph_service
 from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.sleep import merge_reason
+from keymem.services.stack import InprocStack
 from keymem.store.records import KeyAlias
 from tests.graph_helpers import GRAPH_FILE
 from tests.vectors import remember_body, vector, vectors
@@ -321,6 +323,84 @@ def test_a_key_written_or_deleted_is_searched_at_once(graph: GraphService) -> No
     assert matched(graph, "quantum chromodynamics")[0] == "quantum chromodynamics lecture"
     graph.forget({"memory_id": saved["saved"]})  # its only memory: the key goes with it
     assert "quantum chromodynamics lecture" not in matched(graph, "quantum chromodynamics")
+
+
+def in_the_index(index: KeyIndex, key_id: str) -> bool:
+    approximate = index.approximate
+    assert approximate is not None and approximate.keys is not None
+    return key_id in approximate.keys.label_of
+
+
+def test_a_coined_key_is_found_before_and_after_the_index_takes_it_in(
+    graph: GraphService,
+) -> None:
+    """A write does not wait for its new key's insert into the approximate index: the key is
+    searched exactly beside it until ``settle_keys`` (between requests) inserts it."""
+    index = ready_index(graph)
+    assert graph.state.release_matrices() or index.matrix is None  # its only copy: the index
+    graph.remember(remember_body("Friday talk", ["quantum chromodynamics lecture"]))
+    key_id = index.exact["quantum chromodynamics lecture"]
+    assert not in_the_index(index, key_id)
+    assert matched(graph, "quantum chromodynamics")[0] == "quantum chromodynamics lecture"
+    coined = vector("quantum chromodynamics lecture")
+    assert np.array_equal(graph.state.key_vector(graph.state.keys[key_id]), coined)
+    while index.unsettled:
+        graph.settle_keys()
+    assert in_the_index(index, key_id)
+    assert matched(graph, "quantum chromodynamics")[0] == "quantum chromodynamics lecture"
+    assert abs(index.cosine(key_id, coined) - 1.0) <= F16_COSINE_ERROR * 2
+
+
+def test_a_coined_key_gone_or_retyped_before_its_insert_never_enters_the_index(
+    graph: GraphService,
+) -> None:
+    index = ready_index(graph)
+    saved = graph.remember(remember_body("Friday talk", ["quantum chromodynamics lecture"]))
+    gone = index.exact["quantum chromodynamics lecture"]
+    graph.forget({"memory_id": saved["saved"]})  # its only memory: the key goes with it
+    graph.remember(remember_body("met Dmitri Volkov", ["dmitri volkov physicist"]))
+    named = index.exact["dmitri volkov physicist"]
+    graph.remember(
+        remember_body(
+            "Dmitri again",
+            ["dmitri volkov physicist"],
+            key_types={"dmitri volkov physicist": "name"},
+        )
+    )
+    while index.unsettled:
+        graph.settle_keys()
+    assert not in_the_index(index, gone) and not in_the_index(index, named)
+    assert "quantum chromodynamics lecture" not in matched(graph, "quantum chromodynamics")
+
+
+def test_past_the_limit_a_coined_key_is_inserted_at_once(
+    graph: GraphService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keyindex, "UNSETTLED_MAX_KEYS", 1)
+    index = ready_index(graph)
+    assert "string theory" not in index.exact
+    graph.remember(remember_body("two talks", ["quantum chromodynamics lecture", "string theory"]))
+    first, second = index.exact["quantum chromodynamics lecture"], index.exact["string theory"]
+    assert list(index.unsettled) == [first]
+    assert in_the_index(index, second)
+
+
+def test_the_graph_worker_settles_coined_keys_between_requests(graph: GraphService) -> None:
+    """The serving loop inserts the keys a write left unsettled (its every-turn timer)."""
+    index = ready_index(graph)
+    with InprocStack() as stack:
+        stack.add_worker(graph_service.make_service(graph))
+        stack.client().call(
+            "graph",
+            "remember",
+            remember_body("Friday talk", ["quantum chromodynamics lecture"]),
+        )
+        key_id = index.exact["quantum chromodynamics lecture"]
+        give_up = time.monotonic() + READY_WAIT_S
+        while not in_the_index(index, key_id):
+            assert time.monotonic() < give_up, "the worker never inserted the coined key"
+            time.sleep(0.01)
+    assert not index.unsettled
 
 
 def test_writes_while_the_index_is_prepared_are_not_lost(home: Path) -> None:

@@ -459,6 +459,14 @@ class Approximate:
         elif not self.failed:
             self.pending.append((key_id, None if vector is None else vector.copy()))
 
+    def put_many(self, key_ids: list[str], vectors: np.ndarray) -> None:
+        """Concept keys written (one row of ``vectors`` each) into the serving index, in one
+        insert (usearch's per-call cost is ~10 % of a key's at 1M)."""
+        assert self.keys is not None, "put_many serves a ready index"
+        for key_id in key_ids:
+            self.keys.remove(key_id)
+        self.keys.add_many(key_ids, vectors)
+
     def _apply(self, key_id: str, vector: np.ndarray | None) -> None:
         assert self.keys is not None
         self.keys.remove(key_id)

@@ -14,6 +14,7 @@ float32 vector; a new key is written from its own.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import NamedTuple
 
@@ -38,6 +39,12 @@ RELEASED_VECTOR = np.zeros(0, dtype=np.float32)
 RELEASED_VECTOR.flags.writeable = False
 # ``KeyIndex.best_concept``: a vector no lookup was made ahead for (None means none is near)
 NOT_AHEAD = ("", 0.0)
+# Concept keys written since the approximate index last took them in, searched exactly beside
+# it, at most this many (a write past it inserts at once): each costs a lookup 512 multiply-adds,
+# and an insert into the index at 1M ~0.4 ms, which ``settle`` spends between requests.
+UNSETTLED_MAX_KEYS = 2048
+# keys ``settle`` inserts in one call (~0.4 ms each at 1M): the longest a request waits for it
+SETTLE_KEYS_PER_CALL = 32
 
 
 class KeyIndex:
@@ -63,6 +70,10 @@ class KeyIndex:
         self.ahead: dict[bytes, tuple[str, float] | None] | None = None
         # the concept keys added since, with their vectors, which those lookups did not see
         self.added_since: list[tuple[str, np.ndarray]] = []
+        # concept keys the serving approximate index has not taken in yet, with their float32
+        # vectors, searched exactly beside it (``settle`` inserts them between requests)
+        self.unsettled: dict[str, np.ndarray] = {}
+        self._unsettled_matrix: tuple[list[str], np.ndarray] | None = None
 
     @classmethod
     def bulk(cls, dim: int, keys: list[KeyRecord], held: np.ndarray | None = None) -> KeyIndex:
@@ -112,8 +123,37 @@ class KeyIndex:
         self.scripts[script_of(key.concept)] += 1
         if self.ahead is not None and not key.is_entity:
             self.added_since.append((key.id, key.vector))
-        if self.approximate is not None and not key.is_entity:
-            self.approximate.put(key.id, key.vector)
+        if not key.is_entity:
+            self._put(key.id, key.vector)
+
+    def _put(self, key_id: str, vector: np.ndarray) -> None:
+        """A concept key for the approximate index: unsettled while it serves (its insert waits
+        for ``settle``), else queued or dropped as ``Approximate.put`` does."""
+        approximate = self.approximate
+        if approximate is None:
+            return
+        if approximate.ready() and len(self.unsettled) < UNSETTLED_MAX_KEYS:
+            self.unsettled[key_id] = vector
+            self._unsettled_matrix = None
+        else:
+            approximate.put(key_id, vector)
+
+    def _unput(self, key_id: str) -> None:
+        if self.unsettled.pop(key_id, None) is not None:
+            self._unsettled_matrix = None
+        if self.approximate is not None:
+            self.approximate.put(key_id, None)
+
+    def settle(self, count: int = SETTLE_KEYS_PER_CALL) -> bool:
+        """Insert up to ``count`` unsettled keys into the approximate index, oldest first, in
+        one call; True while some remain."""
+        if not self.unsettled:
+            return False
+        assert self.approximate is not None, "unsettled keys wait for a serving index"
+        taken = list(itertools.islice(self.unsettled, count))
+        self.approximate.put_many(taken, np.stack([self.unsettled.pop(k) for k in taken]))
+        self._unsettled_matrix = None
+        return bool(self.unsettled)
 
     def add_surface(self, key_id: str, surface: str) -> None:
         norm = _same(surface_norm(surface), surface)
@@ -126,8 +166,8 @@ class KeyIndex:
     def remove(self, key: KeyRecord) -> None:
         self.end_look_ahead()  # a lookup made ahead may name this key
         index = self.pos.pop(key.id)
-        if self.approximate is not None and self.concept_mask[index]:
-            self.approximate.put(key.id, None)
+        if self.concept_mask[index]:
+            self._unput(key.id)
         last = len(self.ids) - 1
         self.loose.pop(key.id, None)
         if index != last:
@@ -165,8 +205,10 @@ class KeyIndex:
             else:
                 self.loose.pop(key.id, None)
         self.concept_mask[row] = not key.is_entity
-        if self.approximate is not None:
-            self.approximate.put(key.id, None if key.is_entity else vector)
+        if key.is_entity:
+            self._unput(key.id)
+        else:
+            self._put(key.id, vector.copy())  # a row of the matrix moves with removals
 
     def vector(self, key_id: str) -> np.ndarray:
         """The key's float32 vector: its matrix row, or once released its loose vector or the
@@ -174,9 +216,11 @@ class KeyIndex:
         if self.matrix is not None:
             row: np.ndarray = self.matrix[self.pos[key_id]]
             return row
-        loose = self.loose.get(key_id)
-        if loose is not None:
-            return loose
+        held = self.loose.get(key_id)
+        if held is None:
+            held = self.unsettled.get(key_id)
+        if held is not None:
+            return held
         widened: np.ndarray = self._served().vectors([key_id])[0]
         return widened
 
@@ -187,7 +231,7 @@ class KeyIndex:
         rows = np.zeros((len(key_ids), self.dim), dtype=np.float32)
         fetched: list[int] = []
         for i, key_id in enumerate(key_ids):
-            if self.matrix is None and key_id not in self.loose:
+            if self.matrix is None and key_id not in self.loose and key_id not in self.unsettled:
                 fetched.append(i)
             else:
                 rows[i] = self.vector(key_id)
@@ -203,10 +247,10 @@ class KeyIndex:
         (~2.5 us a key, where one call per key costs ~25 us)."""
         if self.matrix is not None or not key_ids:
             return [self.cosine(key_id, vector) for key_id in key_ids]
-        loose = self.loose
-        held = [k for k in key_ids if k not in loose]
-        widened = dict(zip(held, self._served().vectors(held), strict=True))
-        return [float((loose[k] if k in loose else widened[k]) @ vector) for k in key_ids]
+        own = {k: v for k in key_ids if (v := self.loose.get(k, self.unsettled.get(k))) is not None}
+        held = [k for k in key_ids if k not in own]
+        own.update(zip(held, self._served().vectors(held), strict=True))
+        return [float(own[k] @ vector) for k in key_ids]
 
     def _served(self) -> HnswKeys:
         approximate = self.approximate
@@ -257,13 +301,18 @@ class KeyIndex:
         if approximate is not None and approximate.ready():
             keys = approximate.keys
             assert keys is not None
+            unsettled_ids, unsettled = self._unsettled_rows()
+            unsettled_cosines = unsettled @ vectors.T  # (unsettled keys, m)
             found = []
-            for vector, (ids, cosines) in zip(
-                vectors, keys.search(vectors, candidates_for(take), expansion), strict=True
+            for column, (vector, (ids, cosines)) in enumerate(
+                zip(vectors, keys.search(vectors, candidates_for(take), expansion), strict=True)
             ):
                 rows = np.array([self.pos[k] for k in ids], dtype=np.intp)
                 if self.matrix is not None:  # re-scored exactly while the matrix is held
                     cosines = self.matrix[rows] @ vector
+                if len(unsettled_ids):
+                    rows = np.concatenate([rows, unsettled_ids])
+                    cosines = np.concatenate([cosines, unsettled_cosines[:, column]])
                 found.append(Nearest.best(rows, cosines, take))
             return found
         assert self.matrix is not None, "a released index has its approximate index"
@@ -277,6 +326,19 @@ class KeyIndex:
             else:
                 found.append(Nearest.best(rows, column, take))
         return found
+
+    def _unsettled_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The unsettled keys' rows and their vectors as one matrix (kept until they change)."""
+        if self._unsettled_matrix is None:
+            ids = list(self.unsettled)
+            matrix = (
+                np.stack(list(self.unsettled.values()))
+                if ids
+                else np.zeros((0, self.dim), dtype=np.float32)
+            )
+            self._unsettled_matrix = ids, matrix
+        ids, matrix = self._unsettled_matrix
+        return np.array([self.pos[k] for k in ids], dtype=np.intp), matrix
 
     def best_concept(
         self, vector: np.ndarray, exclude: set[str] | None = None
