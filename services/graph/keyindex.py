@@ -133,6 +133,7 @@ class KeyIndex:
         if approximate is None:
             return
         if approximate.ready() and len(self.unsettled) < UNSETTLED_MAX_KEYS:
+            approximate.put(key_id, None)  # a key put again is found once, as unsettled
             self.unsettled[key_id] = vector
             self._unsettled_matrix = None
         else:
