@@ -108,6 +108,8 @@ class Service:
         self.capacity = capacity
         self.methods: dict[str, Method] = {}
         self.timers: list[Timer] = []
+        # slices of work run while no request waits (``when_idle``)
+        self.idle_work: list[Callable[[], bool]] = []
         self.on_stop: list[Callable[[], None]] = []
 
     def method(
@@ -153,6 +155,12 @@ class Service:
     def every(self, interval_s: float, action: Callable[[], None]) -> None:
         """Run ``action`` from the serving loop about every ``interval_s`` (first run at start)."""
         self.timers.append(Timer(interval_s, action))
+
+    def when_idle(self, action: Callable[[], bool]) -> None:
+        """Run ``action``, one slice of deferred work a call, from the serving loop again and
+        again while no request waits and it answers True (more to do): a request that arrives
+        waits for one slice at most, and the heartbeat for none."""
+        self.idle_work.append(action)
 
     def describe(self) -> dict[str, dict[str, bool]]:
         described = {name: {"idempotent": True} for name in BUILTIN_METHODS}
@@ -237,6 +245,7 @@ class Worker:
         try:
             while not self.stop_event.is_set():
                 self._run_timers()
+                self._run_idle_work()
                 timeout = max(0, min(STOP_CHECK_MS, self._next_beat_ms - envelope.now_ms()))
                 events = dict(self._poller.poll(timeout))
                 if self._direct is not None and self._direct in events:
@@ -379,6 +388,30 @@ class Worker:
                     timer.action()
                 except Exception:
                     log.exception("%s: periodic task failed", self.service.name)
+
+    def _run_idle_work(self) -> None:
+        """Slices of each idle action until a request waits, the next heartbeat is due, the
+        worker stops, or the action has nothing left."""
+        for action in self.service.idle_work:
+            while (
+                envelope.now_ms() < self._next_beat_ms
+                and not self.stop_event.is_set()
+                and self._idle()
+            ):
+                try:
+                    if not action():
+                        break
+                except Exception:
+                    log.exception("%s: idle work failed", self.service.name)
+                    break
+
+    def _idle(self) -> bool:
+        """Connected to the router, and no request waits on either socket."""
+        if self._backend is None or self._backend_pending():
+            return False
+        if self._direct is None:
+            return True
+        return not cast(int, self._direct.getsockopt(zmq.EVENTS)) & zmq.POLLIN
 
     def describe_stats(self) -> dict[str, Any]:
         import psutil

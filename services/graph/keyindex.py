@@ -44,7 +44,7 @@ NOT_AHEAD = ("", 0.0)
 # and an insert into the index at 1M ~0.4 ms, which ``settle`` spends between requests.
 UNSETTLED_MAX_KEYS = 2048
 # keys ``settle`` inserts in one call (~0.4 ms each at 1M): the longest a request waits for it
-SETTLE_KEYS_PER_CALL = 32
+SETTLE_KEYS_PER_CALL = 16
 
 
 class KeyIndex:

@@ -531,13 +531,15 @@ class GraphService:
         self.key_ann.tick(self.state.indexes, self.state.fingerprint)
         self.state.release_matrices()  # a namespace whose index serves holds each vector once
 
-    def settle_keys(self) -> None:
-        """Insert one namespace's next few unsettled keys into its approximate index, between
-        requests (``KeyIndex.settle``): a write that coins a key does not wait for its insert."""
+    def settle_keys(self) -> bool:
+        """Insert one namespace's next few unsettled keys into its approximate index while no
+        request waits (``KeyIndex.settle``): a write that coins a key does not wait for its
+        insert. True while keys wait."""
         for index in self.state.indexes.values():
             if index.unsettled:
                 index.settle()
-                return
+                return True
+        return False
 
     def close(self) -> None:
         self.finish_backups()
@@ -917,7 +919,7 @@ def make_service(graph: GraphService, *, sweep_interval_s: float = TTL_SWEEP_INT
     service.every(WRITE_BEHIND_INTERVAL_S, graph.fold_due)
     service.every(CHECKPOINT_CHECK_INTERVAL_S, graph.checkpoint_due)
     service.every(KEY_ANN_CHECK_INTERVAL_S, graph.key_ann_tick)
-    service.every(0.0, graph.settle_keys)  # every loop turn: a few keys while any wait
+    service.when_idle(graph.settle_keys)
     service.every(MAINTENANCE_INTERVAL_S, graph.maintenance)
     service.every(SLEEP_CHECK_INTERVAL_S, graph.sleep_due)
     service.every(0.0, graph.sleep_tick)  # every loop turn: a slice only while a pass runs
