@@ -9,9 +9,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from keymem.services.graph import GraphService
+from keymem.services.graph import GraphService, keyindex
+from keymem.services.graph.keyindex import KeyIndex
+from keymem.store.records import KeyRecord
 from tests.graph_helpers import GRAPH_FILE
 from tests.test_key_ann import fill, key_strings, ready_index
 from tests.vectors import remember_body, vector
@@ -126,3 +129,31 @@ def test_a_batch_files_coined_keys_as_one_remember_at_a_time_through_the_approxi
     check_batch_files_as_one_at_a_time(
         tmp_path / "a", tmp_path / "b", key_ann_min_keys=ANN_MIN_KEYS
     )
+
+
+def test_lookups_made_ahead_in_parts_are_the_lookups_made_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch bringing more new keys than one product takes is looked up in parts, each key
+    as it would be alone."""
+    rng = np.random.default_rng(7)
+    held = rng.standard_normal((300, 16)).astype(np.float32)
+    held /= np.linalg.norm(held, axis=1, keepdims=True)
+    index = KeyIndex.bulk(
+        16,
+        [
+            KeyRecord(f"k{i}", NAMESPACE, f"key {i}", "concept", 0.0, vector)
+            for i, vector in enumerate(held)
+        ],
+    )
+    coined = rng.standard_normal((23, 16)).astype(np.float32)
+    coined /= np.linalg.norm(coined, axis=1, keepdims=True)
+    index.look_ahead(coined)
+    at_once = index.ahead
+    monkeypatch.setattr(keyindex, "LOOK_AHEAD_VECTORS", 5)
+    index.look_ahead(coined)
+    assert index.ahead == at_once
+    assert at_once is not None and len(at_once) == len(coined)
+    for query in coined:
+        best = int(np.argmax(held @ query))
+        assert at_once[query.tobytes()] == (f"k{best}", pytest.approx(float(held[best] @ query)))

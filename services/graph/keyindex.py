@@ -39,6 +39,9 @@ RELEASED_VECTOR = np.zeros(0, dtype=np.float32)
 RELEASED_VECTOR.flags.writeable = False
 # ``KeyIndex.best_concept``: a vector no lookup was made ahead for (None means none is near)
 NOT_AHEAD = ("", 0.0)
+# ``KeyIndex.look_ahead``'s vectors a product: the cosines of 256 against a 20k-key namespace
+# are 20 MB (a batch of 200 memories may bring thousands of new keys)
+LOOK_AHEAD_VECTORS = 256
 # Concept keys written since the approximate index last took them in, searched exactly beside
 # it, at most this many (a write past it inserts at once): each costs a lookup 512 multiply-adds,
 # and an insert into the index at 1M ~0.4 ms, which ``settle`` spends between requests.
@@ -365,7 +368,13 @@ class KeyIndex:
         batch's hundred costs about as much as one), and the approximate index answers a
         batch in one call. A lookup made ahead is then weighed only against the concept keys
         added since; removing a key or changing its type ends them all."""
-        found = self.nearest_concepts(vectors, 1, LOOKUP_EXPANSION)
+        found = [
+            near
+            for start in range(0, len(vectors), LOOK_AHEAD_VECTORS)
+            for near in self.nearest_concepts(
+                vectors[start : start + LOOK_AHEAD_VECTORS], 1, LOOKUP_EXPANSION
+            )
+        ]
         self.ahead = {
             vector.tobytes(): (self.ids[int(near.rows[0])], float(near.cosines[0]))
             if len(near.rows)
