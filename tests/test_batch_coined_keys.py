@@ -156,4 +156,6 @@ def test_lookups_made_ahead_in_parts_are_the_lookups_made_at_once(
     assert at_once is not None and len(at_once) == len(coined)
     for query in coined:
         best = int(np.argmax(held @ query))
-        assert at_once[query.tobytes()] == (f"k{best}", pytest.approx(float(held[best] @ query)))
+        found = at_once[query.tobytes()]
+        assert found is not None and found[0] == f"k{best}"
+        assert found[1] == pytest.approx(float(held[best] @ query))
