@@ -18,7 +18,8 @@ change feed), and measures:
   rate is the mean call's, and a run of ~1 s is one fold or one stall away from another
   figure), the same client with 8 calls in flight at once, and ten `remember_batch` of 100
   (and the rate of the first three, the row's measure before 2026-12-03d), with every
-  program's CPU a batched memory;
+  program's CPU a batched memory; then the same client's remembers and ten batches written as
+  an agent's are, about one key a memory that the store does not hold (``COINED_PER_MEMORY``);
 - memory per process (RSS and PSS), the DuckDB file size;
 - a lexicon worker's restart (kill -9 to every document indexed again, from its cache);
 - `keymem down` then `keymem up` to ready, and to the lexicon serving every document.
@@ -43,6 +44,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,7 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks.deployment import BenchHome, bench_home, timed_tool
 from benchmarks.footprint import memory_mb
-from benchmarks.graph_bench import DIM, Synthetic, vocabulary_size
+from benchmarks.graph_bench import DIM, Synthetic, agent_key_texts, vocabulary_size
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _search_loop
 from benchmarks.scale_store import BUILD_REPORT, KeyVectors, bulk_store
 from benchmarks.write_rate import _cpu_ms_per, _cpu_s, _programs
@@ -83,6 +85,12 @@ FIRST_BATCHES = f"remember_batch_100_first_{MCP_BATCHES_BEFORE}_per_s"
 # turn's facts in parallel tool calls (services/mcp/coalesce.py sends them together).
 MCP_IN_FLIGHT = 8
 MCP_STDERR_TAIL_CHARS = 2_000
+# An agent's writes coin keys (1.6 new ones a memory in the second half of locomo_agentkeys'
+# conversations; the Zipf stream 0.002-0.05): the coined rows write one a memory on average
+# (docs/history/writes-agent-keys-2026-12-04.md), COINED_CALLS sequential remembers and
+# MCP_BATCHES batches of MCP_BATCH.
+COINED_PER_MEMORY = 1.0
+COINED_CALLS = 300
 LEXICON_QUERIES = 300
 POLL_S = 0.05
 WARM_TIMEOUT_MS = 60_000  # a large store's first search of a query builds its pools
@@ -144,22 +152,30 @@ def lexicon_restart(client: Client, memories: int) -> float:
     return round(lexicon_serving(client, memories, old_pid), 2)
 
 
+def _items(data: Synthetic, count: int) -> list[dict[str, Any]]:
+    """``count`` remember arguments as an MCP client sends them (keys as texts)."""
+    return [{k: v for k, v in data.item().items() if k != "key_vectors"} for _ in range(count)]
+
+
 async def _mcp(
-    deployment: BenchHome, data: Synthetic, calls: tuple[int, int], out: dict[str, Any]
+    deployment: BenchHome,
+    data: Synthetic,
+    coined: Synthetic,
+    calls: tuple[int, int],
+    out: dict[str, Any],
 ) -> None:
     """The MCP figures into ``out``, each as soon as it is measured (a later tool may fail):
-    ``calls`` is (recalls and calls in flight, sequential remembers)."""
+    ``calls`` is (recalls and calls in flight, sequential remembers); ``coined`` writes keys
+    the store does not hold."""
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "keymem.services.cli", "mcp"], env=deployment.env
     )
     queries = [data.query() for _ in range(calls[0])]
-    items = [
-        {k: v for k, v in data.item().items() if k != "key_vectors"}
-        for _ in range(sum(calls) + MCP_BATCH * MCP_BATCHES)
-    ]
+    items = _items(data, sum(calls) + MCP_BATCH * MCP_BATCHES)
+    writes = Writes(items, _items(coined, COINED_CALLS + MCP_BATCH * MCP_BATCHES))
     with tempfile.TemporaryFile("w+") as errlog:
         try:
-            await _mcp_session(deployment, params, queries, items, calls[1], errlog, out)
+            await _mcp_session(deployment, params, queries, writes, calls[1], errlog, out)
         except Exception as exc:  # the SDK's task group wraps it; its stderr says why
             errlog.seek(0)
             tail = errlog.read()[-MCP_STDERR_TAIL_CHARS:].strip()
@@ -173,15 +189,24 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+@dataclass(frozen=True)
+class Writes:
+    """An MCP session's remember arguments: the Zipf stream's, and those coining keys."""
+
+    items: list[dict[str, Any]]
+    coined: list[dict[str, Any]]
+
+
 async def _mcp_session(
     deployment: BenchHome,
     params: StdioServerParameters,
     queries: list[dict[str, Any]],
-    items: list[dict[str, Any]],
+    writes: Writes,
     calls: int,
     errlog: Any,
     out: dict[str, Any],
 ) -> None:
+    items = writes.items
     async with McpClient(stdio_client(params, errlog=errlog)) as mcp:
         timed = functools.partial(timed_tool, mcp)
 
@@ -221,6 +246,19 @@ async def _mcp_session(
         out[FIRST_BATCHES] = round(MCP_BATCH * len(first) / sum(first), 1)
         out["remember_batch_100_s"] = [round(s, 3) for s in batches]
         out["remember_batch_100_cpu_ms_per_memory"] = spent
+        # as an agent writes: about a key a memory the store does not hold
+        coined = [await timed("remember", item) for item in writes.coined[:COINED_CALLS]]
+        out["remember_coined_1_client_per_s"] = round(len(coined) / sum(coined), 1)
+        coined_batches = [
+            await timed(
+                "remember_batch",
+                {"items": writes.coined[COINED_CALLS + i : COINED_CALLS + i + MCP_BATCH]},
+            )
+            for i in range(0, MCP_BATCH * MCP_BATCHES, MCP_BATCH)
+        ]
+        out["remember_batch_100_coined_per_s"] = round(
+            MCP_BATCH * len(coined_batches) / sum(coined_batches), 1
+        )
 
 
 def _key_index_log(home: Path) -> list[str]:
@@ -256,6 +294,12 @@ def measure(
     """Fill ``report`` figure by figure: what was measured stays when a later step fails."""
     store, built = ensure_store(stores, memories)
     data = Synthetic(memories, seed=memories)  # another stream than the build's
+    coined = Synthetic(
+        memories,
+        seed=memories + 3,
+        coined_per_memory=COINED_PER_MEMORY,
+        coined_texts=agent_key_texts(),
+    )
     with bench_home("km-sc-") as deployment:
         deployment.env["KEYMEM_HEARTBEAT_LIVENESS"] = LIVENESS  # a large store's long calls
         shutil.copy(store, graph_path(deployment.home))
@@ -276,7 +320,7 @@ def measure(
         report["hook"] = _hook(deployment.home, deployment.env, queries, hook_runs)["hook"]
         report["mcp"] = {}
         try:  # the lexicon's restart and `up` after `down` do not depend on it
-            asyncio.run(_mcp(deployment, data, mcp_calls, report["mcp"]))
+            asyncio.run(_mcp(deployment, data, coined, mcp_calls, report["mcp"]))
         except RuntimeError as exc:
             report["mcp_error"] = str(exc)
         with Client(endpoints.frontend) as client:
@@ -356,6 +400,16 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
         lambda r: r["mcp"][f"remember_in_flight_{MCP_IN_FLIGHT}_per_s"],
     ),
     ("MCP remember_batch 100 /s", "/s", lambda r: r["mcp"]["remember_batch_100_per_s"]),
+    (
+        "MCP remember, coined keys, 1 client /s",
+        "/s",
+        lambda r: r["mcp"]["remember_coined_1_client_per_s"],
+    ),
+    (
+        "MCP remember_batch 100, coined keys /s",
+        "/s",
+        lambda r: r["mcp"]["remember_batch_100_coined_per_s"],
+    ),
     (
         f"MCP remember_batch 100, first {MCP_BATCHES_BEFORE} /s",
         "/s",
