@@ -435,6 +435,8 @@ GOALS_AT_1M = {
     "hook p50 ms": 150,
     "MCP remember, 1 client /s": 300,
     "MCP remember_batch 100 /s": 1_000,
+    "MCP remember, coined keys, 1 client /s": 300,
+    "MCP remember_batch 100, coined keys /s": 1_000,
     "lexicon restart s": 8,
     "keymem up s": 30,
     "RSS total MB": 4_096,
