@@ -35,7 +35,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from benchmarks import scale_1m
 from benchmarks.deployment import BenchHome, bench_home, timed_tool
-from benchmarks.graph_bench import Synthetic
+from benchmarks.graph_bench import Synthetic, agent_key_texts
 from benchmarks.host import host_loop_s
 from benchmarks.recall_bench import LIVENESS, _hook, _queries, _wait_indexed
 from benchmarks.write_rate import _cpu_ms_per, _cpu_s, _programs
@@ -96,6 +96,12 @@ def measure(size: int, store: Path, rounds: int, idle_s: float) -> list[dict[str
             _wait_indexed(client, client.call("graph", "counts", {})["memories"])
             backlog = client.call("graph", "vector_backlog", {"limit": 0})["missing"]
         data = Synthetic(size, seed=size + 41)  # another stream than the build's
+        coined = Synthetic(
+            size,
+            seed=size + 43,
+            coined_per_memory=scale_1m.COINED_PER_MEMORY,
+            coined_texts=agent_key_texts(),
+        )
         queries = _queries(data)
         for round_ in range(rounds):
             for phase in ("scale", "idle"):
@@ -104,7 +110,7 @@ def measure(size: int, store: Path, rounds: int, idle_s: float) -> list[dict[str
                 out["load_average"] = round(os.getloadavg()[0], 2)
                 if phase == "scale":
                     _hook(deployment.home, deployment.env, queries, HOOK_RUNS)
-                    asyncio.run(scale_1m._mcp(deployment, data, SCALE_CALLS, out))
+                    asyncio.run(scale_1m._mcp(deployment, data, coined, SCALE_CALLS, out))
                 else:
                     asyncio.run(after_idle(deployment, data, idle_s, out))
                 print(json.dumps(out), flush=True)
