@@ -468,10 +468,11 @@ class Approximate:
         self.keys.add_many(key_ids, vectors)
 
     def _apply(self, key_id: str, vector: np.ndarray | None) -> None:
-        assert self.keys is not None
-        self.keys.remove(key_id)
         if vector is not None:
-            self.keys.add_many([key_id], vector[None, :])
+            self.put_many([key_id], vector[None, :])
+        else:
+            assert self.keys is not None
+            self.keys.remove(key_id)
 
 
 class Indexed(Protocol):

@@ -305,8 +305,9 @@ class KeyIndex:
         if approximate is not None and approximate.ready():
             keys = approximate.keys
             assert keys is not None
-            unsettled_ids, unsettled = self._unsettled_rows()
-            unsettled_cosines = unsettled @ vectors.T  # (unsettled keys, m)
+            # the keys waiting for their insert, scored exactly: nothing to pay while none waits
+            unsettled_ids, unsettled = self._unsettled_rows() if self.unsettled else (None, None)
+            unsettled_cosines = None if unsettled is None else unsettled @ vectors.T  # (keys, m)
             found = []
             for column, (vector, (ids, cosines)) in enumerate(
                 zip(vectors, keys.search(vectors, candidates_for(take), expansion), strict=True)
@@ -314,7 +315,7 @@ class KeyIndex:
                 rows = np.array([self.pos[k] for k in ids], dtype=np.intp)
                 if self.matrix is not None:  # re-scored exactly while the matrix is held
                     cosines = self.matrix[rows] @ vector
-                if len(unsettled_ids):
+                if unsettled_ids is not None and unsettled_cosines is not None:
                     rows = np.concatenate([rows, unsettled_ids])
                     cosines = np.concatenate([cosines, unsettled_cosines[:, column]])
                 found.append(Nearest.best(rows, cosines, take))
@@ -334,14 +335,9 @@ class KeyIndex:
     def _unsettled_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The unsettled keys' rows and their vectors as one matrix (kept until they change)."""
         if self._unsettled_matrix is None:
-            ids = list(self.unsettled)
-            matrix = (
-                np.stack(list(self.unsettled.values()))
-                if ids
-                else np.zeros((0, self.dim), dtype=np.float32)
-            )
-            self._unsettled_matrix = ids, matrix
+            self._unsettled_matrix = list(self.unsettled), np.stack(list(self.unsettled.values()))
         ids, matrix = self._unsettled_matrix
+        # rows move when another key is removed: read them now
         return np.array([self.pos[k] for k in ids], dtype=np.intp), matrix
 
     def best_concept(
@@ -390,13 +386,12 @@ class KeyIndex:
     def _best_since(
         self, vector: np.ndarray, best: tuple[str, float] | None
     ) -> tuple[str, float] | None:
-        """``best``, a lookup made ahead, or a concept key added since that is closer."""
+        """``best``, a lookup made ahead, or a concept key added since that is closer (every one
+        is still a concept key: a removal or a change of type ends the lookups made ahead)."""
         for key_id, added in self.added_since:
-            row = self.pos.get(key_id)
-            if row is not None and self.concept_mask[row]:
-                cosine = float(added @ vector)
-                if best is None or cosine > best[1]:
-                    best = key_id, cosine
+            cosine = float(added @ vector)
+            if best is None or cosine > best[1]:
+                best = key_id, cosine
         return best
 
 
