@@ -18,11 +18,11 @@ memory after the load (the traced run is several times slower; its times are not
 ``--key-ann DIR`` then gives the namespaces at or above ``KEYMEM_KEY_ANN_MIN_KEYS`` concept keys
 their approximate indexes as the service does (loaded from DIR, or built and saved there the
 first time: minutes at 1M) and reads the RSS with them serving next to the float32 matrices
-(``rss_served_mb``) and once the matrices are released (``rss_released_mb``: what the worker
+(``rss_served_mb``) and once the matrices are halved (``rss_halved_mb``: what the worker
 holds). Between the two it times ``nearest_concepts`` through the index on ``--queries``
-vectors (mixes of two keys' vectors, one BLAS thread as the service), its candidates re-scored
-from the float32 matrix (``nearest_held_ms``), then ranked by the index's own half-precision
-cosines (``nearest_released_ms``), and reports how far the two agree (``_agreement``).
+vectors (mixes of two keys' vectors, one BLAS thread as the service), its candidates scored
+from the float32 matrix (``nearest_held_ms``), then from the float16 one
+(``nearest_halved_ms``), and reports how far the two agree (``_agreement``).
 
 ``costs(store)`` returns the same figures for another benchmark (``scale_1m --costs``).
 """
@@ -78,7 +78,7 @@ def _queries(state: GraphState, count: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(QUERY_SEED)
     out = {}
     for namespace, index in state.indexes.items():
-        if index.approximate is None or index.matrix is None:
+        if index.approximate is None or index.halved:
             continue
         n = len(index)
         mixed = index.matrix[rng.integers(0, n, count)] + index.matrix[rng.integers(0, n, count)]
@@ -123,7 +123,7 @@ def _agreement(before: list[dict[str, float]], after: list[dict[str, float]]) ->
 
 
 def serve_key_ann(state: GraphState, directory: Path, queries: int) -> dict[str, Any]:
-    """The approximate indexes attached and ready, then the matrices released (see above)."""
+    """The approximate indexes attached and ready, then the matrices halved (see above)."""
     out: dict[str, Any] = {}
     manager = keyann.KeyAnn(directory, cfg.KEY_ANN_MIN_KEYS.default)
     started = time.perf_counter()
@@ -141,11 +141,11 @@ def serve_key_ann(state: GraphState, directory: Path, queries: int) -> dict[str,
     asked = _queries(state, queries)
     out["nearest_held_ms"], before = _nearest(state, asked)
     started = time.process_time()
-    out["released"] = state.release_matrices()
-    out["release_cpu_s"] = round(time.process_time() - started, 3)
+    out["halved"] = state.halve_matrices()
+    out["halve_cpu_s"] = round(time.process_time() - started, 3)
     trim_heap()
-    out["rss_released_mb"] = _rss_mb()
-    out["nearest_released_ms"], after = _nearest(state, asked)
+    out["rss_halved_mb"] = _rss_mb()
+    out["nearest_halved_ms"], after = _nearest(state, asked)
     out.update(_agreement(before, after))
     return out
 

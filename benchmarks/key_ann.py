@@ -13,14 +13,15 @@ For each size it measures, in CPU time with one thread (the graph's setting): th
 per query vector, building the index (per key), a search through ``KeyIndex.nearest_concepts``
 with the index (per query vector, candidates re-scored exactly from the float32 matrix),
 recall@10 of that against the exact scan, the index's memory and file size, and a save / load
-/ catch-up round; then the same search and recall with the matrix released (``released_*``:
-the candidates ranked by the index's own half-precision cosines, as the graph serves).
+/ catch-up round; then the same search and recall with the matrix halved (``halved_*``: the
+candidates scored from the float16 matrix, as the graph serves). ``--dtype`` builds the index
+over another vector type than the product's (``keyann.VECTOR_DTYPE``), to see what each buys.
 ``--compare`` also builds faiss-cpu (HNSW, flat float32) and voyager (HNSW, E4M3) at the
 same parameters, when installed, and reports their raw recall@10 and query CPU (40 candidates,
 re-scored exactly): the measurements that chose usearch (docs/SCALING.md).
 
 ``--coined N`` instead holds N of the keys out of one index of all the others and looks each
-up as a write that coins it does (``KeyIndex.best_concept`` on the released index): CPU per
+up as a write that coins it does (``KeyIndex.best_concept``, the matrix halved): CPU per
 lookup and whether the merge and near-key-hint decisions match the exact scan's, by search
 expansion.
 """
@@ -190,28 +191,25 @@ def measure(vectors: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
             for query in queries:
                 index.nearest_concepts(query[None, :], take, expansion)
             out[f"search_ms_{row}"] = (time.process_time() - started) / len(queries) * 1e3
-    # as the graph serves once the index is ready: the float32 matrix released, the
-    # candidates ranked by the index's own half-precision cosines
-    assert index.release()
+    # as the graph serves once the index is ready: the matrix in half precision
+    assert index.halve()
     for take in (TOP, 4 * TOP):
         found = [
             [int(r) for r in index.nearest_concepts(q[None, :], take)[0].rows] for q in queries
         ]
-        out[f"released_recall_at_10_take_{take}"] = recall(found, exact)
-        out[f"released_recall_at_10_above_key_recall_take_{take}"] = recall_above(
+        out[f"halved_recall_at_10_take_{take}"] = recall(found, exact)
+        out[f"halved_recall_at_10_above_key_recall_take_{take}"] = recall_above(
             found, exact, sims, KEY_RECALL
         )
         started = time.process_time()
         for query in queries:
             index.nearest_concepts(query[None, :], take)
-        out[f"released_search_ms_take_{take}"] = (
-            (time.process_time() - started) / len(queries) * 1e3
-        )
+        out[f"halved_search_ms_take_{take}"] = (time.process_time() - started) / len(queries) * 1e3
     return out
 
 
 def coined(vectors: np.ndarray, coined_keys: np.ndarray) -> dict[str, Any]:
-    """What a write asks of a released index for a key it coins (a key the namespace does not
+    """What a write asks of a halved namespace for a key it coins (a key the namespace does not
     hold): the nearest concept key (``best_concept``, at ``keyann.LOOKUP_EXPANSION``), whose
     cosine decides a merge (``KEY_MERGE``) and a near-key hint (``KEY_RECALL``), at each
     search expansion: CPU per call and how often the decision is the exact scan's."""
@@ -223,7 +221,7 @@ def coined(vectors: np.ndarray, coined_keys: np.ndarray) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:  # prepared as a start prepares it
         index.approximate = keyann.Approximate(Path(scratch) / "bench", snapshot)
         index.approximate.done.wait()
-    assert index.approximate.ready() and index.release()
+    assert index.approximate.ready() and index.halve()
     out: dict[str, Any] = {
         "keys": len(vectors),
         "coined": len(coined_keys),
@@ -314,7 +312,14 @@ def main() -> None:
         default=0,
         help="instead: N keys held out, each looked up as a write coining it (best_concept)",
     )
+    parser.add_argument(
+        "--dtype",
+        default=keyann.VECTOR_DTYPE,
+        choices=["i8", "f16", "bf16", "f32"],
+        help="the index's vector type (default: the product's)",
+    )
     args = parser.parse_args()
+    keyann.VECTOR_DTYPE = args.dtype
     vectors = embedded(args.data, args.cache)
     rng = np.random.default_rng(0)
     half = args.queries // 2

@@ -379,7 +379,7 @@ def costs(memories: int, stores: Path) -> dict[str, Any]:
         out["wal_kb"] = round(graph.store.wal_bytes() / 1024)
         out["checkpoint_ms"] = _cpu_ms(graph.store.checkpoint)
         index = max(graph.state.indexes.values(), key=len)
-        assert index.matrix is not None  # released only by the service loop's key_ann_tick
+        assert not index.halved  # halved only by the service loop's key_ann_tick
         out.update(scan(index.matrix[: len(index)]))
         graph.close()
         return out

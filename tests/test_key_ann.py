@@ -193,13 +193,14 @@ def test_a_coined_key_is_looked_up_as_the_exact_scan_finds_it(graph: GraphServic
     assert same / len(coined) >= MIN_SAME_NEAREST
 
 
-def test_a_served_namespace_holds_each_vector_once(graph: GraphService) -> None:
-    """Once its index serves, the namespace's float32 matrix is gone: a key's vector is read
-    from the index (half precision, widened), its cosines within F16_COSINE_ERROR of the
-    model's float32 vector's, and the nearest keys come with the index's cosines (query and
-    vectors in half precision: within twice that) and belong to the exact scan's top 10."""
+def test_a_served_namespace_ranks_from_its_matrix_in_half_precision(graph: GraphService) -> None:
+    """Once its index serves, the namespace's matrix is held in half precision and no record
+    holds a float32 row: a key's vector is its row widened, its cosines within
+    F16_COSINE_ERROR of the model's float32 vector's, and the nearest keys come with cosines
+    scored from it (the index's own int8 scores are not cosines) and belong to the exact
+    scan's top 10."""
     index = ready_index(graph)
-    assert index.matrix is None and not index.loose
+    assert index.halved and index.matrix.dtype == np.float16
     records = [graph.state.keys[key_id] for key_id in index.ids]
     assert all(key.vector is RELEASED_VECTOR for key in records)
     with pytest.raises(ValueError):
@@ -214,7 +215,7 @@ def test_a_served_namespace_holds_each_vector_once(graph: GraphService) -> None:
         (nearest,) = index.nearest_concepts(query[None, :], 5)
         found = [index.ids[row] for row in nearest.rows.tolist()]
         exact = vectors([graph.state.keys[k].concept for k in found]) @ query
-        assert nearest.cosines.tolist() == pytest.approx(exact.tolist(), abs=2 * F16_COSINE_ERROR)
+        assert nearest.cosines.tolist() == pytest.approx(exact.tolist(), abs=F16_COSINE_ERROR)
         assert set(found) <= set(exact_top(graph, index, query, 10))
     memory_ids = list(graph.state.memories)[:20]
     linked = graph.memory_keys({"memory_ids": memory_ids, "vector": queries[0]})["memories"]
@@ -230,10 +231,9 @@ def test_a_served_namespace_holds_each_vector_once(graph: GraphService) -> None:
 
 
 def test_a_lookup_of_many_held_keys_gives_each_its_own_vector(graph: GraphService) -> None:
-    """A batch's ``held_vectors`` reads the keys only the index holds in one fetch: each row is
-    still the vector ``key_vector`` gives that key, in the order asked, with a key written
-    since the release (its own float32 vector) and an entity key (its loose vector) among
-    them, and an unknown key left out."""
+    """A batch's ``held_vectors`` gives each key the vector ``key_vector`` gives it, in the
+    order asked, with a key written since the matrix was halved (its own float32 vector) and
+    an entity key among them, and an unknown key left out."""
     index = ready_index(graph)
     state = graph.state
     graph.remember(remember_body("Friday talk", ["quantum chromodynamics lecture"]))
@@ -247,9 +247,9 @@ def test_a_lookup_of_many_held_keys_gives_each_its_own_vector(graph: GraphServic
     assert np.array_equal(reply["vectors"], np.stack([state.key_vector(key) for key in held]))
 
 
-def test_keys_changed_after_the_release_keep_their_vectors(home: Path) -> None:
-    """A key written into a released namespace is stored from its own float32 vector; an
-    alias change, an entity and back, and a delete move each vector where it is read from."""
+def test_keys_changed_after_the_matrix_is_halved_keep_their_vectors(home: Path) -> None:
+    """A key written into a halved namespace is stored from its own float32 vector; an alias
+    change, an entity and back, and a delete move each vector where it is read from."""
     graph = open_graph(home)
     try:
         index = ready_index(graph)
@@ -269,9 +269,8 @@ def test_keys_changed_after_the_release_keep_their_vectors(home: Path) -> None:
         state.set_key_type(coffee, "name")
         assert coffee.concept not in matched(graph, "coffee")
         assert np.array_equal(state.key_vector(coffee), widened)
-        assert np.array_equal(index.loose[coffee.id], widened)
+        assert not in_the_index(index, coffee.id)
         state.set_key_type(coffee, "concept")
-        assert not index.loose
         best = index.best_concept(widened)
         assert best is not None and best[0] == coffee.id and best[1] > 1 - F16_COSINE_ERROR
         graph.forget({"memory_id": saved["saved"]})
@@ -290,9 +289,9 @@ def test_keys_changed_after_the_release_keep_their_vectors(home: Path) -> None:
         graph.close()
 
 
-def test_a_name_key_keeps_its_float32_vector_and_merges_read_the_index(home: Path) -> None:
-    """A name key (not in the index) keeps its exact float32 vector through the release; a
-    sleep pass's merge check reads released keys' vectors through the index."""
+def test_a_name_key_and_a_merge_check_read_the_halved_matrix(home: Path) -> None:
+    """A name key (not in the index) keeps its row through the halving, and a sleep pass's
+    merge check reads the keys' vectors from it, within half precision's error."""
     graph = open_graph(home)
     try:
         state = graph.state
@@ -301,10 +300,9 @@ def test_a_name_key_keeps_its_float32_vector_and_merges_read_the_index(home: Pat
         exact = named.vector.copy()
         state.set_key_type(named, "name")  # before the index serves: the matrix holds it
         ready_index(graph)
-        assert index.matrix is None
-        assert np.array_equal(index.loose[named.id], exact)
-        assert named.vector is index.loose[named.id]
-        assert index.cosine(named.id, exact) == pytest.approx(float(exact @ exact))
+        assert index.halved and named.vector is RELEASED_VECTOR
+        assert np.allclose(state.key_vector(named), exact, rtol=2**-10, atol=2**-24)
+        assert index.cosine(named.id, exact) == pytest.approx(1.0, abs=F16_COSINE_ERROR)
         left, right = (state.keys[index.exact[k]] for k in ("movie", "film"))
         assert left.vector is RELEASED_VECTOR and right.vector is RELEASED_VECTOR
         cosine = float(vector(left.concept) @ vector(right.concept))
@@ -337,7 +335,7 @@ def test_a_coined_key_is_found_before_and_after_the_index_takes_it_in(
     """A write does not wait for its new key's insert into the approximate index: the key is
     searched exactly beside it until ``settle_keys`` (between requests) inserts it."""
     index = ready_index(graph)
-    assert graph.state.release_matrices() or index.matrix is None  # its only copy: the index
+    assert graph.state.halve_matrices() or index.halved
     graph.remember(remember_body("Friday talk", ["quantum chromodynamics lecture"]))
     key_id = index.exact["quantum chromodynamics lecture"]
     assert not in_the_index(index, key_id)

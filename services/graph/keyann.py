@@ -3,10 +3,10 @@
 The exact key scan is one float32 matrix-vector product per query vector: 3 ms CPU over the 9k
 keys of a 100k store's namespace, 32-34 ms over the 94k of a 1M store's, and a search sends the
 query and each of its phrases. Above ``KEYMEM_KEY_ANN_MIN_KEYS`` concept keys a namespace also
-keeps its concept keys in an HNSW graph (usearch: half-precision vectors, inner product), asks
-it for twice the candidates it needs and ranks those by the cosines it computed (the
-namespace's float32 matrix is released once the index serves: ``KeyIndex.release``), so a
-search costs milliseconds whatever the namespace's size
+keeps its concept keys in an HNSW graph (usearch: int8 vectors, inner product), asks it for
+twice the candidates it needs and ranks those by their cosines from the namespace's matrix
+(held in half precision once the index serves: ``KeyIndex.halve``), so a search costs
+milliseconds whatever the namespace's size
 (docs/SCALING.md "What each tool buys" has the measurements that chose usearch over faiss and
 voyager). Below the threshold — every
 size ``keymem eval`` runs — search stays exact.
@@ -51,7 +51,7 @@ DIRECTORY = "key-ann"
 # HNSW parameters (measured on 60k real key embeddings: docs/SCALING.md): 16 links per node,
 # 128 candidates while inserting; a search looks at 256 (recall@10 0.983 against the exact scan
 # for 3.1 ms CPU, where 128 gave 0.963 for 2.3 ms) and returns CANDIDATE_FACTOR times what the
-# caller asked (at least MIN_CANDIDATES), which are then ranked by their cosines.
+# caller asked (at least MIN_CANDIDATES), which the namespace's matrix then ranks.
 CONNECTIVITY = 16
 ADD_EXPANSION = 128
 SEARCH_EXPANSION = 256
@@ -64,7 +64,11 @@ SEARCH_EXPANSION = 256
 LOOKUP_EXPANSION = 64
 CANDIDATE_FACTOR = 2
 MIN_CANDIDATES = 32
-VECTOR_DTYPE = "f16"
+# The graph walks int8 vectors: half float16's CPU and 45 % of its memory, the same candidates
+# within 0.003 of recall@10 once ranked from the matrix. Its own scores are not cosines (a
+# write's merge decisions taken from them went wrong for 95 % of coined keys), so nothing reads
+# them: docs/SCALING.md "What each tool buys".
+VECTOR_DTYPE = "i8"
 # A saved index that misses more than this share of the namespace is rebuilt, not caught up.
 CATCH_UP_MAX_SHARE = 0.5
 CHECKSUM_CHUNK_BYTES = 1 << 24
@@ -98,7 +102,7 @@ def _digest_multipliers(words: int) -> np.ndarray:
 
 
 def digest_vectors(vectors: np.ndarray) -> np.ndarray:
-    """A 64-bit digest per row of half-precision vectors (what the index stores): a changed
+    """A 64-bit digest per row of vectors rounded to half precision: a changed
     vector, a re-embedded key or another model's vectors no longer match their saved digest.
     A new key's write digests one row: the multipliers are made once per width, and a row
     whose width is whole words is not copied to pad it (0.10 ms of a 1M store's key write)."""
@@ -114,7 +118,8 @@ def digest_vectors(vectors: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Snapshot:
     """A namespace's concept keys at one moment, copied so a background thread may read them
-    while the serving thread writes (half precision: what the index stores)."""
+    while the serving thread writes (half precision: what the digests and a halved matrix
+    hold)."""
 
     namespace: str
     fingerprint: str | None
@@ -162,16 +167,6 @@ class HnswKeys:
         self.key_of.extend(ids)
         self.label_of.update(zip(ids, range(start, end), strict=True))
 
-    def vectors(self, key_ids: list[str]) -> np.ndarray:
-        """The keys' vectors as the index holds them (half precision), widened to float32
-        [len(key_ids), dim]: a released namespace's only copy of its concept keys' vectors."""
-        if not key_ids:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        label_of = self.label_of
-        labels = np.fromiter((label_of[k] for k in key_ids), dtype=np.uint64, count=len(key_ids))
-        held: tuple[np.ndarray, ...] = self.index.get(labels)  # type: ignore[assignment]  # one row per label: every label is in the index
-        return np.stack(held).astype(np.float32)
-
     def remove(self, key_id: str) -> None:
         label = self.label_of.pop(key_id, None)
         if label is None:
@@ -181,29 +176,22 @@ class HnswKeys:
 
     def search(
         self, vectors: np.ndarray, count: int, expansion: int = SEARCH_EXPANSION
-    ) -> list[tuple[list[str], np.ndarray]]:
-        """The ids of about ``count`` nearest keys of each row of ``vectors`` (m, dim) and
-        their cosines as usearch computed them (the half-precision vectors against the query
-        rounded to half precision, summed in float32: within 2**-10 of float32's), looking
-        at ``expansion`` candidates (at least ``count``)."""
+    ) -> list[list[str]]:
+        """The ids of about ``count`` nearest keys of each row of ``vectors`` (m, dim), in no
+        order the caller may trust (the index's own scores are not cosines), looking at
+        ``expansion`` candidates (at least ``count``)."""
         count = min(count, len(self.label_of))
         if count == 0:
-            return [([], np.zeros(0, dtype=np.float32)) for _ in vectors]
+            return [[] for _ in vectors]
         self.index.expansion_search = expansion  # type: ignore[misc]  # a setter, not in its stubs
         matches = self.index.search(vectors, count, threads=1)
         rows = (
-            zip(matches.keys, matches.distances, matches.counts.tolist(), strict=True)
+            zip(matches.keys, matches.counts.tolist(), strict=True)
             if isinstance(matches, _usearch().BatchMatches)
-            else [(matches.keys, matches.distances, len(matches.keys))]  # one row: unbatched
+            else [(matches.keys, len(matches.keys))]  # one row: unbatched
         )
         key_of = self.key_of
-        return [
-            (
-                [key_of[label] for label in labels[:hits].tolist()],
-                (1.0 - distances[:hits]).astype(np.float32),  # "ip" distance: 1 - dot
-            )
-            for labels, distances, hits in rows
-        ]
+        return [[key_of[label] for label in labels[:hits].tolist()] for labels, hits in rows]
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, stem: Path, snapshot_meta: dict[str, Any]) -> None:

@@ -4,12 +4,10 @@ Cosine against every key of a namespace is one matrix-vector product (vectors ar
 L2-normalised). Rows are appended into spare capacity and removed by swapping the last row in,
 so writes cost O(dim), not a rebuild. A namespace with many concept keys also has an
 approximate index (``keyann.py``), attached by ``keyann.KeyAnn`` and kept in step here: the
-nearest concept keys then come from it. Once it serves, the namespace holds each vector once:
-the float32 matrix is released (``release``: 2 KB a key, ~700 MB at a 1M store's 353k keys),
-the nearest keys are ranked by the index's own cosines, a key's vector is its half-precision
-copy widened (a cosine within 2**-11 of float32's; the index's own within 2**-10), and the
-few entity keys (not in that index) keep their float32 vectors. The store keeps every key's
-float32 vector; a new key is written from its own.
+candidate concept keys then come from it, and the matrix ranks them. Once it serves, the
+matrix is held in half precision (``halve``: 1 KB a key instead of 2, ~360 MB saved at a 1M
+store's 353k keys), a key's vector is its row widened (a cosine within 2**-11 of float32's).
+The store keeps every key's float32 vector; a new key is written from its own.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from keymem.services.graph.keyann import (
     LOOKUP_EXPANSION,
     SEARCH_EXPANSION,
     Approximate,
-    HnswKeys,
     Snapshot,
     candidates_for,
 )
@@ -32,8 +29,8 @@ from keymem.services.graph.text import script_of, surface_norm
 from keymem.store.records import KeyRecord
 
 INITIAL_CAPACITY = 64
-# A key record's vector in a namespace whose matrix was released: the real one is read from
-# the index (``KeyIndex.vector``; ``GraphState.key_vector``). Empty, so a reader that forgets
+# A key record's vector in a namespace whose matrix is halved: the real one is read from the
+# matrix (``KeyIndex.vector``; ``GraphState.key_vector``). Empty, so a reader that forgets
 # fails on the shape instead of computing with a wrong vector.
 RELEASED_VECTOR = np.zeros(0, dtype=np.float32)
 RELEASED_VECTOR.flags.writeable = False
@@ -55,10 +52,8 @@ class KeyIndex:
         self.dim = dim
         self.ids: list[str] = []
         self.pos: dict[str, int] = {}
-        # None once released: the approximate index then holds the concept keys' vectors
-        self.matrix: np.ndarray | None = np.zeros((INITIAL_CAPACITY, dim), dtype=np.float32)
-        # a released index's entity keys' vectors (the approximate index holds concepts only)
-        self.loose: dict[str, np.ndarray] = {}
+        # float16 once halved (``halve``), float32 before
+        self.matrix: np.ndarray = np.zeros((INITIAL_CAPACITY, dim), dtype=np.float32)
         self.concept_mask = np.zeros(INITIAL_CAPACITY, dtype=bool)
         # surface_norm(concept or alias) -> key ids (literal matching of queries); a tuple: a
         # surface names one key almost always, and a 1-tuple is 56 bytes where a set is 216
@@ -110,14 +105,10 @@ class KeyIndex:
             mask = np.zeros(2 * n, dtype=bool)
             mask[:n] = self.concept_mask
             self.concept_mask = mask
-            if self.matrix is not None:
-                grown = np.zeros((2 * n, self.dim), dtype=np.float32)
-                grown[:n] = self.matrix
-                self.matrix = grown
-        if self.matrix is not None:
-            self.matrix[n] = key.vector
-        elif key.is_entity:
-            self.loose[key.id] = key.vector
+            grown = np.zeros((2 * n, self.dim), dtype=self.matrix.dtype)
+            grown[:n] = self.matrix
+            self.matrix = grown
+        self.matrix[n] = key.vector
         self.concept_mask[n] = not key.is_entity
         self.ids.append(key.id)
         self.pos[key.id] = n
@@ -173,18 +164,15 @@ class KeyIndex:
         if self.concept_mask[index]:
             self._unput(key.id)
         last = len(self.ids) - 1
-        self.loose.pop(key.id, None)
         if index != last:
             moved = self.ids[last]
             self.ids[index] = moved
             self.pos[moved] = index
-            if self.matrix is not None:
-                self.matrix[index] = self.matrix[last]
+            self.matrix[index] = self.matrix[last]
             self.concept_mask[index] = self.concept_mask[last]
         self.ids.pop()
         self.scripts[script_of(key.concept)] -= 1
-        if self.matrix is not None:
-            self.matrix[last] = 0.0
+        self.matrix[last] = 0.0
         self.concept_mask[last] = False
         for surface in key.surfaces():
             norm = surface_norm(surface)
@@ -202,84 +190,49 @@ class KeyIndex:
     def set_entity(self, key: KeyRecord) -> None:
         self.end_look_ahead()  # a key left or joined the concepts the lookups weighed
         row = self.pos[key.id]
-        vector = self.vector(key.id)
-        if self.matrix is None:  # the vector moves between the loose ones and the index
-            if key.is_entity:
-                self.loose[key.id] = vector.copy()
-            else:
-                self.loose.pop(key.id, None)
         self.concept_mask[row] = not key.is_entity
         if key.is_entity:
             self._unput(key.id)
         else:
-            self._put(key.id, vector.copy())  # a row of the matrix moves with removals
+            self._put(key.id, self.vector(key.id).copy())  # a row moves with removals
 
     def vector(self, key_id: str) -> np.ndarray:
-        """The key's float32 vector: its matrix row, or once released its loose vector or the
-        approximate index's half-precision copy, widened (a new array)."""
-        if self.matrix is not None:
-            row: np.ndarray = self.matrix[self.pos[key_id]]
-            return row
-        held = self.loose.get(key_id)
-        if held is None:
-            held = self.unsettled.get(key_id)
-        if held is not None:
-            return held
-        widened: np.ndarray = self._served().vectors([key_id])[0]
-        return widened
+        """The key's float32 vector: its matrix row, widened (a new array) once halved."""
+        row: np.ndarray = self.matrix[self.pos[key_id]]
+        return row if not self.halved else row.astype(np.float32)
 
     def vectors(self, key_ids: list[str]) -> np.ndarray:
-        """Several keys' float32 vectors [len(key_ids), dim], as ``vector`` gives each, those
-        only the approximate index holds fetched in one call: one call per key cost ~0.4 ms of
-        CPU at 1M (usearch's per-call overhead), a batch of 100 memories ~450 of them."""
-        rows = np.zeros((len(key_ids), self.dim), dtype=np.float32)
-        fetched: list[int] = []
-        for i, key_id in enumerate(key_ids):
-            if self.matrix is None and key_id not in self.loose and key_id not in self.unsettled:
-                fetched.append(i)
-            else:
-                rows[i] = self.vector(key_id)
-        if fetched:
-            rows[fetched] = self._served().vectors([key_ids[i] for i in fetched])
-        return rows
+        """Several keys' float32 vectors [len(key_ids), dim] (a new array)."""
+        rows = np.fromiter((self.pos[k] for k in key_ids), dtype=np.intp, count=len(key_ids))
+        return self.matrix[rows].astype(np.float32, copy=False)
 
     def cosine(self, key_id: str, vector: np.ndarray) -> float:
         return float(self.vector(key_id) @ vector)
 
     def cosines(self, key_ids: list[str], vector: np.ndarray) -> list[float]:
-        """``cosine`` of each key, the released index's vectors read from it in one call
-        (~2.5 us a key, where one call per key costs ~25 us)."""
-        if self.matrix is not None or not key_ids:
-            return [self.cosine(key_id, vector) for key_id in key_ids]
-        own = {k: v for k in key_ids if (v := self.loose.get(k, self.unsettled.get(k))) is not None}
-        held = [k for k in key_ids if k not in own]
-        own.update(zip(held, self._served().vectors(held), strict=True))
-        return [float(own[k] @ vector) for k in key_ids]
+        return [self.cosine(key_id, vector) for key_id in key_ids]
 
-    def _served(self) -> HnswKeys:
-        approximate = self.approximate
-        assert approximate is not None and approximate.keys is not None, "released unserved"
-        return approximate.keys
+    @property
+    def halved(self) -> bool:
+        return self.matrix.dtype == np.float16
 
-    def release(self) -> bool:
-        """Drop the float32 matrix once the approximate index serves the concept keys (their
-        vectors are then read from it); the entity keys' rows are kept as loose vectors. True
-        when released now: the caller points the key records away from the matrix."""
-        if self.matrix is None or self.approximate is None or not self.approximate.ready():
+    def halve(self) -> bool:
+        """Hold the matrix in half precision once the approximate index serves the concept keys
+        (it finds their candidates; the exact scan is over). True when halved now: the caller
+        points the key records away from the float32 rows."""
+        if self.halved or self.approximate is None or not self.approximate.ready():
             return False
         n = len(self.ids)
-        entities = np.flatnonzero(~self.concept_mask[:n]).tolist()
-        self.loose = {self.ids[row]: self.matrix[row].copy() for row in entities}
-        self.matrix = None
+        half = np.zeros(self.matrix.shape, dtype=np.float16)  # rows never written stay unbacked
+        half[:n] = self.matrix[:n]
+        self.matrix = half
         return True
 
     def concept_count(self) -> int:
         return int(np.count_nonzero(self.concept_mask[: len(self.ids)]))
 
     def snapshot(self, namespace: str, fingerprint: str | None) -> Snapshot:
-        """The concept keys as they are now, copied for a background reader (taken before an
-        approximate index exists, so from the matrix)."""
-        assert self.matrix is not None, "a released index has its approximate index"
+        """The concept keys as they are now, copied for a background reader."""
         n = len(self.ids)
         rows = np.flatnonzero(self.concept_mask[:n])
         return Snapshot(
@@ -294,10 +247,9 @@ class KeyIndex:
     ) -> list[Nearest]:
         """For each row of ``vectors`` (m, dim; unit length) the rows of its ``take`` nearest
         concept keys and their cosines, nearest first: every key scored (exact) or, in a
-        namespace with a ready approximate index, its candidates re-scored from the float32
-        matrix, or once that is released ranked by the index's own cosines (half precision:
-        fetching each candidate's vector to re-score it would cost ~2.5 us a key). The index
-        looks at ``expansion`` candidates (``keyann``: a search's, or a write's lookup's)."""
+        namespace with a ready approximate index, its candidates scored from the matrix. The
+        index looks at ``expansion`` candidates (``keyann``: a search's, or a write's
+        lookup's)."""
         n = len(self.ids)
         if n == 0 or take <= 0:
             return [Nearest(np.zeros(0, dtype=np.intp), np.zeros(0, np.float32)) for _ in vectors]
@@ -309,18 +261,16 @@ class KeyIndex:
             unsettled_ids, unsettled = self._unsettled_rows() if self.unsettled else (None, None)
             unsettled_cosines = None if unsettled is None else unsettled @ vectors.T  # (keys, m)
             found = []
-            for column, (vector, (ids, cosines)) in enumerate(
+            for column, (vector, ids) in enumerate(
                 zip(vectors, keys.search(vectors, candidates_for(take), expansion), strict=True)
             ):
                 rows = np.array([self.pos[k] for k in ids], dtype=np.intp)
-                if self.matrix is not None:  # re-scored exactly while the matrix is held
-                    cosines = self.matrix[rows] @ vector
+                cosines = self.matrix[rows].astype(np.float32, copy=False) @ vector
                 if unsettled_ids is not None and unsettled_cosines is not None:
                     rows = np.concatenate([rows, unsettled_ids])
                     cosines = np.concatenate([cosines, unsettled_cosines[:, column]])
                 found.append(Nearest.best(rows, cosines, take))
             return found
-        assert self.matrix is not None, "a released index has its approximate index"
         sims = np.where(self.concept_mask[:n, None], self.matrix[:n] @ vectors.T, -np.inf)
         rows = np.arange(n)
         found = []

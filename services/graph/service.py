@@ -529,7 +529,7 @@ class GraphService:
 
     def key_ann_tick(self) -> None:
         self.key_ann.tick(self.state.indexes, self.state.fingerprint)
-        self.state.release_matrices()  # a namespace whose index serves holds each vector once
+        self.state.halve_matrices()  # a namespace whose index serves ranks from half precision
 
     def settle_keys(self) -> bool:
         """Insert one namespace's next few unsettled keys into its approximate index while no

@@ -388,12 +388,12 @@ class GraphState:
 
     # A key's record reads its vector from its namespace's matrix (one copy of each vector):
     # every change that moves rows of a matrix points the records of the moved rows again.
-    # Once a namespace's matrix is released (its approximate index serves) the records hold
-    # RELEASED_VECTOR and ``key_vector`` reads the index; a key written since keeps its own
+    # Once a namespace's matrix is halved (its approximate index serves) the records hold
+    # RELEASED_VECTOR and ``key_vector`` reads the matrix; a key written since keeps its own
     # vector (the store is written from it).
     def _share_vectors(self, index: KeyIndex, key_ids: Iterable[str]) -> None:
         matrix, pos, keys = index.matrix, index.pos, self.keys
-        if matrix is None:
+        if index.halved:
             return
         for key_id in key_ids:
             keys[key_id].vector = matrix[pos[key_id]]
@@ -404,17 +404,18 @@ class GraphState:
             return key.vector
         return self.indexes[key.namespace].vector(key.id)
 
-    def release_matrices(self) -> int:
-        """Release the float32 matrix of every namespace whose approximate index now serves
-        (``KeyIndex.release``) and point its key records away from it; how many were."""
-        released = 0
+    def halve_matrices(self) -> int:
+        """Halve the matrix of every namespace whose approximate index now serves
+        (``KeyIndex.halve``) and point its key records away from the float32 rows; how many
+        were."""
+        halved = 0
         for index in self.indexes.values():
-            if index.release():
-                released += 1
-                loose, keys = index.loose, self.keys
+            if index.halve():
+                halved += 1
+                keys = self.keys
                 for key_id in index.ids:
-                    keys[key_id].vector = loose.get(key_id, RELEASED_VECTOR)
-        return released
+                    keys[key_id].vector = RELEASED_VECTOR
+        return halved
 
     def _index_add(self, key: KeyRecord) -> None:
         index = self.index_for(key.namespace, len(key.vector))
