@@ -41,9 +41,9 @@ NOT_AHEAD = ("", 0.0)
 LOOK_AHEAD_VECTORS = 256
 # Concept keys written since the approximate index last took them in, searched exactly beside
 # it, at most this many (a write past it inserts at once): each costs a lookup 512 multiply-adds,
-# and an insert into the index at 1M ~0.15 ms, which ``settle`` spends between requests.
+# and an insert into the index ~0.15 ms (60k real keys), which ``settle`` spends between requests.
 UNSETTLED_MAX_KEYS = 2048
-# keys ``settle`` inserts in one call (~0.15 ms each at 1M): the longest a request waits for it
+# keys ``settle`` inserts in one call (~0.15 ms each): the longest a request waits for it
 SETTLE_KEYS_PER_CALL = 16
 
 
