@@ -23,7 +23,7 @@ import pytest
 from keymem.services.embedder.calibrate import FIXTURE
 from keymem.services.graph import GraphService, keyann, keyindex
 from keymem.services.graph import service as graph_service
-from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
+from keymem.services.graph.keyindex import UNHELD_VECTOR, KeyIndex
 from keymem.services.graph.profile import Thresholds
 from keymem.services.graph.sleep import merge_reason
 from keymem.services.stack import InprocStack
@@ -202,7 +202,7 @@ def test_a_served_namespace_ranks_from_its_matrix_in_half_precision(graph: Graph
     index = ready_index(graph)
     assert index.halved and index.matrix.dtype == np.float16
     records = [graph.state.keys[key_id] for key_id in index.ids]
-    assert all(key.vector is RELEASED_VECTOR for key in records)
+    assert all(key.vector is UNHELD_VECTOR for key in records)
     with pytest.raises(ValueError):
         records[0].vector @ vector("coffee")  # a reader that forgets key_vector fails loudly
     held = np.stack([graph.state.key_vector(key) for key in records])
@@ -271,6 +271,7 @@ def test_keys_changed_after_the_matrix_is_halved_keep_their_vectors(home: Path) 
         assert np.array_equal(state.key_vector(coffee), widened)
         assert not in_the_index(index, coffee.id)
         state.set_key_type(coffee, "concept")
+        assert coffee.id in index.unsettled or in_the_index(index, coffee.id)
         best = index.best_concept(widened)
         assert best is not None and best[0] == coffee.id and best[1] > 1 - F16_COSINE_ERROR
         graph.forget({"memory_id": saved["saved"]})
@@ -300,11 +301,11 @@ def test_a_name_key_and_a_merge_check_read_the_halved_matrix(home: Path) -> None
         exact = named.vector.copy()
         state.set_key_type(named, "name")  # before the index serves: the matrix holds it
         ready_index(graph)
-        assert index.halved and named.vector is RELEASED_VECTOR
+        assert index.halved and named.vector is UNHELD_VECTOR
         assert np.allclose(state.key_vector(named), exact, rtol=2**-10, atol=2**-24)
         assert index.cosine(named.id, exact) == pytest.approx(1.0, abs=F16_COSINE_ERROR)
         left, right = (state.keys[index.exact[k]] for k in ("movie", "film"))
-        assert left.vector is RELEASED_VECTOR and right.vector is RELEASED_VECTOR
+        assert left.vector is UNHELD_VECTOR and right.vector is UNHELD_VECTOR
         cosine = float(vector(left.concept) @ vector(right.concept))
         barely = Thresholds(cosine - 1e-3, cosine - 1e-3, 0.5, 0.5)
         assert merge_reason(state, left, right, 1.0, barely) == "vector"

@@ -29,11 +29,11 @@ from keymem.services.graph.text import script_of, surface_norm
 from keymem.store.records import KeyRecord
 
 INITIAL_CAPACITY = 64
-# A key record's vector in a namespace whose matrix is halved: the real one is read from the
-# matrix (``KeyIndex.vector``; ``GraphState.key_vector``). Empty, so a reader that forgets
-# fails on the shape instead of computing with a wrong vector.
-RELEASED_VECTOR = np.zeros(0, dtype=np.float32)
-RELEASED_VECTOR.flags.writeable = False
+# A key record's vector when the record does not hold it: in a namespace whose matrix is
+# halved it is read from the matrix (``KeyIndex.vector``; ``GraphState.key_vector``). Empty, so
+# a reader that forgets fails on the shape instead of computing with a wrong vector.
+UNHELD_VECTOR = np.zeros(0, dtype=np.float32)
+UNHELD_VECTOR.flags.writeable = False
 # ``KeyIndex.best_concept``: a vector no lookup was made ahead for (None means none is near)
 NOT_AHEAD = ("", 0.0)
 # ``KeyIndex.look_ahead``'s vectors a product: the cosines of 256 against a 20k-key namespace

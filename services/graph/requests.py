@@ -24,7 +24,7 @@ from keymem.protocol.limits import (
     NAMESPACE_MAX_CHARS,
     RELATED_MAX,
 )
-from keymem.services.graph.keyindex import RELEASED_VECTOR
+from keymem.services.graph.keyindex import UNHELD_VECTOR
 from keymem.services.graph.text import normalize_namespace, usable_key
 from keymem.store.records import DECAY_PROFILES, EVIDENCE_TYPES, KEY_TYPES
 
@@ -222,7 +222,7 @@ def keys_of(
     Non-string keys and vectors that do not fit are errors; strings too short to be keys are
     dropped (as the original does), and nothing usable left is an error. ``by_text``: a body
     without ``key_vectors`` may be sent, and each key takes the vector ``by_text`` holds for
-    its text (``embedded_of``), else ``RELEASED_VECTOR``, empty: it is filed by its text, which
+    its text (``embedded_of``), else ``UNHELD_VECTOR``, empty: it is filed by its text, which
     the graph must hold as a concept (``embedding.unheld``), and resolves by it
     (``keys.resolve_key``) without a vector being sent, fetched or read; a reader that would use
     it fails on the shape.
@@ -255,7 +255,7 @@ def keys_of(
             vector = unit[i]
         else:
             assert by_text is not None
-            vector = by_text.get(clean, RELEASED_VECTOR)
+            vector = by_text.get(clean, UNHELD_VECTOR)
         keys.append(KeyInput(clean, vector, types.get(clean, "concept"), clean.lower() in auto))
     if not keys:
         raise BadRequest(

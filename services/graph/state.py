@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from keymem.services.graph.dedup import DedupBuild, DedupTable, index_text
-from keymem.services.graph.keyindex import RELEASED_VECTOR, KeyIndex
+from keymem.services.graph.keyindex import UNHELD_VECTOR, KeyIndex
 from keymem.services.graph.links import LEARNED, LinksByKey, LinksByMemory, LinkTable, Strongest
 from keymem.services.graph.memory_vectors import PRODUCT_CODE, MemoryVectors, code_of
 from keymem.services.graph.text import normalize_content
@@ -389,7 +389,7 @@ class GraphState:
     # A key's record reads its vector from its namespace's matrix (one copy of each vector):
     # every change that moves rows of a matrix points the records of the moved rows again.
     # Once a namespace's matrix is halved (its approximate index serves) the records hold
-    # RELEASED_VECTOR and ``key_vector`` reads the matrix; a key written since keeps its own
+    # UNHELD_VECTOR and ``key_vector`` reads the matrix; a key written since keeps its own
     # vector (the store is written from it).
     def _share_vectors(self, index: KeyIndex, key_ids: Iterable[str]) -> None:
         matrix, pos, keys = index.matrix, index.pos, self.keys
@@ -414,7 +414,7 @@ class GraphState:
                 halved += 1
                 keys = self.keys
                 for key_id in index.ids:
-                    keys[key_id].vector = RELEASED_VECTOR
+                    keys[key_id].vector = UNHELD_VECTOR
         return halved
 
     def _index_add(self, key: KeyRecord) -> None:
